@@ -1,0 +1,27 @@
+"""FastAPI side of the cluster credential (see txcluster.auth for the scheme)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import HTTPException, Request
+
+from txcluster.auth import Verifier
+
+log = logging.getLogger("txcluster.auth")
+
+
+async def credential_problem(request: Request, verifier: Verifier) -> str | None:
+    """None if the request carries a valid cluster credential, else why not."""
+    body = await request.body()  # cached by Starlette: handlers can read it again
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return verifier.check(request.headers.get("authorization"), request.method, target, body)
+
+
+async def require_credential(request: Request, verifier: Verifier, what: str) -> None:
+    """Raise 403 with a clear message unless the request is signed by the master."""
+    problem = await credential_problem(request, verifier)
+    if problem is not None:
+        client = request.client.host if request.client else "?"
+        log.warning("refused %s %s from %s: %s", request.method, request.url.path, client, problem)
+        raise HTTPException(status_code=403, detail=f"{what}: {problem}")

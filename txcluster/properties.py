@@ -1,0 +1,168 @@
+"""Java ``.properties`` configuration files, validated against a declared schema.
+
+Both node kinds are configured by such files (worker.properties, cluster.properties).
+Every problem is reported with the key (and file) it concerns; nothing starts on a bad
+file. Parsing is javaproperties'; this module only declares and checks keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import javaproperties
+
+
+class ConfigError(ValueError):
+    """A configuration file is unusable; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One documented configuration key."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: Any = None
+    required: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Schema:
+    keys: tuple[Key, ...]
+    # Keys matching one of these patterns are accepted as-is (e.g. worker.<n>.url).
+    patterns: tuple[tuple[re.Pattern[str], Callable[[str], Any]], ...] = field(default=())
+
+    def key(self, name: str) -> Key | None:
+        return next((k for k in self.keys if k.name == name), None)
+
+    def validate(self, raw: Mapping[str, str], source: str = "<config>") -> dict[str, Any]:
+        """Check every key of ``raw``; return typed values with defaults filled in."""
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for name, text in raw.items():
+            key = self.key(name)
+            parser: Callable[[str], Any] | None = key.parse if key else None
+            if parser is None:
+                parser = next((p for rx, p in self.patterns if rx.fullmatch(name)), None)
+            if parser is None:
+                problems.append(f"unknown key '{name}'")
+                continue
+            try:
+                values[name] = parser(text.strip())
+            except (ValueError, TypeError) as exc:
+                problems.append(f"invalid value for '{name}': {exc}")
+        for key in self.keys:
+            if key.name in values:
+                continue
+            if key.required:
+                problems.append(f"missing required key '{key.name}'")
+            else:
+                values[key.name] = key.default
+        if problems:
+            raise ConfigError(f"{source}: " + "; ".join(problems))
+        return values
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    p = Path(path)
+    try:
+        with p.open("r", encoding="utf-8") as fh:
+            return dict(javaproperties.load(fh))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{p}: configuration file not found") from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{p}: cannot read configuration file: {exc}") from exc
+
+
+# ---- value parsers: each raises ValueError with a message a human can act on ----
+
+def parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("true", "yes", "on", "1"):
+        return True
+    if low in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got '{text}'")
+
+
+def parse_int(minimum: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected an integer, got '{text}'") from None
+        if minimum is not None and value < minimum:
+            raise ValueError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def parse_float(minimum: float | None = None) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"expected a number, got '{text}'") from None
+        if value != value or (minimum is not None and value < minimum):
+            raise ValueError(f"must be a number >= {minimum}, got {text}")
+        return value
+
+    return parse
+
+
+def parse_nonempty(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def parse_repository_id(text: str) -> str:
+    if not _REPO_ID.fullmatch(text):
+        raise ValueError(
+            f"'{text}' is not a repository id (letters, digits, '_', '.', '-'; max 128)"
+        )
+    return text
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected host:port, got '{text}'")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"port must be a number in '{text}'") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port out of range in '{text}'")
+    return host.strip("[]"), number
+
+
+def parse_url(text: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise ValueError(f"expected an http(s) URL, got '{text}'")
+    return text.rstrip("/")
+
+
+def parse_path(text: str) -> Path:
+    if not text:
+        raise ValueError("must be a path")
+    return Path(text)
+
+
+def parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        for choice in choices:
+            if text.lower() == choice.lower():
+                return choice
+        raise ValueError(f"expected one of {', '.join(choices)}, got '{text}'")
+
+    return parse

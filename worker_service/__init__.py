@@ -1,0 +1,1 @@
+"""Worker node: one repository in an embedded pyoxigraph store on disk."""

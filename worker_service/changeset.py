@@ -1,0 +1,152 @@
+"""Exact changesets: what a transaction really changed in a repository.
+
+A changeset is computed once, on the probe worker, against the state it is applied to;
+every other worker applies the same changeset (not the update text), so updates that are
+not deterministic (NOW(), RAND(), UUID(), BNODE(), template blank nodes) leave every worker
+identical (ARCHITECTURE.md, "Transactions, changesets, fingerprints").
+
+Exactness: ``removed`` holds only quads present before, ``added`` only quads absent
+before, and the two are disjoint. That makes applying a changeset idempotent and
+reversible (``inverse``), which the worker's journal relies on for crash recovery.
+Quads are in the store's canonical form (FACTS.md: the store rewrites literals), so the
+incremental fingerprint equals a full recomputation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyoxigraph as ox
+
+from worker_service import fingerprint
+
+
+@dataclass(frozen=True)
+class Changeset:
+    removed: frozenset[ox.Quad] = frozenset()
+    added: frozenset[ox.Quad] = frozenset()
+    # Named graphs are state of their own in the store (CREATE/DROP of an empty graph).
+    created_graphs: frozenset[ox.NamedNode] = frozenset()
+    dropped_graphs: frozenset[ox.NamedNode] = frozenset()
+    # Namespace declarations changed by the transaction: prefix -> IRI, or None if removed.
+    namespaces: Mapping[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.removed & self.added:
+            raise ValueError("a changeset cannot both remove and add the same quad")
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.removed or self.added or self.created_graphs or self.dropped_graphs
+            or self.namespaces
+        )
+
+    def inverse(self, namespaces_before: Mapping[str, str | None] | None = None) -> Changeset:
+        """The changeset that undoes this one (namespaces need their values before)."""
+        before = namespaces_before or {}
+        return Changeset(
+            removed=self.added,
+            added=self.removed,
+            created_graphs=self.dropped_graphs,
+            dropped_graphs=self.created_graphs,
+            namespaces={p: before.get(p) for p in self.namespaces},
+        )
+
+    def then(self, later: Changeset) -> Changeset:
+        """Composition: this changeset followed by ``later`` (both exact) as one."""
+        removed = set(self.removed)
+        added = set(self.added)
+        for q in later.removed:
+            if q in added:
+                added.discard(q)
+            else:
+                removed.add(q)
+        for q in later.added:
+            if q in removed:
+                removed.discard(q)
+            else:
+                added.add(q)
+        created = set(self.created_graphs)
+        dropped = set(self.dropped_graphs)
+        for g in later.dropped_graphs:
+            if g in created:
+                created.discard(g)
+            else:
+                dropped.add(g)
+        for g in later.created_graphs:
+            if g in dropped:
+                dropped.discard(g)
+            else:
+                created.add(g)
+        return Changeset(
+            frozenset(removed), frozenset(added), frozenset(created), frozenset(dropped),
+            {**self.namespaces, **later.namespaces},
+        )
+
+    def moved_fingerprint(self, before: int) -> int:
+        return fingerprint.moved(before, self.added, self.removed)
+
+    # ---- wire form (JSON-able; quads as N-Quads text keeps blank node labels) ----
+
+    def to_wire(self) -> dict:
+        return {
+            "removed": nquads(self.removed),
+            "added": nquads(self.added),
+            "created_graphs": sorted(g.value for g in self.created_graphs),
+            "dropped_graphs": sorted(g.value for g in self.dropped_graphs),
+            "namespaces": dict(self.namespaces),
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping) -> Changeset:
+        """Parse a changeset sent by a master; raises ValueError saying what is wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError("changeset must be a JSON object")
+        try:
+            removed = frozenset(parse_nquads(data.get("removed", "")))
+            added = frozenset(parse_nquads(data.get("added", "")))
+        except SyntaxError as exc:
+            raise ValueError(f"changeset quads are not valid N-Quads: {exc}") from None
+        ns = data.get("namespaces", {}) or {}
+        if not isinstance(ns, Mapping) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in ns.items()
+        ):
+            raise ValueError("changeset namespaces must map prefixes to IRIs or null")
+        try:
+            created = frozenset(ox.NamedNode(g) for g in data.get("created_graphs", []))
+            dropped = frozenset(ox.NamedNode(g) for g in data.get("dropped_graphs", []))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"changeset graph names must be IRIs: {exc}") from None
+        return cls(removed, added, created, dropped, dict(ns))
+
+
+def nquads(quads: Iterable[ox.Quad]) -> str:
+    return "".join(f"{q} .\n" for q in quads)
+
+
+def parse_nquads(text: str) -> list[ox.Quad]:
+    if not isinstance(text, str):
+        raise SyntaxError("expected N-Quads text")
+    if not text:
+        return []
+    # Labels must survive (FACTS.md): parse keeps them when not renaming.
+    return list(ox.parse(text, format=ox.RdfFormat.N_QUADS))
+
+
+def apply_to(store: ox.Store, changeset: Changeset) -> None:
+    """Apply the quad and graph parts to ``store``. Idempotent for an exact changeset.
+
+    Not atomic by itself (pyoxigraph has no remove+add transaction that keeps blank node
+    labels); the repository journals it and holds its write lock around it.
+    """
+    for q in changeset.removed:
+        store.remove(q)
+    for g in changeset.dropped_graphs:
+        if store.contains_named_graph(g):
+            store.remove_graph(g)
+    for g in changeset.created_graphs:
+        store.add_graph(g)
+    if changeset.added:
+        store.extend(changeset.added)
