@@ -65,7 +65,8 @@ def _signature(secret: bytes, method: str, target: str, ts: str, nonce: str, bod
 def sign(secret: bytes, method: str, target: str, body: bytes = b"") -> str:
     ts = str(int(time.time()))
     nonce = secrets.token_hex(12)
-    return f"{SCHEME} ts={ts},nonce={nonce},sig={_signature(secret, method, target, ts, nonce, body)}"
+    sig = _signature(secret, method, target, ts, nonce, body)
+    return f"{SCHEME} ts={ts},nonce={nonce},sig={sig}"
 
 
 class HmacAuth(httpx.Auth):

@@ -1,0 +1,46 @@
+# txcluster — the two commands a fresh machine needs are `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+RUN_DIR ?= run
+# Debian packages the tests need (installed when running as root; see deps-debian).
+DEBIAN_PACKAGES ?=
+
+.PHONY: venv deps-debian test lint run stop bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+deps-debian:
+	@if [ -n "$(DEBIAN_PACKAGES)" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	    if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	  else echo "not root: not installing Debian packages ($(DEBIAN_PACKAGES))"; fi; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) deps-debian lint
+	$(BIN)/pytest -q
+
+# Starts a local cluster in the background on loopback, loads sample data, prints endpoints.
+run: $(STAMP)
+	$(BIN)/txcluster up --dir $(RUN_DIR) --sample-data
+
+stop: $(STAMP)
+	$(BIN)/txcluster down --dir $(RUN_DIR)
+
+bench: $(STAMP)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,188 @@
+"""Repository: state, journal recovery, images and verification on a real store on disk."""
+
+from __future__ import annotations
+
+import gc
+
+import pyoxigraph as ox
+import pytest
+
+from worker_service import fingerprint, journal
+from worker_service.changeset import Changeset, apply_to
+from worker_service.image import ImageError
+from worker_service.repository import FingerprintMismatch, Repository, SequenceError
+
+EX = "http://example.org/"
+
+
+def q(s: str, o: str, g: str | None = None) -> ox.Quad:
+    graph = ox.NamedNode(EX + g) if g else ox.DefaultGraph()
+    return ox.Quad(ox.NamedNode(EX + s), ox.NamedNode(EX + "p"), ox.Literal(o), graph)
+
+
+def adds(*quads: ox.Quad) -> Changeset:
+    return Changeset(added=frozenset(quads))
+
+
+def reopen(repo: Repository, **kw) -> Repository:
+    path, rid = repo.data_dir, repo.id
+    repo.close()
+    return Repository(rid, path, **kw)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return Repository("r", tmp_path / "data")
+
+
+def test_apply_moves_state_and_fingerprint_agrees_with_recomputation(repo):
+    r1 = repo.apply(1, "t1", adds(q("a", "1"), q("b", "2", "g"), q("c", "3")))
+    assert (r1.state.seq, r1.state.txid, r1.state.quads) == (1, "t1", 3)
+    r2 = repo.apply(2, "t2", Changeset(removed=frozenset({q("a", "1")}),
+                                       added=frozenset({q("d", "4")})))
+    assert r2.state.quads == 3
+    actual, count = fingerprint.recompute(repo.store)
+    assert actual == r2.state.fingerprint and count == 3
+    assert repo.verify()["matches"] is True
+
+
+def test_apply_refuses_wrong_sequence_number_and_changes_nothing(repo):
+    repo.apply(1, "t1", adds(q("a", "1")))
+    before = repo.state()
+    for seq in (1, 3, 0):
+        with pytest.raises(SequenceError, match="does not follow"):
+            repo.apply(seq, "tx", adds(q("z", "9")))
+    assert repo.state() == before
+    assert q("z", "9") not in repo.store
+
+
+def test_apply_refuses_when_result_would_not_be_the_expected_fingerprint(repo):
+    cs = adds(q("a", "1"))
+    wrong = (cs.moved_fingerprint(0) + 1) % fingerprint.MOD
+    with pytest.raises(FingerprintMismatch, match="not in the state"):
+        repo.apply(1, "t1", cs, expected_fingerprint=wrong)
+    assert repo.state().seq == 0 and len(repo.store) == 0
+    ok = repo.apply(1, "t1", cs, expected_fingerprint=cs.moved_fingerprint(0))
+    assert ok.state.seq == 1
+
+
+def test_state_survives_reopen(repo):
+    repo.apply(1, "t1", adds(q("a", "1")))
+    st = repo.state()
+    repo = reopen(repo)
+    assert repo.state() == st and repo.verify()["matches"]
+
+
+def _crash_mid_apply(repo: Repository, cs: Changeset, mode: str, applied: Changeset) -> None:
+    """Leave the repository as a process killed during a journaled write would."""
+    after = repo.state().evolve(seq=1, txid="t1", fingerprint=cs.moved_fingerprint(0),
+                                quads=len(cs.added))
+    repo._journal.begin({"seq": 1, "txid": "t1", "mode": mode, "after": after.to_json()})
+    repo._journal.append(cs)
+    apply_to(repo.store, applied)  # only part of the changeset reached the store
+    repo._journal._fh.close()
+
+
+def test_interrupted_apply_is_redone_on_restart(repo):
+    base = repo.apply(1, "t0", adds(*(q(f"s{i}", "x") for i in range(5))))
+    cs = Changeset(removed=frozenset(q(f"s{i}", "x") for i in range(5)),
+                   added=frozenset(q(f"n{i}", "y") for i in range(50)))
+    expected = cs.moved_fingerprint(base.state.fingerprint)
+    after = base.state.evolve(seq=2, txid="t1", fingerprint=expected, quads=50)
+    repo._journal.begin({"seq": 2, "txid": "t1", "mode": journal.REDO, "after": after.to_json()})
+    repo._journal.append(cs)
+    partial = Changeset(removed=frozenset(list(cs.removed)[:2]),
+                        added=frozenset(list(cs.added)[:20]))
+    apply_to(repo.store, partial)
+    repo._journal._fh.close()
+    repo = reopen(repo)
+    assert repo.state().seq == 2 and repo.state().fingerprint == expected
+    assert set(repo.store) == set(cs.added)
+    assert repo.verify()["matches"]
+    assert not (repo._gen / journal.JOURNAL_FILE).exists()
+
+
+def test_interrupted_execute_is_undone_on_restart(repo):
+    base = repo.apply(1, "t0", adds(*(q(f"s{i}", "x") for i in range(5))))
+    before = set(repo.store)
+    cs = Changeset(removed=frozenset(list(before)[:3]),
+                   added=frozenset(q(f"n{i}", "y") for i in range(30)))
+    repo._journal.begin({"seq": 2, "txid": "t1", "mode": journal.UNDO})
+    repo._journal.append(cs)
+    apply_to(repo.store, Changeset(removed=frozenset(list(cs.removed)[:1]),
+                                   added=frozenset(list(cs.added)[:10])))
+    repo._journal._fh.close()
+    repo = reopen(repo)
+    assert repo.state() == base.state
+    assert set(repo.store) == before
+    assert repo.verify()["matches"]
+
+
+def test_torn_journal_line_is_ignored(repo):
+    repo.apply(1, "t0", adds(q("a", "1")))
+    st = repo.state()
+    path = repo._gen / journal.JOURNAL_FILE
+    path.write_bytes(b'{"seq": 2, "txid": "t", "mode": "undo"}\n{"step": {"added": "<http')
+    repo = reopen(repo)
+    assert repo.state() == st and repo.verify()["matches"]
+
+
+def test_store_changed_behind_the_workers_back_is_reported(tmp_path):
+    repo = Repository("r", tmp_path / "d")
+    repo.apply(1, "t1", adds(q("a", "1")))
+    path = repo.data_dir
+    repo.close()
+    tampered = ox.Store(str(path / "current" / "store"))
+    tampered.add(q("intruder", "x"))
+    del tampered
+    gc.collect()
+    repo = Repository("r", path)  # verify-on-start
+    assert repo.activity == "OUT_OF_SYNC"
+    assert repo.state().quads == 2
+    assert repo.state().fingerprint == fingerprint.recompute(repo.store)[0]
+
+
+def test_image_round_trip_gives_identical_state(tmp_path):
+    src = Repository("r", tmp_path / "src")
+    src.apply(1, "t1", adds(*(q(f"s{i}", str(i), "g" if i % 2 else None) for i in range(200))))
+    src.apply(2, "t2", Changeset(namespaces={"ex": EX}))
+    manifest = src.create_image(tmp_path / "img.tar.sz")
+    dst = Repository("r", tmp_path / "dst")
+    dst.apply(1, "other", adds(q("junk", "1")))
+    st = dst.install_image(tmp_path / "img.tar.sz", manifest["sha256"])
+    assert st == src.state()
+    assert set(dst.store) == set(src.store)
+    assert dst.namespaces == {"ex": EX}
+    assert dst.verify()["matches"]
+    # the new generation is what a restart opens
+    dst = reopen(dst)
+    assert dst.state() == src.state()
+
+
+def test_corrupted_image_is_refused_and_changes_nothing(tmp_path):
+    src = Repository("r", tmp_path / "src")
+    src.apply(1, "t1", adds(q("a", "1")))
+    img = tmp_path / "img.tar.sz"
+    manifest = src.create_image(img)
+    data = bytearray(img.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    img.write_bytes(bytes(data))
+    dst = Repository("r", tmp_path / "dst")
+    dst.apply(1, "mine", adds(q("b", "2")))
+    before = dst.state()
+    with pytest.raises(ImageError, match="checksum mismatch"):
+        dst.install_image(img, manifest["sha256"])
+    assert dst.state() == before and set(dst.store) == {q("b", "2")}
+
+
+def test_named_backup_is_replaced_when_the_name_is_reused(repo):
+    repo.apply(1, "t1", adds(q("a", "1")))
+    first = repo.backup("nightly")
+    repo.apply(2, "t2", adds(q("b", "2")))
+    second = repo.backup("nightly")
+    assert (first["seq"], second["seq"]) == (1, 2)
+    folders = list(repo.backups_dir().iterdir())
+    assert [f.name for f in folders] == ["nightly"]
+    repo.apply(3, "t3", adds(q("c", "3")))
+    st = repo.install_image(repo.backups_dir() / "nightly" / "image.tar.sz", second["sha256"])
+    assert st.seq == 2 and set(repo.store) == {q("a", "1"), q("b", "2")}

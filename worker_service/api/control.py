@@ -1,0 +1,236 @@
+"""Cluster-control API of a worker: only its master (cluster credential) may call it.
+
+    GET  /cluster/state              seq, txid, fingerprint, quads, size on disk, status
+    POST /cluster/execute            probe: exact changeset + control queries
+    POST /cluster/apply              apply a changeset with the expected fingerprint
+    POST /cluster/verify             full recomputation of the fingerprint
+    GET  /cluster/image              stream a storage image (tar + snappy framing)
+    POST /cluster/image/pull         fetch an image from another worker and swap it in
+    GET  /cluster/backups            list named images
+    POST /cluster/backups/{name}     write a named image
+    GET  /cluster/backups/{name}     stream a named image
+    POST /cluster/restore            {"name": ...} or {"source": url}: install an image
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+
+from txcluster.auth import HmacAuth, Verifier
+from txcluster.http_auth import require_credential
+from worker_service import fingerprint
+from worker_service.changeset import Changeset
+from worker_service.image import ImageError
+from worker_service.repository import Repository, WorkerError
+
+_BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+IMAGE_HEADERS = ("sha256", "seq", "fingerprint", "quads")
+
+
+def state_json(repo: Repository) -> dict:
+    st = repo.state()
+    return {
+        "repository": repo.id,
+        "seq": st.seq,
+        "txid": st.txid,
+        "fingerprint": fingerprint.to_hex(st.fingerprint),
+        "quads": st.quads,
+        "size_bytes": repo.size_on_disk(),
+        "status": repo.activity,
+    }
+
+
+async def _json_body(request: Request) -> dict:
+    try:
+        data = json.loads(await request.body() or b"{}")
+    except ValueError as exc:
+        raise HTTPException(400, f"request body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise HTTPException(400, "request body must be a JSON object")
+    return data
+
+
+def _field(data: dict, name: str, kind: type, optional: bool = False):
+    value = data.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise HTTPException(400, f"field '{name}' must be a {kind.__name__}")
+    return value
+
+
+def _state_summary(st) -> dict:
+    return {"seq": st.seq, "fingerprint": fingerprint.to_hex(st.fingerprint), "quads": st.quads}
+
+
+def _backup_name(name: str) -> str:
+    if not _BACKUP_NAME.fullmatch(name):
+        raise HTTPException(400, f"'{name}' is not a valid backup name")
+    return name
+
+
+def _image_response(path: Path, manifest: dict, cleanup: bool) -> FileResponse:
+    headers = {f"X-Image-{k.capitalize()}": str(manifest[k]) for k in IMAGE_HEADERS}
+    return FileResponse(
+        path, media_type="application/x-snappy-framed", headers=headers,
+        background=BackgroundTask(path.unlink, missing_ok=True) if cleanup else None,
+    )
+
+
+def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
+                   secret: bytes) -> APIRouter:
+    router = APIRouter(prefix="/cluster")
+
+    async def guard(request: Request) -> Repository:
+        await require_credential(request, verifier, "cluster-control call refused")
+        return repo_provider()
+
+    def fail(exc: Exception) -> HTTPException:
+        status = getattr(exc, "status", 400)
+        return HTTPException(status, str(exc))
+
+    @router.get("/state")
+    async def get_state(request: Request):
+        repo = await guard(request)
+        return await run_in_threadpool(state_json, repo)
+
+    @router.post("/execute")
+    async def execute(request: Request):
+        repo = await guard(request)
+        from worker_service.transaction import TransactionError, parse_operations
+
+        data = await _json_body(request)
+        seq = _field(data, "seq", int)
+        txid = _field(data, "txid", str)
+        controls = data.get("control_queries") or []
+        if not isinstance(controls, list) or not all(isinstance(q, str) for q in controls):
+            raise HTTPException(400, "field 'control_queries' must be a list of strings")
+        try:
+            ops = parse_operations(data.get("operations"))
+            result = await run_in_threadpool(repo.execute, seq, txid, ops, controls)
+        except (TransactionError, WorkerError) as exc:
+            raise fail(exc) from None
+        return JSONResponse({
+            "changeset": result.changeset.to_wire(),
+            "state": state_json(repo) | {"seq": result.state.seq,
+                                          "fingerprint": fingerprint.to_hex(
+                                              result.state.fingerprint)},
+            "duration_s": result.duration_s,
+        })
+
+    @router.post("/apply")
+    async def apply(request: Request):
+        repo = await guard(request)
+        data = await _json_body(request)
+        seq = _field(data, "seq", int)
+        txid = _field(data, "txid", str)
+        wire = _field(data, "changeset", dict)
+        expected = _field(data, "expected_fingerprint", str, optional=True)
+        try:
+            changeset = Changeset.from_wire(wire)
+            expected_fp = fingerprint.from_hex(expected) if expected is not None else None
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        try:
+            result = await run_in_threadpool(repo.apply, seq, txid, changeset, expected_fp, wire)
+        except WorkerError as exc:
+            raise fail(exc) from None
+        return _state_summary(result.state) | {"duration_s": result.duration_s}
+
+    @router.post("/verify")
+    async def verify(request: Request):
+        repo = await guard(request)
+        return await run_in_threadpool(repo.verify)
+
+    @router.get("/image")
+    async def get_image(request: Request):
+        repo = await guard(request)
+        path = repo.data_dir / "tmp" / f"image-{uuid.uuid4().hex}.tar.sz"
+        manifest = await run_in_threadpool(repo.create_image, path)
+        return _image_response(path, manifest, cleanup=True)
+
+    async def pull(repo: Repository, source: str) -> dict:
+        if not re.fullmatch(r"https?://\S+", source):
+            raise HTTPException(400, f"'{source}' is not an http(s) URL")
+        path = repo.data_dir / "tmp" / f"incoming-{uuid.uuid4().hex}.tar.sz"
+        try:
+            async with (
+                httpx.AsyncClient(auth=HmacAuth(secret), timeout=60) as client,
+                client.stream("GET", source) as resp,
+            ):
+                if resp.status_code != 200:
+                    body = (await resp.aread()).decode(errors="replace")[:500]
+                    raise HTTPException(502, f"image source answered {resp.status_code}: {body}")
+                sha = resp.headers.get("x-image-sha256")
+                if not sha:
+                    raise HTTPException(502, "image source sent no X-Image-Sha256 header")
+                with open(path, "wb") as fh:
+                    async for chunk in resp.aiter_bytes(1 << 20):
+                        fh.write(chunk)
+            new_state = await run_in_threadpool(repo.install_image, path, sha)
+        except httpx.HTTPError as exc:
+            raise HTTPException(502, f"cannot fetch image from {source}: {exc}") from None
+        except ImageError as exc:
+            raise HTTPException(422, str(exc)) from None
+        finally:
+            path.unlink(missing_ok=True)
+        return _state_summary(new_state)
+
+    @router.post("/image/pull")
+    async def image_pull(request: Request):
+        repo = await guard(request)
+        data = await _json_body(request)
+        return await pull(repo, _field(data, "source", str))
+
+    @router.get("/backups")
+    async def list_backups(request: Request):
+        repo = await guard(request)
+        out = []
+        if repo.backups_dir().is_dir():
+            for manifest in sorted(repo.backups_dir().glob("*/manifest.json")):
+                out.append(json.loads(manifest.read_text()))
+        return out
+
+    @router.post("/backups/{name}")
+    async def make_backup(name: str, request: Request):
+        repo = await guard(request)
+        return await run_in_threadpool(repo.backup, _backup_name(name))
+
+    @router.get("/backups/{name}")
+    async def get_backup(name: str, request: Request):
+        repo = await guard(request)
+        folder = repo.backups_dir() / _backup_name(name)
+        if not (folder / "manifest.json").is_file():
+            raise HTTPException(404, f"no backup named '{name}'")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        return _image_response(folder / "image.tar.sz", manifest, cleanup=False)
+
+    @router.post("/restore")
+    async def restore(request: Request):
+        repo = await guard(request)
+        data = await _json_body(request)
+        if "source" in data:
+            return await pull(repo, _field(data, "source", str))
+        name = _backup_name(_field(data, "name", str))
+        folder = repo.backups_dir() / name
+        if not (folder / "manifest.json").is_file():
+            raise HTTPException(404, f"no backup named '{name}'")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        try:
+            new_state = await run_in_threadpool(
+                repo.install_image, folder / "image.tar.sz", manifest["sha256"])
+        except ImageError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return _state_summary(new_state)
+
+    return router

@@ -1,0 +1,54 @@
+"""The worker process: configuration -> repository -> HTTP API (uvicorn)."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+from fastapi import FastAPI
+
+from txcluster.auth import Verifier, load_secret
+from worker_service.api.control import control_router, state_json
+from worker_service.api.rdf4j import rdf4j_router
+from worker_service.config import WorkerConfig
+from worker_service.repository import Repository
+
+log = logging.getLogger("txcluster.worker")
+
+
+def create_app(repo: Repository, secret: bytes, title: str = "txcluster worker") -> FastAPI:
+    app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
+                  "for reads, cluster-control API for its master.")
+    verifier = Verifier(secret)
+    app.state.repository = repo
+
+    def provider() -> Repository:
+        return repo
+
+    @app.get("/health", tags=["health"])
+    def health() -> dict:
+        """Liveness and a summary of the worker's state (no credential needed)."""
+        return state_json(repo)
+
+    app.include_router(control_router(provider, verifier, secret), tags=["cluster-control"])
+    app.include_router(rdf4j_router(provider, verifier), tags=["rdf4j"])
+    return app
+
+
+def serve(config: WorkerConfig) -> None:
+    logging.basicConfig(
+        level=config.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    secret = load_secret(config.cluster_secret_file)
+    repo = Repository(config.repository_id, config.data_dir, sync_writes=config.sync_writes,
+                      verify_on_start=config.verify_on_start)
+    st = repo.state()
+    log.info("repository '%s' at seq %d, %d quads, listening on %s:%d",
+             repo.id, st.seq, st.quads, config.host, config.port)
+    app = create_app(repo, secret, title=f"txcluster worker {config.repository_id}")
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
+                    access_log=False)
+    finally:
+        repo.close()

@@ -1,0 +1,68 @@
+"""worker.properties: the worker's configuration file (Java properties)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from txcluster.properties import (
+    Key,
+    Schema,
+    parse_bool,
+    parse_listen_address,
+    parse_nonempty,
+    parse_path,
+    parse_repository_id,
+    read_properties,
+)
+
+SCHEMA = Schema((
+    Key("repository-id", parse_repository_id, required=True,
+        description="id of the one repository this worker serves"),
+    Key("data-dir", parse_path, required=True,
+        description="directory holding the store, its state, backups"),
+    Key("listen-address", parse_listen_address, required=True,
+        description="host:port of the HTTP API"),
+    Key("cluster-secret-file", parse_path, required=True,
+        description="file (mode 600) with the secret shared with the master"),
+    Key("repository-title", parse_nonempty, default="txcluster repository"),
+    Key("verify-on-start", parse_bool, default=True,
+        description="recompute the fingerprint at start; a mismatch reports the real one"),
+    Key("sync-writes", parse_bool, default=False,
+        description="fsync the journal and state file (power-loss safety of the metadata)"),
+    Key("log-level", lambda t: t.upper() if t.upper() in
+        ("DEBUG", "INFO", "WARNING", "ERROR") else _bad_level(t), default="INFO"),
+))
+
+
+def _bad_level(text: str) -> str:
+    raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got '{text}'")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    repository_id: str
+    data_dir: Path
+    host: str
+    port: int
+    cluster_secret_file: Path
+    repository_title: str
+    verify_on_start: bool
+    sync_writes: bool
+    log_level: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> WorkerConfig:
+        values = SCHEMA.validate(read_properties(path), source=str(path))
+        host, port = values["listen-address"]
+        return cls(
+            repository_id=values["repository-id"],
+            data_dir=values["data-dir"],
+            host=host,
+            port=port,
+            cluster_secret_file=values["cluster-secret-file"],
+            repository_title=values["repository-title"],
+            verify_on_start=values["verify-on-start"],
+            sync_writes=values["sync-writes"],
+            log_level=values["log-level"],
+        )

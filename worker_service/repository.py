@@ -1,0 +1,396 @@
+"""One repository in an embedded pyoxigraph store on disk, changed only by changesets.
+
+Layout of the data directory::
+
+    data-dir/current -> gen-000003      symlink, swapped atomically when an image arrives
+    data-dir/gen-000003/store/          pyoxigraph (RocksDB)
+    data-dir/gen-000003/state.json      seq, txid, fingerprint, quad count, namespaces
+    data-dir/gen-000003/journal.jsonl   only while a transaction is being applied
+    data-dir/backups/<name>/            named images (image.tar.sz + manifest.json)
+    data-dir/tmp/                       images in transit
+
+Invariants (issue "worker node"): the store, its sequence number and its fingerprint
+agree after kill -9 at any instant (journal.py); a reader never sees a half-applied
+changeset (rwlock.py); the fingerprint is kept incrementally and a full recomputation
+agrees with it (fingerprint.py).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyoxigraph as ox
+
+from worker_service import fingerprint, image, journal, state
+from worker_service.changeset import Changeset, apply_to
+from worker_service.rwlock import RWLock
+from worker_service.state import WorkerState
+
+log = logging.getLogger("txcluster.worker")
+
+
+class WorkerError(Exception):
+    """A request the worker refuses; ``status`` is the HTTP status to answer with."""
+
+    status = 400
+
+
+class SequenceError(WorkerError):
+    status = 409
+
+
+class FingerprintMismatch(WorkerError):
+    status = 409
+
+
+class ControlQueryFailed(WorkerError):
+    status = 409
+
+
+class Busy(WorkerError):
+    status = 503
+
+
+@dataclass(frozen=True)
+class ExecuteResult:
+    changeset: Changeset
+    state: WorkerState
+    duration_s: float
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass  # RocksDB compaction removed it meanwhile
+    return total
+
+
+class Repository:
+    def __init__(self, repository_id: str, data_dir: Path, *, sync_writes: bool = False,
+                 verify_on_start: bool = True) -> None:
+        self.id = repository_id
+        self.data_dir = Path(data_dir)
+        self._sync = sync_writes
+        self._lock = RWLock()
+        # Only one image/backup/restore at a time; they run beside normal writes.
+        self._maintenance = threading.Lock()
+        self.activity = "ON"  # worker-side view: ON, OUT_OF_SYNC, REPLICATION_SERVER/CLIENT
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "tmp").mkdir(exist_ok=True)
+        self._open_current()
+        self._recover()
+        self._cleanup_generations()
+        if verify_on_start:
+            self.verify(repair_state=True)
+
+    # ---- opening, recovery ----
+
+    @property
+    def _current(self) -> Path:
+        return self.data_dir / "current"
+
+    def _open_current(self) -> None:
+        if not self._current.exists():
+            gen = self.data_dir / "gen-000001"
+            (gen / "store").mkdir(parents=True, exist_ok=True)
+            state.save(gen, WorkerState())
+            self._point_current_to(gen)
+        self._gen = self._current.resolve()
+        self.store = ox.Store(str(self._gen / "store"))
+        self._state = state.load(self._gen)
+        self._journal = journal.Journal(self._gen, self._sync)
+
+    def _point_current_to(self, gen: Path) -> None:
+        link = self.data_dir / "current.new"
+        link.unlink(missing_ok=True)
+        link.symlink_to(gen.name)
+        os.replace(link, self._current)  # atomic: either the old or the new generation
+
+    def _recover(self) -> None:
+        pending = self._journal.pending()
+        if pending is None:
+            return
+        header = pending.header
+        if not header or header.get("seq") == self._state.seq:
+            log.info("journal of committed transaction %s removed", header.get("seq"))
+        elif header["mode"] == journal.UNDO:
+            log.warning("undoing interrupted execute of seq %s (%d steps)",
+                        header["seq"], len(pending.steps))
+            for cs in reversed(pending.steps):
+                apply_to(self.store, cs.inverse())
+        else:
+            log.warning("redoing interrupted apply of seq %s", header["seq"])
+            for cs in pending.steps:
+                apply_to(self.store, cs)
+            self._state = WorkerState.from_json(header["after"])
+            state.save(self._gen, self._state, self._sync)
+        self._journal.discard()
+
+    def _cleanup_generations(self) -> None:
+        for path in self.data_dir.glob("gen-*"):
+            if path.resolve() != self._gen:
+                shutil.rmtree(path, ignore_errors=True)
+        for path in (self.data_dir / "tmp").iterdir():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Flush and release the store (pyoxigraph has no close(): dropping the last
+        reference closes RocksDB and frees its LOCK for the next opener)."""
+        with self._lock.write():
+            if self.store is not None:
+                self.store.flush()
+                self.store = None  # type: ignore[assignment]
+            gc.collect()
+
+    # ---- reading ----
+
+    @contextmanager
+    def reading(self) -> Iterator[ox.Store]:
+        """Hold while *starting* a query; its results come from a consistent snapshot."""
+        with self._lock.read():
+            yield self.store
+
+    @property
+    def namespaces(self) -> dict[str, str]:
+        return dict(self._state.namespaces)
+
+    def state(self) -> WorkerState:
+        return self._state
+
+    def size_on_disk(self) -> int:
+        return _dir_size(self._gen / "store")
+
+    def verify(self, repair_state: bool = False) -> dict:
+        """Full streamed recomputation of the fingerprint against the kept one.
+
+        With ``repair_state`` a mismatch (a store changed behind the worker's back) makes
+        the worker report the real fingerprint, so its master sees an unknown state and
+        replicates it ("Replicating (out of sync)").
+        """
+        with self._lock.read():
+            kept = self._state
+            store = self.store
+            # dump() reads a snapshot; the lock only has to cover its start, but
+            # holding it keeps ``kept`` and the content paired.
+            actual, count = fingerprint.recompute(store)
+        matches = actual == kept.fingerprint and count == kept.quads
+        if not matches:
+            log.error("fingerprint mismatch: kept %s (%d quads), store %s (%d quads)",
+                      fingerprint.to_hex(kept.fingerprint), kept.quads,
+                      fingerprint.to_hex(actual), count)
+            if repair_state:
+                with self._lock.write():
+                    self._state = self._state.evolve(fingerprint=actual, quads=count)
+                    state.save(self._gen, self._state, self._sync)
+                    self.activity = "OUT_OF_SYNC"
+        return {"matches": matches, "fingerprint": fingerprint.to_hex(actual), "quads": count,
+                "kept_fingerprint": fingerprint.to_hex(kept.fingerprint),
+                "kept_quads": kept.quads}
+
+    # ---- writing ----
+
+    def _check_next(self, seq: int) -> None:
+        if seq != self._state.seq + 1:
+            raise SequenceError(
+                f"sequence number {seq} does not follow this worker's {self._state.seq}"
+            )
+
+    def execute(self, seq: int | None, txid: str, operations: Sequence,
+                control_queries: Sequence[str] = ()) -> ExecuteResult:
+        """Probe execution: compute and apply the exact changeset step by step, run the
+        control queries (ASK, all must be true); on any failure restore the previous
+        state and raise. ``operations`` are parsed worker_service.transaction operations."""
+        from worker_service.transaction import BlankNodeMinter
+
+        started = time.perf_counter()
+        with self._lock.write():
+            if seq is None:  # a local write: the next sequence number
+                seq = self._state.seq + 1
+            self._check_next(seq)
+            before = self._state
+            minter = BlankNodeMinter(seq, txid)
+            namespaces = dict(before.namespaces)
+            steps: list[Changeset] = []
+            total = Changeset()
+            self._journal.begin({"seq": seq, "txid": txid, "mode": journal.UNDO})
+            try:
+                for op in operations:
+                    for step in op.steps():
+                        cs = step.changeset(self.store, minter, namespaces)
+                        if cs.empty:
+                            continue
+                        self._journal.append(cs)
+                        steps.append(cs)
+                        apply_to(self.store, cs)
+                        _apply_namespaces(namespaces, cs)
+                        total = total.then(cs)
+                self._run_control_queries(control_queries)
+            except BaseException:
+                for cs in reversed(steps):
+                    apply_to(self.store, cs.inverse())
+                self._journal.discard()
+                raise
+            after = before.evolve(
+                seq=seq, txid=txid, fingerprint=total.moved_fingerprint(before.fingerprint),
+                quads=before.quads + len(total.added) - len(total.removed),
+                namespaces=namespaces,
+            )
+            state.save(self._gen, after, self._sync)
+            self._state = after
+            self._journal.discard()
+        return ExecuteResult(total, after, time.perf_counter() - started)
+
+    def _run_control_queries(self, queries: Sequence[str]) -> None:
+        for text in queries:
+            try:
+                result = self.store.query(text)
+            except SyntaxError as exc:
+                raise ControlQueryFailed(f"control query is not valid SPARQL: {exc}") from None
+            if not isinstance(result, ox.QueryBoolean):
+                raise ControlQueryFailed(f"control query must be an ASK query: {text}")
+            if not bool(result):
+                raise ControlQueryFailed(f"control query failed (returned false): {text}")
+
+    def execute_local(self, operations: Sequence) -> ExecuteResult:
+        """A write sent to this worker's RDF4J API with the cluster credential."""
+        from worker_service.transaction import parse_operations
+
+        ops = parse_operations(list(operations)) if operations and isinstance(
+            operations[0], dict) else list(operations)
+        return self.execute(None, str(uuid.uuid4()), ops)
+
+    def apply(self, seq: int, txid: str, changeset: Changeset,
+              expected_fingerprint: int | None = None, wire: dict | None = None) -> ExecuteResult:
+        """Apply a changeset computed by the probe worker. Refused, changing nothing, when
+        the sequence number does not follow ours or when the result would not be the
+        expected fingerprint (i.e. this worker was not in the probe's state before)."""
+        started = time.perf_counter()
+        with self._lock.write():
+            self._check_next(seq)
+            before = self._state
+            after_fp = changeset.moved_fingerprint(before.fingerprint)
+            if expected_fingerprint is not None and after_fp != expected_fingerprint:
+                raise FingerprintMismatch(
+                    f"applying seq {seq} would give fingerprint {fingerprint.to_hex(after_fp)},"
+                    f" expected {fingerprint.to_hex(expected_fingerprint)}: this worker is not"
+                    f" in the state the changeset was computed against"
+                )
+            namespaces = dict(before.namespaces)
+            _apply_namespaces(namespaces, changeset)
+            after = before.evolve(
+                seq=seq, txid=txid, fingerprint=after_fp,
+                quads=before.quads + len(changeset.added) - len(changeset.removed),
+                namespaces=namespaces,
+            )
+            self._journal.begin({"seq": seq, "txid": txid, "mode": journal.REDO,
+                                 "after": after.to_json()})
+            self._journal.append(changeset, wire)
+            apply_to(self.store, changeset)
+            state.save(self._gen, after, self._sync)
+            self._state = after
+            self._journal.discard()
+        return ExecuteResult(changeset, after, time.perf_counter() - started)
+
+    # ---- images, backups ----
+
+    def create_image(self, target: Path) -> dict:
+        """Write an image of the current state to ``target``; return its manifest.
+
+        The write lock is held only while pyoxigraph makes its checkpoint (hard links,
+        milliseconds — FACTS.md), so the image pairs the store with its exact state."""
+        with self._maintenance:
+            self.activity, previous = "REPLICATION_SERVER", self.activity
+            work = self.data_dir / "tmp" / f"checkpoint-{uuid.uuid4().hex}"
+            try:
+                work.mkdir()
+                with self._lock.write():
+                    self.store.backup(str(work / "store"))
+                    snap = self._state
+                    state.save(work, snap)
+                digest, size = image.write_image(
+                    {"store": work / "store", state.STATE_FILE: work / state.STATE_FILE}, target
+                )
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+                self.activity = previous
+        return {"repository": self.id, "sha256": digest, "bytes": size, **snap.to_json()}
+
+    def install_image(self, path: Path, sha256: str) -> WorkerState:
+        """Verify and unpack an image, then swap it in with its state, atomically."""
+        with self._maintenance:
+            self.activity, previous = "REPLICATION_CLIENT", self.activity
+            number = int(self._gen.name.split("-")[1]) + 1
+            gen = self.data_dir / f"gen-{number:06d}"
+            shutil.rmtree(gen, ignore_errors=True)
+            try:
+                image.extract_image(path, sha256, gen)
+                if not (gen / "store").is_dir() or not (gen / state.STATE_FILE).is_file():
+                    raise image.ImageError("image lacks store/ or state.json")
+                new_state = state.load(gen)
+                new_store = ox.Store(str(gen / "store"))
+            except BaseException:
+                shutil.rmtree(gen, ignore_errors=True)
+                self.activity = previous
+                raise
+            with self._lock.write():
+                old = self._gen
+                self._point_current_to(gen)
+                self.store, self._gen, self._state = new_store, gen, new_state
+                self._journal = journal.Journal(gen, self._sync)
+                self.activity = "ON"
+            # Queries still reading the old store keep their open files (POSIX unlink).
+            shutil.rmtree(old, ignore_errors=True)
+        log.info("installed image at seq %d, fingerprint %s", new_state.seq,
+                 fingerprint.to_hex(new_state.fingerprint))
+        return new_state
+
+    def backups_dir(self) -> Path:
+        return self.data_dir / "backups"
+
+    def backup(self, name: str) -> dict:
+        """Write a named image; reusing a name replaces that image (spec README)."""
+        target = self.backups_dir() / name
+        work = self.data_dir / "tmp" / f"backup-{uuid.uuid4().hex}"
+        work.mkdir(parents=True)
+        manifest = self.create_image(work / "image.tar.sz")
+        manifest["name"] = name
+        manifest["created"] = time.time()
+        state.write_atomically(work / "manifest.json", _json(manifest))
+        self.backups_dir().mkdir(exist_ok=True)
+        old = self.data_dir / "tmp" / f"old-{uuid.uuid4().hex}"
+        if target.exists():
+            os.replace(target, old)
+        os.replace(work, target)
+        shutil.rmtree(old, ignore_errors=True)
+        return manifest
+
+
+def _json(data: dict) -> bytes:
+    import json
+
+    return json.dumps(data, indent=2).encode()
+
+
+def _apply_namespaces(namespaces: dict[str, str], cs: Changeset) -> None:
+    for prefix, iri in cs.namespaces.items():
+        if iri is None:
+            namespaces.pop(prefix, None)
+        else:
+            namespaces[prefix] = iri
