@@ -10,7 +10,12 @@ import pytest
 from worker_service import fingerprint, journal
 from worker_service.changeset import Changeset, apply_to
 from worker_service.image import ImageError
-from worker_service.repository import FingerprintMismatch, Repository, SequenceError
+from worker_service.repository import (
+    ApplyEntry,
+    FingerprintMismatch,
+    Repository,
+    SequenceError,
+)
 
 EX = "http://example.org/"
 
@@ -71,16 +76,6 @@ def test_state_survives_reopen(repo):
     st = repo.state()
     repo = reopen(repo)
     assert repo.state() == st and repo.verify()["matches"]
-
-
-def _crash_mid_apply(repo: Repository, cs: Changeset, mode: str, applied: Changeset) -> None:
-    """Leave the repository as a process killed during a journaled write would."""
-    after = repo.state().evolve(seq=1, txid="t1", fingerprint=cs.moved_fingerprint(0),
-                                quads=len(cs.added))
-    repo._journal.begin({"seq": 1, "txid": "t1", "mode": mode, "after": after.to_json()})
-    repo._journal.append(cs)
-    apply_to(repo.store, applied)  # only part of the changeset reached the store
-    repo._journal._fh.close()
 
 
 def test_interrupted_apply_is_redone_on_restart(repo):
@@ -186,3 +181,37 @@ def test_named_backup_is_replaced_when_the_name_is_reused(repo):
     repo.apply(3, "t3", adds(q("c", "3")))
     st = repo.install_image(repo.backups_dir() / "nightly" / "image.tar.sz", second["sha256"])
     assert st.seq == 2 and set(repo.store) == {q("a", "1"), q("b", "2")}
+
+
+def test_apply_batch_is_all_or_nothing(repo):
+    c1, c2 = adds(q("a", "1")), adds(q("b", "2"))
+    fp1 = c1.moved_fingerprint(0)
+    bad = [ApplyEntry(1, "t1", c1, fp1), ApplyEntry(2, "t2", c2, 12345)]
+    with pytest.raises(FingerprintMismatch):
+        repo.apply_batch(bad)
+    assert repo.state().seq == 0 and len(repo.store) == 0
+    with pytest.raises(SequenceError):
+        repo.apply_batch([ApplyEntry(1, "t1", c1), ApplyEntry(3, "t3", c2)])
+    assert len(repo.store) == 0
+    done = repo.apply_batch([ApplyEntry(1, "t1", c1, fp1),
+                             ApplyEntry(2, "t2", c2, c2.moved_fingerprint(fp1))])
+    assert [r.state.seq for r in done] == [1, 2]
+    assert repo.state().seq == 2 and repo.verify()["matches"]
+
+
+def test_interrupted_batch_apply_is_redone_even_when_later_steps_undo_earlier_ones(repo):
+    a, b = q("a", "1"), q("b", "2")
+    steps = [adds(a, b), Changeset(removed=frozenset({a})), adds(a)]
+    fp = 0
+    for cs in steps:
+        fp = cs.moved_fingerprint(fp)
+    after = repo.state().evolve(seq=3, txid="t3", fingerprint=fp, quads=2)
+    repo._journal.begin({"seq": 3, "txid": "t3", "mode": journal.REDO, "after": after.to_json()})
+    for cs in steps:
+        repo._journal.append(cs)
+    for cs in steps:  # everything reached the store, the state file did not
+        apply_to(repo.store, cs)
+    repo._journal._fh.close()
+    repo = reopen(repo)
+    assert repo.state().seq == 3 and set(repo.store) == {a, b}
+    assert repo.verify()["matches"]

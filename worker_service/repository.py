@@ -62,6 +62,15 @@ class Busy(WorkerError):
 
 
 @dataclass(frozen=True)
+class ApplyEntry:
+    seq: int
+    txid: str
+    changeset: Changeset
+    expected_fingerprint: int | None = None
+    wire: dict | None = None  # the changeset as received: journaled without re-serialising
+
+
+@dataclass(frozen=True)
 class ExecuteResult:
     changeset: Changeset
     state: WorkerState
@@ -121,23 +130,36 @@ class Repository:
         os.replace(link, self._current)  # atomic: either the old or the new generation
 
     def _recover(self) -> None:
+        """Finish or take back what an interrupted write left (see journal.py).
+
+        The state file is saved before the journal is removed, so a journal whose
+        transactions the state already includes was committed and is only removed."""
         pending = self._journal.pending()
         if pending is None:
             return
         header = pending.header
-        if not header or header.get("seq") == self._state.seq:
-            log.info("journal of committed transaction %s removed", header.get("seq"))
+        if not header:
+            log.info("empty journal removed")
         elif header["mode"] == journal.UNDO:
-            log.warning("undoing interrupted execute of seq %s (%d steps)",
-                        header["seq"], len(pending.steps))
-            for cs in reversed(pending.steps):
-                apply_to(self.store, cs.inverse())
+            if self._state.seq >= header["seq"]:
+                log.info("journal of committed execute from seq %s removed", header["seq"])
+            else:
+                log.warning("undoing interrupted execute from seq %s (%d steps)",
+                            header["seq"], len(pending.steps))
+                for cs in reversed(pending.steps):
+                    apply_to(self.store, cs.inverse())
         else:
-            log.warning("redoing interrupted apply of seq %s", header["seq"])
-            for cs in pending.steps:
-                apply_to(self.store, cs)
-            self._state = WorkerState.from_json(header["after"])
-            state.save(self._gen, self._state, self._sync)
+            after = WorkerState.from_json(header["after"])
+            if self._state.seq >= after.seq:
+                log.info("journal of committed apply up to seq %s removed", after.seq)
+            else:
+                log.warning("redoing interrupted apply up to seq %s", after.seq)
+                # Each changeset sets quads present or absent: replaying the whole
+                # sequence in order from any partial state gives the final state.
+                for cs in pending.steps:
+                    apply_to(self.store, cs)
+                self._state = after
+                state.save(self._gen, self._state, self._sync)
         self._journal.discard()
 
     def _cleanup_generations(self) -> None:
@@ -214,48 +236,81 @@ class Repository:
 
     def execute(self, seq: int | None, txid: str, operations: Sequence,
                 control_queries: Sequence[str] = ()) -> ExecuteResult:
-        """Probe execution: compute and apply the exact changeset step by step, run the
-        control queries (ASK, all must be true); on any failure restore the previous
-        state and raise. ``operations`` are parsed worker_service.transaction operations."""
+        """Probe execution of one transaction; raises its error (see execute_batch)."""
+        with self._lock.write():
+            first = self._state.seq + 1 if seq is None else seq
+            [outcome] = self._execute_locked(first, [(txid, operations)], control_queries)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def execute_batch(self, start_seq: int, transactions: Sequence[tuple[str, Sequence]],
+                      control_queries: Sequence[str] = ()) -> list[ExecuteResult | Exception]:
+        """Probe execution of a group of transactions (the master's group commit).
+
+        Each transaction is executed on its own: its exact changeset is computed and applied
+        step by step, then the control queries (ASK, all must be true) run; on any failure
+        that transaction alone is taken back and its error returned in its place. The
+        successful ones get consecutive sequence numbers from ``start_seq``. One journal
+        and one state write cover the whole group."""
+        with self._lock.write():
+            return self._execute_locked(start_seq, transactions, control_queries)
+
+    def _execute_locked(self, start_seq: int, transactions: Sequence[tuple[str, Sequence]],
+                        control_queries: Sequence[str]) -> list[ExecuteResult | Exception]:
         from worker_service.transaction import BlankNodeMinter
 
-        started = time.perf_counter()
-        with self._lock.write():
-            if seq is None:  # a local write: the next sequence number
-                seq = self._state.seq + 1
-            self._check_next(seq)
-            before = self._state
-            minter = BlankNodeMinter(seq, txid)
-            namespaces = dict(before.namespaces)
-            steps: list[Changeset] = []
-            total = Changeset()
-            self._journal.begin({"seq": seq, "txid": txid, "mode": journal.UNDO})
-            try:
-                for op in operations:
-                    for step in op.steps():
-                        cs = step.changeset(self.store, minter, namespaces)
-                        if cs.empty:
-                            continue
-                        self._journal.append(cs)
-                        steps.append(cs)
-                        apply_to(self.store, cs)
-                        _apply_namespaces(namespaces, cs)
-                        total = total.then(cs)
-                self._run_control_queries(control_queries)
-            except BaseException:
-                for cs in reversed(steps):
-                    apply_to(self.store, cs.inverse())
-                self._journal.discard()
-                raise
-            after = before.evolve(
-                seq=seq, txid=txid, fingerprint=total.moved_fingerprint(before.fingerprint),
-                quads=before.quads + len(total.added) - len(total.removed),
-                namespaces=namespaces,
-            )
-            state.save(self._gen, after, self._sync)
-            self._state = after
+        self._check_next(start_seq)
+        current = self._state
+        outcomes: list[ExecuteResult | Exception] = []
+        self._journal.begin({"seq": start_seq, "txid": transactions[0][0] if transactions
+                             else None, "mode": journal.UNDO})
+        try:
+            for txid, operations in transactions:
+                started = time.perf_counter()
+                seq = current.seq + 1
+                minter = BlankNodeMinter(seq, txid)
+                namespaces = dict(current.namespaces)
+                steps: list[Changeset] = []
+                total = Changeset()
+                try:
+                    for op in operations:
+                        for step in op.steps():
+                            cs = step.changeset(self.store, minter, namespaces)
+                            if cs.empty:
+                                continue
+                            self._journal.append(cs)
+                            steps.append(cs)
+                            apply_to(self.store, cs)
+                            _apply_namespaces(namespaces, cs)
+                            total = total.then(cs)
+                    self._run_control_queries(control_queries)
+                except Exception as exc:
+                    # Take this transaction back; journaled inverses are idempotent, so a
+                    # crash later in the group undoes everything in reverse safely.
+                    for cs in reversed(steps):
+                        apply_to(self.store, cs.inverse())
+                    outcomes.append(exc)
+                    continue
+                current = current.evolve(
+                    seq=seq, txid=txid,
+                    fingerprint=total.moved_fingerprint(current.fingerprint),
+                    quads=current.quads + len(total.added) - len(total.removed),
+                    namespaces=namespaces,
+                )
+                outcomes.append(ExecuteResult(total, current, time.perf_counter() - started))
+        except BaseException:
+            # Not a transaction's own error (e.g. the store failed): take the group back.
+            pending = self._journal.pending()
+            for cs in reversed(pending.steps if pending else []):
+                apply_to(self.store, cs.inverse())
             self._journal.discard()
-        return ExecuteResult(total, after, time.perf_counter() - started)
+            raise
+        if current is not self._state:
+            state.save(self._gen, current, self._sync)
+            self._state = current
+        self._journal.discard()
+        return outcomes
 
     def _run_control_queries(self, queries: Sequence[str]) -> None:
         for text in queries:
@@ -278,35 +333,54 @@ class Repository:
 
     def apply(self, seq: int, txid: str, changeset: Changeset,
               expected_fingerprint: int | None = None, wire: dict | None = None) -> ExecuteResult:
-        """Apply a changeset computed by the probe worker. Refused, changing nothing, when
-        the sequence number does not follow ours or when the result would not be the
-        expected fingerprint (i.e. this worker was not in the probe's state before)."""
+        [result] = self.apply_batch([ApplyEntry(seq, txid, changeset, expected_fingerprint, wire)])
+        return result
+
+    def apply_batch(self, entries: Sequence[ApplyEntry]) -> list[ExecuteResult]:
+        """Apply changesets computed by the probe worker, in order, as one journaled write.
+
+        Refused as a whole, changing nothing, when the sequence numbers do not follow ours
+        or when a result would not be the expected fingerprint (this worker was not in the
+        state the changeset was computed against)."""
         started = time.perf_counter()
         with self._lock.write():
-            self._check_next(seq)
-            before = self._state
-            after_fp = changeset.moved_fingerprint(before.fingerprint)
-            if expected_fingerprint is not None and after_fp != expected_fingerprint:
-                raise FingerprintMismatch(
-                    f"applying seq {seq} would give fingerprint {fingerprint.to_hex(after_fp)},"
-                    f" expected {fingerprint.to_hex(expected_fingerprint)}: this worker is not"
-                    f" in the state the changeset was computed against"
+            current = self._state
+            afters: list[WorkerState] = []
+            for e in entries:
+                if e.seq != current.seq + 1:
+                    raise SequenceError(
+                        f"sequence number {e.seq} does not follow this worker's {current.seq}"
+                    )
+                after_fp = e.changeset.moved_fingerprint(current.fingerprint)
+                if e.expected_fingerprint is not None and after_fp != e.expected_fingerprint:
+                    raise FingerprintMismatch(
+                        f"applying seq {e.seq} would give fingerprint "
+                        f"{fingerprint.to_hex(after_fp)}, expected "
+                        f"{fingerprint.to_hex(e.expected_fingerprint)}: this worker is not in"
+                        f" the state the changeset was computed against"
+                    )
+                namespaces = dict(current.namespaces)
+                _apply_namespaces(namespaces, e.changeset)
+                current = current.evolve(
+                    seq=e.seq, txid=e.txid, fingerprint=after_fp,
+                    quads=current.quads + len(e.changeset.added) - len(e.changeset.removed),
+                    namespaces=namespaces,
                 )
-            namespaces = dict(before.namespaces)
-            _apply_namespaces(namespaces, changeset)
-            after = before.evolve(
-                seq=seq, txid=txid, fingerprint=after_fp,
-                quads=before.quads + len(changeset.added) - len(changeset.removed),
-                namespaces=namespaces,
-            )
-            self._journal.begin({"seq": seq, "txid": txid, "mode": journal.REDO,
-                                 "after": after.to_json()})
-            self._journal.append(changeset, wire)
-            apply_to(self.store, changeset)
-            state.save(self._gen, after, self._sync)
-            self._state = after
+                afters.append(current)
+            if not entries:
+                return []
+            self._journal.begin({"seq": current.seq, "txid": current.txid,
+                                 "mode": journal.REDO, "after": current.to_json()})
+            for e in entries:
+                self._journal.append(e.changeset, e.wire)
+            for e in entries:
+                apply_to(self.store, e.changeset)
+            state.save(self._gen, current, self._sync)
+            self._state = current
             self._journal.discard()
-        return ExecuteResult(changeset, after, time.perf_counter() - started)
+        duration = (time.perf_counter() - started) / len(entries)
+        return [ExecuteResult(e.changeset, a, duration) for e, a in zip(entries, afters,
+                                                                         strict=True)]
 
     # ---- images, backups ----
 

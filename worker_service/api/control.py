@@ -31,7 +31,7 @@ from txcluster.http_auth import require_credential
 from worker_service import fingerprint
 from worker_service.changeset import Changeset
 from worker_service.image import ImageError
-from worker_service.repository import Repository, WorkerError
+from worker_service.repository import ApplyEntry, Repository, WorkerError
 
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 IMAGE_HEADERS = ("sha256", "seq", "fingerprint", "quads")
@@ -106,46 +106,72 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
 
     @router.post("/execute")
     async def execute(request: Request):
+        """Probe execution of a group of transactions: {"start_seq": n, "transactions":
+        [{"txid", "operations"}], "control_queries": [ASK...]}. Each transaction succeeds
+        (with its seq, exact changeset and fingerprint after) or fails alone."""
         repo = await guard(request)
         from worker_service.transaction import TransactionError, parse_operations
 
         data = await _json_body(request)
-        seq = _field(data, "seq", int)
-        txid = _field(data, "txid", str)
+        start_seq = _field(data, "start_seq", int)
         controls = data.get("control_queries") or []
         if not isinstance(controls, list) or not all(isinstance(q, str) for q in controls):
             raise HTTPException(400, "field 'control_queries' must be a list of strings")
+        txs = _field(data, "transactions", list)
+        parsed: list = []
+        errors: dict[int, TransactionError] = {}
+        for i, tx in enumerate(txs):
+            if not isinstance(tx, dict) or not isinstance(tx.get("txid"), str):
+                raise HTTPException(400, f"transaction {i} needs a string 'txid'")
+            try:
+                parsed.append((tx["txid"], parse_operations(tx.get("operations"))))
+            except TransactionError as exc:
+                errors[i] = exc  # refused before anything runs; the others go on
         try:
-            ops = parse_operations(data.get("operations"))
-            result = await run_in_threadpool(repo.execute, seq, txid, ops, controls)
-        except (TransactionError, WorkerError) as exc:
+            outcomes = await run_in_threadpool(repo.execute_batch, start_seq, parsed, controls)
+        except WorkerError as exc:
             raise fail(exc) from None
-        return JSONResponse({
-            "changeset": result.changeset.to_wire(),
-            "state": state_json(repo) | {"seq": result.state.seq,
-                                          "fingerprint": fingerprint.to_hex(
-                                              result.state.fingerprint)},
-            "duration_s": result.duration_s,
-        })
+        results: list[dict] = []
+        it = iter(outcomes)
+        for i, tx in enumerate(txs):
+            outcome = errors.get(i) or next(it)
+            if isinstance(outcome, Exception):
+                results.append({"txid": tx["txid"], "ok": False,
+                                "status": getattr(outcome, "status", 400),
+                                "error": str(outcome)})
+            else:
+                results.append({"txid": tx["txid"], "ok": True,
+                                "changeset": outcome.changeset.to_wire(),
+                                **_state_summary(outcome.state),
+                                "duration_s": outcome.duration_s})
+        return JSONResponse({"results": results, "state": _state_summary(repo.state())})
 
     @router.post("/apply")
     async def apply(request: Request):
+        """Apply changesets in order: {"entries": [{"seq", "txid", "changeset",
+        "expected_fingerprint"}]}; refused as a whole (409) when they don't fit."""
         repo = await guard(request)
         data = await _json_body(request)
-        seq = _field(data, "seq", int)
-        txid = _field(data, "txid", str)
-        wire = _field(data, "changeset", dict)
-        expected = _field(data, "expected_fingerprint", str, optional=True)
+        entries = []
+        for i, item in enumerate(_field(data, "entries", list)):
+            if not isinstance(item, dict):
+                raise HTTPException(400, f"entry {i} must be a JSON object")
+            expected = _field(item, "expected_fingerprint", str, optional=True)
+            try:
+                entries.append(ApplyEntry(
+                    _field(item, "seq", int), _field(item, "txid", str),
+                    Changeset.from_wire(_field(item, "changeset", dict)),
+                    fingerprint.from_hex(expected) if expected is not None else None,
+                    item["changeset"],
+                ))
+            except ValueError as exc:
+                raise HTTPException(400, f"entry {i}: {exc}") from None
         try:
-            changeset = Changeset.from_wire(wire)
-            expected_fp = fingerprint.from_hex(expected) if expected is not None else None
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
-        try:
-            result = await run_in_threadpool(repo.apply, seq, txid, changeset, expected_fp, wire)
+            results = await run_in_threadpool(repo.apply_batch, entries)
         except WorkerError as exc:
             raise fail(exc) from None
-        return _state_summary(result.state) | {"duration_s": result.duration_s}
+        return {"applied": len(results), **_state_summary(repo.state()),
+                "duration_s": sum(r.duration_s for r in results)}
 
     @router.post("/verify")
     async def verify(request: Request):
