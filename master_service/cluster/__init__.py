@@ -1,0 +1,1 @@
+"""Worker pool, read routing, write path, smart replication, backup/restore."""
