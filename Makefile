@@ -40,7 +40,7 @@ stop: $(STAMP)
 	$(BIN)/txcluster down --dir $(RUN_DIR)
 
 bench: $(STAMP)
-	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m bench.$$m || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -2,24 +2,25 @@ from __future__ import annotations
 
 import pytest
 
-from tests.procs import WorkerProc, make_secret
+from tests.procs import make_secret, worker_node
 
 
 @pytest.fixture
 def secret(tmp_path):
+    """(path of a mode-600 cluster secret file, its bytes)."""
     return make_secret(tmp_path / "secrets")
 
 
 @pytest.fixture
 def worker_factory(tmp_path, secret):
-    """Start real worker processes; every one is stopped (by PID) at teardown."""
-    started: list[WorkerProc] = []
+    """Real worker processes; every one is stopped (by PID) at teardown."""
+    started = []
 
-    def make(name: str = "w1", **extra) -> WorkerProc:
-        w = WorkerProc(tmp_path / name, secret[0], extra=extra)
-        started.append(w)
-        return w
+    def make(name: str = "w1", start: bool = True, **extra):
+        node = worker_node(tmp_path / name, secret[0], **extra)
+        started.append(node)
+        return node.start() if start else node
 
     yield make
-    for w in started:
-        w.stop()
+    for node in started:
+        node.stop()

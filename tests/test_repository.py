@@ -215,3 +215,21 @@ def test_interrupted_batch_apply_is_redone_even_when_later_steps_undo_earlier_on
     repo = reopen(repo)
     assert repo.state().seq == 3 and set(repo.store) == {a, b}
     assert repo.verify()["matches"]
+
+
+def test_interrupted_apply_journaled_as_received_request_is_redone(repo):
+    import json
+
+    c1, c2 = adds(q("a", "1")), Changeset(added=frozenset({q("b", "2")}))
+    fp = c2.moved_fingerprint(c1.moved_fingerprint(0))
+    body = json.dumps({"entries": [
+        {"seq": 1, "txid": "t1", "changeset": c1.to_wire()},
+        {"seq": 2, "txid": "t2", "changeset": c2.to_wire()}]}).encode()
+    after = repo.state().evolve(seq=2, txid="t2", fingerprint=fp, quads=2)
+    repo._journal.begin({"seq": 2, "txid": "t2", "mode": journal.REDO, "after": after.to_json()})
+    repo._journal.append_entries(body)
+    apply_to(repo.store, c1)  # killed before the second changeset reached the store
+    repo._journal._fh.close()
+    repo = reopen(repo)
+    assert repo.state().seq == 2 and set(repo.store) == {q("a", "1"), q("b", "2")}
+    assert repo.verify()["matches"]

@@ -45,9 +45,19 @@ class Journal:
     def append(self, changeset: Changeset, wire: dict | None = None) -> None:
         self._write({"step": wire if wire is not None else changeset.to_wire()})
 
+    def append_entries(self, body: bytes) -> None:
+        """Journal an apply request as received ({"entries": [{"changeset": ...}]}): the
+        bytes are already JSON, so they are written as they are, not re-serialised."""
+        if b"\n" in body:
+            body = json.dumps(json.loads(body)).encode()
+        self._write_line(body)
+
     def _write(self, record: dict) -> None:
+        self._write_line(json.dumps(record).encode())
+
+    def _write_line(self, line: bytes) -> None:
         assert self._fh is not None
-        self._fh.write(json.dumps(record).encode() + b"\n")
+        self._fh.write(line + b"\n")
         self._fh.flush()  # reaches the kernel: survives kill -9 of this process
         if self._sync:
             os.fsync(self._fh.fileno())
@@ -73,7 +83,10 @@ class Journal:
                 break
         if not records or "seq" not in records[0]:
             return Pending(header={}, steps=[])
-        return Pending(
-            header=records[0],
-            steps=[Changeset.from_wire(r["step"]) for r in records[1:] if "step" in r],
-        )
+        steps: list[Changeset] = []
+        for r in records[1:]:
+            if "step" in r:
+                steps.append(Changeset.from_wire(r["step"]))
+            for entry in r.get("entries", ()):
+                steps.append(Changeset.from_wire(entry["changeset"]))
+        return Pending(header=records[0], steps=steps)

@@ -67,7 +67,7 @@ class ApplyEntry:
     txid: str
     changeset: Changeset
     expected_fingerprint: int | None = None
-    wire: dict | None = None  # the changeset as received: journaled without re-serialising
+    wire: dict | None = None  # the changeset as received (journaled as it is)
 
 
 @dataclass(frozen=True)
@@ -336,12 +336,14 @@ class Repository:
         [result] = self.apply_batch([ApplyEntry(seq, txid, changeset, expected_fingerprint, wire)])
         return result
 
-    def apply_batch(self, entries: Sequence[ApplyEntry]) -> list[ExecuteResult]:
+    def apply_batch(self, entries: Sequence[ApplyEntry], raw: bytes | None = None
+                    ) -> list[ExecuteResult]:
         """Apply changesets computed by the probe worker, in order, as one journaled write.
 
         Refused as a whole, changing nothing, when the sequence numbers do not follow ours
         or when a result would not be the expected fingerprint (this worker was not in the
-        state the changeset was computed against)."""
+        state the changeset was computed against). ``raw`` is the request as received
+        ({"entries": [...]}), journaled without re-serialising the changesets."""
         started = time.perf_counter()
         with self._lock.write():
             current = self._state
@@ -371,8 +373,11 @@ class Repository:
                 return []
             self._journal.begin({"seq": current.seq, "txid": current.txid,
                                  "mode": journal.REDO, "after": current.to_json()})
-            for e in entries:
-                self._journal.append(e.changeset, e.wire)
+            if raw is not None:
+                self._journal.append_entries(raw)
+            else:
+                for e in entries:
+                    self._journal.append(e.changeset, e.wire)
             for e in entries:
                 apply_to(self.store, e.changeset)
             state.save(self._gen, current, self._sync)

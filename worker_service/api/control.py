@@ -167,7 +167,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
             except ValueError as exc:
                 raise HTTPException(400, f"entry {i}: {exc}") from None
         try:
-            results = await run_in_threadpool(repo.apply_batch, entries)
+            results = await run_in_threadpool(repo.apply_batch, entries, await request.body())
         except WorkerError as exc:
             raise fail(exc) from None
         return {"applied": len(results), **_state_summary(repo.state()),
