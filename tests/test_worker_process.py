@@ -1,0 +1,191 @@
+"""A real worker process: crash safety under kill -9, images between processes, refusals."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pyoxigraph as ox
+import pytest
+
+from tests.procs import signed_client
+from worker_service import fingerprint
+from worker_service.changeset import Changeset
+
+EX = "http://example.org/"
+
+
+def batch(start: int, n: int, graph: str | None = None) -> Changeset:
+    g = ox.NamedNode(EX + graph) if graph else ox.DefaultGraph()
+    return Changeset(added=frozenset(
+        ox.Quad(ox.NamedNode(f"{EX}s{i}"), ox.NamedNode(EX + "p"), ox.Literal(f"v{i}"), g)
+        for i in range(start, start + n)
+    ))
+
+
+def apply_body(seq: int, cs: Changeset, expected: int | None = None) -> dict:
+    entry = {"seq": seq, "txid": f"t{seq}", "changeset": cs.to_wire()}
+    if expected is not None:
+        entry["expected_fingerprint"] = fingerprint.to_hex(expected)
+    return {"entries": [entry]}
+
+
+def test_kill9_during_large_apply_leaves_a_consistent_state(worker_factory, secret):
+    """kill -9 at several instants of a large apply: after restart, store, seq and
+    fingerprint agree and the changeset is fully applied or not at all."""
+    base = batch(0, 1000)
+    big = Changeset(removed=base.added, added=batch(10_000, 60_000, "g").added)
+    fp1 = base.moved_fingerprint(0)
+    fp2 = big.moved_fingerprint(fp1)
+    body = apply_body(2, big, fp2)
+    w = worker_factory("w")
+    with signed_client(w, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, base, fp1)).raise_for_status()
+        started = time.monotonic()
+        c.post("/cluster/apply", json=body).raise_for_status()
+        full = time.monotonic() - started
+    outcomes = set()
+    # Each round: a fresh worker at seq 1, the large apply, kill -9 at a fraction of the
+    # time a full apply took, restart.
+    for i, fraction in enumerate((0.02, 0.3, 0.6, 0.9)):
+        node = worker_factory(f"k{i}")
+        with signed_client(node, secret[1]) as c:
+            c.post("/cluster/apply", json=apply_body(1, base, fp1)).raise_for_status()
+
+            def send(client=c):
+                try:
+                    client.post("/cluster/apply", json=body)
+                except httpx.HTTPError:
+                    pass  # the process is killed under it
+
+            t = threading.Thread(target=send)
+            t.start()
+            time.sleep(full * fraction)
+            node.kill9()
+            t.join()
+        node.start()
+        with signed_client(node, secret[1]) as c:
+            st = c.get("/cluster/state").json()
+            check = c.post("/cluster/verify").json()
+        assert check["matches"], check
+        assert st["seq"] in (1, 2)
+        assert st["fingerprint"] == fingerprint.to_hex(fp1 if st["seq"] == 1 else fp2)
+        assert st["quads"] == (1000 if st["seq"] == 1 else 60_000)
+        outcomes.add(st["seq"])
+    print("outcomes (seq after restart):", sorted(outcomes))
+
+
+def test_image_between_two_worker_processes(worker_factory, secret):
+    src, dst = worker_factory("src"), worker_factory("dst")
+    with signed_client(src, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 5000, "g"))).raise_for_status()
+        c.post("/cluster/apply", json=apply_body(2, batch(5000, 5000))).raise_for_status()
+        want = c.get("/cluster/state").json()
+    with signed_client(dst, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(90_000, 10))).raise_for_status()
+        r = c.post("/cluster/image/pull", json={"source": f"{src.url}/cluster/image"})
+        assert r.status_code == 200, r.text
+        got = c.get("/cluster/state").json()
+        assert c.post("/cluster/verify").json()["matches"]
+    assert (got["seq"], got["fingerprint"], got["quads"]) == \
+        (want["seq"], want["fingerprint"], want["quads"])
+    # survives a restart of the receiver
+    dst.stop()
+    dst.start()
+    with signed_client(dst, secret[1]) as c:
+        assert c.get("/cluster/state").json()["fingerprint"] == want["fingerprint"]
+
+
+def test_corrupted_backup_image_is_refused_and_nothing_changes(worker_factory, secret):
+    w = worker_factory("w")
+    with signed_client(w, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 2000))).raise_for_status()
+        assert c.post("/cluster/backups/b1").status_code == 200
+        c.post("/cluster/apply", json=apply_body(2, batch(2000, 10))).raise_for_status()
+        before = c.get("/cluster/state").json()
+        image = w.directory / "data" / "backups" / "b1" / "image.tar.sz"
+        data = bytearray(image.read_bytes())
+        data[100] ^= 0x55
+        image.write_bytes(bytes(data))
+        r = c.post("/cluster/restore", json={"name": "b1"})
+        assert r.status_code == 422 and "checksum mismatch" in r.text
+        assert c.get("/cluster/state").json() == before
+        assert c.post("/cluster/verify").json()["matches"]
+        r = c.post("/cluster/restore", json={"name": "nope"})
+        assert r.status_code == 404 and "no backup named 'nope'" in r.text
+
+
+def test_restore_from_named_backup(worker_factory, secret):
+    w = worker_factory("w")
+    with signed_client(w, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 100))).raise_for_status()
+        manifest = c.post("/cluster/backups/nightly").json()
+        c.post("/cluster/apply", json=apply_body(2, batch(100, 100))).raise_for_status()
+        assert [b["name"] for b in c.get("/cluster/backups").json()] == ["nightly"]
+        r = c.post("/cluster/restore", json={"name": "nightly"})
+        assert r.status_code == 200, r.text
+        st = c.get("/cluster/state").json()
+    assert (st["seq"], st["fingerprint"], st["quads"]) == \
+        (1, manifest["fingerprint"], 100)
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (apply_body(5, batch(0, 1)), 409, "does not follow"),
+    (apply_body(1, batch(0, 1), expected=42), 409, "expected"),
+    ({"entries": [{"seq": 1, "txid": "t", "changeset": {"added": "<a> <b> ."}}]}, 400,
+     "not valid N-Quads"),
+    ({"entries": "nope"}, 400, "'entries' must be a list"),
+    ({"entries": [{"seq": "1", "txid": "t", "changeset": {}}]}, 400, "'seq' must be a int"),
+])
+def test_bad_control_requests_get_clear_errors_and_change_nothing(
+        worker_factory, secret, body, status, message):
+    w = worker_factory("w")
+    with signed_client(w, secret[1]) as c:
+        before = c.get("/cluster/state").json()
+        r = c.post("/cluster/apply", json=body)
+        assert r.status_code == status and message in r.text, r.text
+        assert c.get("/cluster/state").json() == before
+
+
+def test_control_api_refuses_missing_wrong_and_replayed_credentials(worker_factory, secret):
+    w = worker_factory("w")
+    plain = httpx.Client(base_url=w.url)
+    r = plain.get("/cluster/state")
+    assert r.status_code == 403 and "missing cluster credential" in r.text
+    r = plain.post("/cluster/apply", json=apply_body(1, batch(0, 1)),
+                   headers={"authorization": "TXC-HMAC ts=1,nonce=x,sig=y"})
+    assert r.status_code == 403 and "expired" in r.text
+    from txcluster.auth import sign
+
+    body = b'{"entries": []}'
+    header = sign(b"another secret of enough length", "POST", "/cluster/apply", body)
+    r = plain.post("/cluster/apply", content=body, headers={"authorization": header})
+    assert r.status_code == 403 and "wrong cluster credential" in r.text
+    good = sign(secret[1], "GET", "/cluster/state")
+    assert plain.get("/cluster/state", headers={"authorization": good}).status_code == 200
+    r = plain.get("/cluster/state", headers={"authorization": good})
+    assert r.status_code == 403 and "replayed" in r.text
+    plain.close()
+    with signed_client(w, secret[1]) as c:
+        assert c.get("/cluster/state").json()["seq"] == 0
+
+
+def test_worker_refuses_a_bad_config_naming_the_key(tmp_path, secret):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "worker.properties"
+    cfg.write_text(f"repository-id=r\ndata-dir={tmp_path}/d\nlisten-address=localhost\n"
+                   f"cluster-secret-file={secret[0]}\nfrobnicate=yes\n")
+    r = subprocess.run([sys.executable, "-m", "txcluster.cli", "worker", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "invalid value for 'listen-address'" in r.stderr
+    assert "unknown key 'frobnicate'" in r.stderr
+    secret[0].chmod(0o644)
+    cfg.write_text(f"repository-id=r\ndata-dir={tmp_path}/d\nlisten-address=127.0.0.1:1\n"
+                   f"cluster-secret-file={secret[0]}\n")
+    r = subprocess.run([sys.executable, "-m", "txcluster.cli", "worker", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "must be 600" in r.stderr
