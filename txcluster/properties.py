@@ -7,7 +7,10 @@ file. Parsing is javaproperties'; this module only declares and checks keys.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,17 @@ class Schema:
 
     def validate(self, raw: Mapping[str, str], source: str = "<config>") -> dict[str, Any]:
         """Check every key of ``raw``; return typed values with defaults filled in."""
+        values, problems = self.check(raw)
+        if problems:
+            raise ConfigError(f"{source}: " + "; ".join(problems))
+        return values
+
+    def check(self, raw: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+        """Like ``validate`` but returns the problems instead of raising.
+
+        The values hold every key that parsed (bad keys are left out), so callers can add
+        their cross-key checks and report everything in one message.
+        """
         values: dict[str, Any] = {}
         problems: list[str] = []
         for name, text in raw.items():
@@ -63,9 +77,7 @@ class Schema:
                 problems.append(f"missing required key '{key.name}'")
             else:
                 values[key.name] = key.default
-        if problems:
-            raise ConfigError(f"{source}: " + "; ".join(problems))
-        return values
+        return values, problems
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
@@ -77,6 +89,74 @@ def read_properties(path: str | Path) -> dict[str, str]:
         raise ConfigError(f"{p}: configuration file not found") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{p}: cannot read configuration file: {exc}") from exc
+
+
+def duplicate_keys(path: str | Path) -> list[str]:
+    """Keys set more than once in a file (javaproperties keeps the last one silently)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read configuration file: {exc}") from exc
+    seen: set[str] = set()
+    twice: list[str] = []
+    for element in javaproperties.parse(text):
+        if isinstance(element, javaproperties.KeyValue):
+            if element.key in seen and element.key not in twice:
+                twice.append(element.key)
+            seen.add(element.key)
+    return twice
+
+
+def rewrite_properties(
+    path: str | Path,
+    changes: Mapping[str, str | None],
+    check: Callable[[dict[str, str]], None] | None = None,
+) -> dict[str, str]:
+    """Apply ``changes`` to a properties file, keeping its comments, blank lines and order.
+
+    An existing key is replaced in place, a new key is appended, a key mapped to None is
+    removed; values are escaped by javaproperties. ``check`` sees the resulting raw
+    mapping first and raises (ConfigError) to refuse it: the file is then untouched. The
+    new file replaces the old one atomically (temp file in the same directory, fsync,
+    os.replace), keeping its permission bits. Returns the resulting raw mapping.
+    """
+    p = Path(path)
+    try:
+        with p.open("r", encoding="utf-8") as fh:
+            document = javaproperties.PropertiesFile.load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{p}: configuration file not found") from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{p}: cannot read configuration file: {exc}") from exc
+    for name, value in changes.items():
+        if value is None:
+            document.pop(name, None)
+        else:
+            document[name] = value
+    result = dict(document)
+    if check is not None:
+        check(result)
+    mode = p.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            document.dump(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    # The rename itself is durable only once the directory entry is on disk.
+    dir_fd = os.open(p.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return result
 
 
 # ---- value parsers: each raises ValueError with a message a human can act on ----
