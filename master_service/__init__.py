@@ -1,0 +1,1 @@
+"""The master node: transaction log, worker pool, sync with peer masters, APIs (ARCHITECTURE.md)."""

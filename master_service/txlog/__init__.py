@@ -1,0 +1,13 @@
+"""The master's transaction log: SQLite through sqlite-utils (ARCHITECTURE.md)."""
+
+from master_service.txlog.log import (
+    Backup,
+    LoggedTransaction,
+    State,
+    SyncEntry,
+    TxLog,
+    TxLogError,
+    WorkerRow,
+)
+
+__all__ = ["Backup", "LoggedTransaction", "State", "SyncEntry", "TxLog", "TxLogError", "WorkerRow"]
