@@ -38,5 +38,104 @@ def worker(config_path: str) -> None:
         _fail(f"cannot start worker: {exc}")
 
 
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="cluster.properties file")
+def master(config_path: str) -> None:
+    """Run a master: transaction log, read routing, write path, recovery."""
+    from master_service.app import serve
+    from master_service.config import MasterConfig
+
+    try:
+        config = MasterConfig.load(config_path)
+        serve(config)
+    except (ConfigError, CredentialError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot start master: {exc}")
+
+
+@main.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check_config(path: str) -> None:
+    """Validate a cluster.properties without starting (exit 0 when it is fine)."""
+    from master_service.config import check_config as check
+
+    problems = check(path)
+    if problems:
+        for problem in problems:
+            click.echo(f"{path}: {problem}", err=True)
+        sys.exit(1)
+    click.echo(f"{path}: OK")
+
+
+@main.command()
+@click.option("--master", "master_url", required=True, help="URL of a master")
+@click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
+@click.option("--user", default=None, help="user:password when client auth is on")
+def status(master_url: str, as_json: bool, user: str | None) -> None:
+    """Print the cluster status as a master sees it."""
+    import json
+
+    import httpx
+
+    auth = tuple(user.split(":", 1)) if user else None
+    try:
+        r = httpx.get(f"{master_url.rstrip('/')}/admin/status", auth=auth, timeout=10)
+    except httpx.HTTPError as exc:
+        _fail(f"cannot reach {master_url}: {exc}")
+    if r.status_code != 200:
+        _fail(f"{master_url} answered {r.status_code}: {r.text}")
+    data = r.json()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    from txcluster.status_table import render
+
+    click.echo(render(data))
+
+
+@main.command()
+@click.option("--dir", "directory", default="run", show_default=True,
+              type=click.Path(file_okay=False), help="where configs, data and logs go")
+@click.option("--masters", default=1, show_default=True, type=click.IntRange(0, 9))
+@click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 20),
+              help="workers per master")
+@click.option("--base-port", default=None, type=int, help="first port (default: free ports)")
+@click.option("--repository", default="repo", show_default=True)
+@click.option("--sample-data", is_flag=True, help="load the bundled sample data and query it")
+def up(directory: str, masters: int, workers: int, base_port: int | None, repository: str,
+       sample_data: bool) -> None:
+    """Start a local cluster on loopback in the background; write DIR/cluster.json."""
+    from pathlib import Path
+
+    from txcluster import local
+
+    try:
+        info = local.up(Path(directory), masters=masters, workers=workers,
+                        base_port=base_port, repository_id=repository)
+    except (RuntimeError, TimeoutError, FileExistsError) as exc:
+        _fail(str(exc))
+    click.echo(local.describe(info))
+    if sample_data:
+        click.echo(local.load_sample(info))
+
+
+@main.command()
+@click.option("--dir", "directory", default="run", show_default=True,
+              type=click.Path(file_okay=False))
+def down(directory: str) -> None:
+    """Stop the local cluster started in DIR (by the PIDs in DIR/cluster.json)."""
+    from pathlib import Path
+
+    from txcluster import local
+
+    try:
+        stopped = local.down(Path(directory))
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    click.echo(f"stopped {len(stopped)} processes")
+
+
 if __name__ == "__main__":
     main()

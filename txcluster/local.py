@@ -170,3 +170,147 @@ def down(directory: Path) -> list[int]:
             proc.stop()
             stopped.append(node["pid"])
     return stopped
+
+
+def master_node(directory: Path, secret_file: Path, node_id: str, workers: list[str],
+                repository_id: str = "repo", port: int | None = None,
+                **extra: str) -> NodeProcess:
+    port = port or free_port()
+    props = {
+        "node-id": node_id,
+        "master-url": f"http://127.0.0.1:{port}",
+        "repository-id": repository_id,
+        "listen-address": f"127.0.0.1:{port}",
+        "data-dir": str(directory / "data"),
+        "cluster-secret-file": str(secret_file),
+        **{f"worker.{i}.url": url for i, url in enumerate(workers, 1)},
+        **extra,
+    }
+    return NodeProcess("master", directory, props, port)
+
+
+def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | None = None,
+       repository_id: str = "repo") -> dict:
+    """Start ``masters`` masters, each with ``workers`` workers, as background processes
+    on loopback; wait until every node answers; write DIR/cluster.json."""
+    directory = directory.resolve()
+    if (directory / "cluster.json").exists():
+        info = read_cluster(directory)
+        if any(NodeProcess(n["kind"], Path(n["dir"]), {}, 0, pid=n["pid"]).alive()
+               for n in [*info["masters"], *info["workers"]]):
+            raise FileExistsError(f"a cluster is already running in {directory}: "
+                                  f"`txcluster down --dir {directory}` first")
+    directory.mkdir(parents=True, exist_ok=True)
+    secret_file = new_secret(directory)
+    ports = iter(range(base_port, base_port + 1000)) if base_port else None
+
+    def port() -> int:
+        return next(ports) if ports else free_port()
+
+    started: list[NodeProcess] = []
+    info: dict = {"repository": repository_id, "secret_file": str(secret_file),
+                  "masters": [], "workers": []}
+    try:
+        for m in range(max(masters, 1)):
+            dc = f"dc{m + 1}"
+            ws = []
+            for i in range(workers):
+                node = worker_node(directory / dc / f"worker{i + 1}", secret_file,
+                                   repository_id, port())
+                node.write_config()
+                node.start(wait=False, detach=True)
+                started.append(node)
+                ws.append(node)
+            for node in ws:
+                node.wait_ready()
+            for node in ws:
+                info["workers"].append({"kind": "worker", "url": node.url, "pid": node.pid,
+                                        "dir": str(node.directory),
+                                        "data_dir": node.properties["data-dir"],
+                                        "config": str(node.config),
+                                        "master": f"master{m + 1}" if masters else None,
+                                        "data_centre": dc})
+            if not masters:
+                continue
+            node = master_node(directory / dc / "master", secret_file, f"master{m + 1}",
+                               [w.url for w in ws], repository_id, port())
+            node.write_config()
+            node.start(detach=True)
+            started.append(node)
+            info["masters"].append({"kind": "master", "id": f"master{m + 1}", "url": node.url,
+                                    "pid": node.pid, "dir": str(node.directory),
+                                    "config": str(node.config),
+                                    "data_dir": node.properties["data-dir"],
+                                    "data_centre": dc})
+    except BaseException:
+        for node in started:
+            node.stop()
+        raise
+    if masters:
+        _wait_writable([m["url"] for m in info["masters"]])
+    (directory / "cluster.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def _wait_writable(urls: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    for url in urls:
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).json().get("writable"):
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"master {url} did not become writable in {timeout}s")
+            time.sleep(0.1)
+
+
+def describe(info: dict) -> str:
+    rid = info["repository"]
+    lines = [f"txcluster is running (repository '{rid}'):"]
+    for m in info["masters"]:
+        lines.append(f"  master {m['id']} ({m['data_centre']}): {m['url']}  "
+                     f"SPARQL endpoint {m['url']}/repositories/{rid}  admin {m['url']}/docs")
+    for w in info["workers"]:
+        lines.append(f"  worker {w['url']}/repositories/{rid}  (read-only endpoint, "
+                     f"{w['data_centre']})")
+    first = info["masters"][0]["url"] if info["masters"] else info["workers"][0]["url"]
+    lines += [
+        "",
+        "Try:",
+        f"  curl -H 'Accept: text/csv' '{first}/repositories/{rid}"
+        "?query=SELECT%20*%20WHERE%20%7B%3Fs%20%3Fp%20%3Fo%7D%20LIMIT%205'",
+    ]
+    if info["masters"]:
+        lines += [
+            f"  curl -X POST -H 'Content-Type: application/sparql-update' "
+            f"--data 'INSERT DATA {{ <urn:a> <urn:b> \"hello\" }}' "
+            f"{first}/repositories/{rid}/statements",
+            f"  txcluster status --master {first}",
+        ]
+    lines.append("Stop it with: make stop   (or: txcluster down --dir DIR)")
+    return "\n".join(lines)
+
+
+SAMPLE = Path(__file__).parent / "sample" / "sample.ttl"
+SAMPLE_QUERY = """PREFIX ex: <http://example.org/txcluster/>
+PREFIX rdfs: <http://www.w3.org/2000/01/rdf-schema#>
+SELECT ?dc ?label ?racks WHERE { ?dc a ex:DataCentre ; rdfs:label ?label ; ex:racks ?racks }
+ORDER BY DESC(?racks)"""
+
+
+def load_sample(info: dict) -> str:
+    """Load the bundled sample data through the first master and run a sample query."""
+    if not info["masters"]:
+        raise RuntimeError("sample data is loaded through a master")
+    url = f"{info['masters'][0]['url']}/repositories/{info['repository']}"
+    r = httpx.post(f"{url}/statements", content=SAMPLE.read_bytes(),
+                   headers={"content-type": "text/turtle"}, timeout=60)
+    if r.status_code >= 300:
+        raise RuntimeError(f"loading the sample data failed: {r.status_code} {r.text}")
+    q = httpx.get(url, params={"query": SAMPLE_QUERY}, headers={"accept": "text/csv"},
+                  timeout=60)
+    size = httpx.get(f"{url}/size", timeout=60).text
+    return (f"\nLoaded {SAMPLE.name} through the master ({size} statements). "
+            f"Sample query:\n{SAMPLE_QUERY}\n\n{q.text}")

@@ -345,6 +345,21 @@ class TxLog:
                 [(e.seq, e.txid) for e in batch])
 
     @_locked
+    def record_group(self, txs: Sequence[PendingTx], entries: Sequence[SyncEntry | SyncTuple],
+                     failures: Sequence[tuple[str, str]], now: float | None = None) -> None:
+        """A whole group commit in ONE SQLite transaction (one fsync): the transactions,
+        the failed ones marked, the executed ones appended to the synchronised queue.
+
+        The write path of one data centre logs a group after its probe executed it, so a
+        client's latency pays one durable commit, not two; nothing is acknowledged before
+        this returns. All-or-nothing like its parts (savepoints nest in the outer one)."""
+        with self._db.atomic():
+            self.log_pending(txs)
+            for txid, error in failures:
+                self.mark_failed(txid, error)
+            self.commit_applied(entries, now)
+
+    @_locked
     def base(self) -> State:
         return State(int(self._meta("base_seq") or 0),
                      self._meta("base_fingerprint") or ZERO_FINGERPRINT,

@@ -1,0 +1,1 @@
+"""The master's HTTP APIs: client facade (RDF4J / SPARQL protocols) and admin API."""

@@ -1,0 +1,309 @@
+"""Client facade of a master: the RDF4J REST protocol, so unchanged clients see one
+repository (cluster-basics.txt: "the master repository fully implements the RDF4J API").
+
+Reads are forwarded to one worker chosen by the read router (fewest running queries) and
+re-sent to another on a lost connection or timeout; a query FROM the control-query graph
+goes to every worker. Writes become transaction operations (txcluster.rdf4j, the same
+translation a worker uses) and go through the cluster's write path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import wraps
+
+import httpx
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from master_service.cluster.core import Cluster, NotWritable, WriteFailed
+from txcluster import rdf4j
+from txcluster.rdf4j import ProtocolError
+
+log = logging.getLogger("txcluster.master.api")
+
+CONTROL_QUERY_GRAPH = "http://www.ontotext.com/owlim/cluster/control-query"
+LOCAL_CONSISTENCY = "x-graphdb-local-consistency"
+# Headers of a worker's answer worth passing on to the client.
+PASS_HEADERS = ("content-type", "content-disposition", "vary")
+
+
+def _text(status: int, message: str) -> Response:
+    return PlainTextResponse(message, status_code=status)
+
+
+class ClientAuth:
+    """Optional HTTP basic auth with read and write roles (client-auth-file)."""
+
+    def __init__(self, users) -> None:
+        self.users = {u.name: u for u in users}
+
+    def problem(self, request: Request, need_write: bool) -> Response | None:
+        if not self.users:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        user = None
+        if scheme.lower() == "basic":
+            try:
+                name, _, password = base64.b64decode(token).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                name, password = "", ""
+            candidate = self.users.get(name)
+            if candidate and hmac.compare_digest(candidate.password, password):
+                user = candidate
+        if user is None:
+            return Response("authentication required: wrong or missing user/password",
+                            status_code=401, media_type="text/plain",
+                            headers={"WWW-Authenticate": 'Basic realm="txcluster"'})
+        if need_write and user.role != "write":
+            return _text(403, f"user '{user.name}' may only read")
+        return None
+
+
+def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
+                  auth: ClientAuth) -> APIRouter:
+    router = APIRouter()
+    transactions: dict[str, tuple[rdf4j.PendingTransaction, float]] = {}
+    tx_lock = threading.Lock()
+
+    def handler(endpoint: Callable) -> Callable:
+        @wraps(endpoint)
+        async def wrapped(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except ProtocolError as exc:
+                return _text(exc.status, exc.message)
+            except (NotWritable, WriteFailed) as exc:
+                return _text(exc.status, str(exc))
+            except Exception as exc:
+                log.exception("%s %s failed", request.method, request.url.path)
+                return _text(500, f"internal error: {type(exc).__name__}: {exc}")
+        return wrapped
+
+    def check_repo(request: Request) -> None:
+        rid = request.path_params.get("repo_id")
+        if rid is not None and rid != repository_id:
+            raise ProtocolError(404, f"unknown repository '{rid}'")
+
+    # ---- reads ----
+
+    async def forward_read(request: Request) -> Response:
+        """Send a read to one worker; on a lost connection or timeout, to another."""
+        check_repo(request)
+        if (denied := auth.problem(request, need_write=False)) is not None:
+            return denied
+        cluster = cluster_provider()
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items()
+                   if k in ("accept", "content-type", "accept-encoding")}
+        target = request.url.path
+        query = request.scope.get("query_string", b"")
+        if _is_control_query(query, body):
+            return await _to_every_worker(cluster, request.method, target, query, body,
+                                          headers)
+        up_to_date = cluster.strict or \
+            request.headers.get(LOCAL_CONSISTENCY, "").lower() == "updating"
+        tried: set[str] = set()
+        cluster.counters.running_reads += 1
+        try:
+            while True:
+                w = cluster.choose_reader(tried, up_to_date)
+                if w is None:
+                    cluster.counters.failed_reads += 1
+                    why = "every available worker failed this read" if tried else \
+                        "no worker is available for reads"
+                    return _text(503, why)
+                tried.add(w.url)
+                started = time.monotonic()
+                try:
+                    resp = await w.client.reads.request(
+                        request.method, target + (f"?{query.decode()}" if query else ""),
+                        content=body, headers=headers)
+                except httpx.HTTPError as exc:
+                    cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                    log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
+                    continue
+                elapsed = time.monotonic() - started
+                ok = resp.status_code < 500
+                cluster.router.done(w.url, elapsed, ok=ok)
+                if not ok:
+                    log.warning("read on %s answered %d: retrying elsewhere", w.url,
+                                resp.status_code)
+                    continue
+                cluster.counters.completed_reads += 1
+                cluster.counters.read_time_s += elapsed
+                out = {k: v for k, v in resp.headers.items() if k in PASS_HEADERS}
+                return Response(resp.content, status_code=resp.status_code, headers=out)
+        finally:
+            cluster.counters.running_reads -= 1
+
+    # ---- writes ----
+
+    async def run_write(request: Request, operations: list[dict]) -> Response:
+        await cluster_provider().write(operations)
+        return Response(status_code=204)
+
+    async def write_guard(request: Request) -> Response | None:
+        check_repo(request)
+        return auth.problem(request, need_write=True)
+
+    async def statements(request: Request) -> Response:
+        if request.method == "GET":
+            return await forward_read(request)
+        if (denied := await write_guard(request)) is not None:
+            return denied
+        body = await request.body()
+        ctype = request.headers.get("content-type")
+        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
+        return await run_write(request, rdf4j.statements_write(request.method, params, body,
+                                                               ctype))
+
+    async def namespaces(request: Request) -> Response:
+        if request.method == "GET":
+            return await forward_read(request)
+        if (denied := await write_guard(request)) is not None:
+            return denied
+        return await run_write(request, [rdf4j.clear_namespaces_operation()])
+
+    async def namespace(request: Request) -> Response:
+        if request.method == "GET":
+            return await forward_read(request)
+        if (denied := await write_guard(request)) is not None:
+            return denied
+        body = await request.body()
+        ops = rdf4j.namespace_write(request.method, request.path_params["prefix"], body,
+                                    request.headers.get("content-type"))
+        return await run_write(request, ops)
+
+    async def graph_store(request: Request, graph) -> Response:
+        if request.method in ("GET", "HEAD"):
+            return await forward_read(request)
+        if (denied := await write_guard(request)) is not None:
+            return denied
+        body = await request.body()
+        ctype = request.headers.get("content-type")
+        params = rdf4j.parse_params(request.scope.get("query_string", b""))
+        return await run_write(request, rdf4j.graph_store_write(request.method, graph, params,
+                                                                body, ctype))
+
+    async def graph_service(request: Request) -> Response:
+        if request.method in ("GET", "HEAD"):
+            return await forward_read(request)
+        params = rdf4j.parse_params(request.scope.get("query_string", b""))
+        return await graph_store(request, rdf4j.graph_store_target(params))
+
+    async def graph_named(request: Request) -> Response:
+        if request.method in ("GET", "HEAD"):
+            return await forward_read(request)
+        graph = rdf4j.check_iri(str(request.url.replace(query=None)), "graph")
+        return await graph_store(request, graph)
+
+    async def begin(request: Request) -> Response:
+        if (denied := await write_guard(request)) is not None:
+            return denied
+        txid = uuid.uuid4().hex
+        with tx_lock:
+            transactions[txid] = (rdf4j.PendingTransaction(txid), time.monotonic())
+        location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
+        return Response(status_code=201, headers={"Location": location})
+
+    async def transaction(request: Request) -> Response:
+        if (denied := await write_guard(request)) is not None:
+            return denied
+        txid = request.path_params["txid"]
+        with tx_lock:
+            entry = transactions.get(txid)
+            if request.method == "DELETE" and entry is not None:
+                del transactions[txid]
+        if entry is None:
+            raise ProtocolError(404, f"unknown transaction '{txid}'")
+        tx = entry[0]
+        if request.method == "DELETE":
+            tx.rollback()
+            return Response(status_code=204)
+        body = await request.body()
+        ctype = request.headers.get("content-type")
+        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
+        step = rdf4j.parse_transaction_step(params, body, ctype)
+        with tx_lock:
+            to_execute = tx.record(step)
+            if tx.closed:
+                transactions.pop(txid, None)
+            else:
+                transactions[txid] = (tx, time.monotonic())
+        if to_execute:
+            await cluster_provider().write(to_execute)
+        return Response(status_code=200)
+
+    async def protocol(request: Request) -> Response:
+        return PlainTextResponse(rdf4j.PROTOCOL_VERSION)
+
+    async def repositories(request: Request) -> Response:
+        if (denied := auth.problem(request, need_write=False)) is not None:
+            return denied
+        neg = rdf4j.negotiate_tuple_format(request.headers.get("accept"))
+        writable = cluster_provider().writable_reason() is None
+        rows = rdf4j.repository_list_rows(
+            str(request.url.replace(query=None)),
+            [(repository_id, f"txcluster cluster repository {repository_id}", True, writable)])
+        body = rdf4j.serialize_table(rdf4j.REPOSITORY_LIST_VARIABLES, rows, neg.format)
+        return Response(body, media_type=neg.content_type)
+
+    async def query(request: Request) -> Response:
+        return await forward_read(request)
+
+    routes: list[tuple[str, Callable, list[str]]] = [
+        ("/protocol", protocol, ["GET"]),
+        ("/repositories", repositories, ["GET"]),
+        ("/repositories/{repo_id}", query, ["GET", "POST"]),
+        ("/repositories/{repo_id}/statements", statements, ["GET", "POST", "PUT", "DELETE"]),
+        ("/repositories/{repo_id}/size", query, ["GET"]),
+        ("/repositories/{repo_id}/contexts", query, ["GET"]),
+        ("/repositories/{repo_id}/namespaces", namespaces, ["GET", "DELETE"]),
+        ("/repositories/{repo_id}/namespaces/{prefix}", namespace, ["GET", "PUT", "DELETE"]),
+        ("/repositories/{repo_id}/rdf-graphs", query, ["GET"]),
+        ("/repositories/{repo_id}/rdf-graphs/service", graph_service,
+         ["GET", "PUT", "POST", "DELETE"]),
+        ("/repositories/{repo_id}/rdf-graphs/{name}", graph_named,
+         ["GET", "PUT", "POST", "DELETE"]),
+        ("/repositories/{repo_id}/transactions", begin, ["POST"]),
+        ("/repositories/{repo_id}/transactions/{txid}", transaction, ["PUT", "POST", "DELETE"]),
+    ]
+    for path, endpoint, methods in routes:
+        router.add_route(path, handler(endpoint), methods=methods,
+                         name=f"client_{endpoint.__name__}")
+    return router
+
+
+def _is_control_query(query_string: bytes, body: bytes) -> bool:
+    """A query FROM the control-query graph goes to every worker (spec README)."""
+    return CONTROL_QUERY_GRAPH.encode() in query_string or \
+        CONTROL_QUERY_GRAPH.encode() in body or \
+        b"ontotext.com%2Fowlim%2Fcluster%2Fcontrol-query" in query_string + body
+
+
+async def _to_every_worker(cluster: Cluster, method: str, target: str, query: bytes,
+                           body: bytes, headers: dict) -> Response:
+    workers = cluster.readable()
+    if not workers:
+        return _text(503, "no worker is available for reads")
+    url = target + (f"?{query.decode()}" if query else "")
+    answers = await asyncio.gather(
+        *(w.client.reads.request(method, url, content=body, headers=headers) for w in workers),
+        return_exceptions=True)
+    failed = [f"{w.url}: {a}" for w, a in zip(workers, answers, strict=True)
+              if isinstance(a, Exception) or a.status_code >= 400]
+    if failed:
+        return _text(502, "control query failed on: " + "; ".join(failed))
+    first = answers[0]
+    out = {k: v for k, v in first.headers.items() if k in PASS_HEADERS}
+    return Response(first.content, status_code=first.status_code, headers=out)

@@ -1,0 +1,600 @@
+"""The cluster as one master sees it: worker pool, write path, recovery, backup/restore.
+
+Runs on the master's asyncio loop. Transaction log calls go to one dedicated thread
+(SQLite connection affinity; they block on fsync). The write path is one task: writes are
+serialised in log order and concurrent clients are grouped (group commit):
+
+    log pending (durable) -> probe executes the group (exact changesets + control queries)
+    -> log changesets in the synchronised queue (durable) -> acknowledge clients
+    -> forward changesets to every other in-sync worker (per-worker ordered queues)
+
+(in strict consistency mode the acknowledgement waits for the forwarding too).
+A worker that fails a forward or reports another fingerprint than the probe's leaves
+rotation and the recovery loop brings it back by replay or full replication
+(smart-replication.txt). Status changes that must not race a commit happen in code
+with no ``await`` between the check and the change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from master_service.cluster import replication
+from master_service.cluster.routing import Router
+from master_service.cluster.statuses import IN_SYNC, READABLE, WorkerStatus
+from master_service.cluster.worker_client import WorkerClient, WorkerRefused, WorkerUnavailable
+
+log = logging.getLogger("txcluster.master")
+
+MAX_GROUP = 256
+REPLAY_BATCH = 200
+
+
+class NotWritable(Exception):
+    status = 503
+
+
+class WriteFailed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NoWorkerAvailable(Exception):
+    status = 503
+
+
+@dataclass
+class Worker:
+    url: str
+    client: WorkerClient
+    readable: bool = True
+    status: WorkerStatus = WorkerStatus.UNINITIALIZED
+    seq: int = -1
+    fingerprint: str = ""
+    quads: int = 0
+    size_bytes: int | None = None
+    last_error: str | None = None
+    completed_tasks: int = 0
+    failed_tasks: int = 0
+    task_time_s: float = 0.0
+    queue: list[dict] = field(default_factory=list)  # changesets to forward, in seq order
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    forwarder: asyncio.Task | None = None
+    recovering: bool = False
+
+    @property
+    def average_task_time_s(self) -> float:
+        return self.task_time_s / self.completed_tasks if self.completed_tasks else 0.0
+
+
+@dataclass
+class Counters:
+    completed_reads: int = 0
+    failed_reads: int = 0
+    completed_writes: int = 0
+    failed_writes: int = 0
+    running_reads: int = 0
+    running_writes: int = 0
+    read_time_s: float = 0.0
+
+
+class Cluster:
+    def __init__(self, *, node_id: str, txlog, secret: bytes, worker_urls: list[str],
+                 params: replication.Parameters, control_queries: list[str],
+                 protect_single_worker: bool = True, read_only: bool = False,
+                 mode: str = "NORMAL", strict: bool = False, request_timeout: float = 30.0,
+                 log_limits: tuple[int, float] = (100_000, 168.0),
+                 on_workers_changed: Callable[[list[str]], None] | None = None) -> None:
+        self.node_id = node_id
+        self.txlog = txlog
+        self.secret = secret
+        self.params = params
+        self.control_queries = control_queries
+        self.protect_single_worker = protect_single_worker
+        self.read_only = read_only
+        self.mode = mode
+        self.strict = strict
+        self.request_timeout = request_timeout
+        self.log_max_size, self.log_max_depth_h = log_limits
+        self.on_workers_changed = on_workers_changed
+        self.workers: dict[str, Worker] = {}
+        self.router = Router()
+        self.counters = Counters()
+        self.head_seq = 0
+        self.head_fingerprint = "0" * 32
+        self.head_quads = 0
+        self.probe: str | None = None
+        self._pending: list[tuple[str, list, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+        self._db = ThreadPoolExecutor(1, thread_name_prefix="txlog")
+        self._tasks: list[asyncio.Task] = []
+        self._initial = list(worker_urls)
+        self._stopping = False
+        self.events: list[tuple[float, str]] = []  # recent recovery messages, for status
+
+    # ---- lifecycle ----
+
+    async def db(self, fn: Callable, *args) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
+
+    async def start(self) -> None:
+        failed = await self.db(self._fail_unacknowledged)
+        if failed:
+            log.warning("%d transactions logged before a restart were never acknowledged: "
+                        "marked failed", failed)
+        head = await self.db(self.txlog.head)
+        self.head_seq, self.head_fingerprint, self.head_quads = head.seq, head.fingerprint, \
+            head.quads
+        for url in self._initial:
+            self._attach(url, readable=True)
+        await self.poll_all()
+        await self._adopt_existing_data()
+        self._tasks.append(asyncio.create_task(self._writer(), name="writer"))
+
+    def _fail_unacknowledged(self) -> int:
+        pending = self.txlog.pending()
+        for tx in pending:
+            self.txlog.mark_failed(tx.txid, "master restarted before acknowledging")
+        return len(pending)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for w in self.workers.values():
+            if w.forwarder:
+                w.forwarder.cancel()
+        for task in [*self._tasks, *(w.forwarder for w in self.workers.values() if w.forwarder)]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for w in self.workers.values():
+            await w.client.close()
+        for _tx, _ops, fut in self._pending:
+            if not fut.done():
+                fut.set_exception(NotWritable("master is shutting down"))
+        self._db.shutdown(wait=True)
+
+    def note(self, message: str, level: int = logging.INFO) -> None:
+        log.log(level, message)
+        self.events.append((time.time(), message))
+        del self.events[:-100]
+
+    # ---- worker pool ----
+
+    def _attach(self, url: str, readable: bool) -> Worker:
+        w = Worker(url, WorkerClient(url, self.secret, self.request_timeout), readable=readable)
+        self.workers[url] = w
+        w.forwarder = asyncio.create_task(self._forwarder(w), name=f"forward {url}")
+        return w
+
+    async def add_worker(self, url: str, readable: bool = True) -> Worker:
+        url = url.rstrip("/")
+        if url in self.workers:
+            raise ValueError(f"worker {url} is already part of the cluster")
+        w = self._attach(url, readable)
+        self._workers_changed()
+        await self.poll(w)
+        return w
+
+    async def remove_worker(self, url: str) -> None:
+        url = url.rstrip("/")
+        w = self.workers.pop(url, None)
+        if w is None:
+            raise KeyError(f"unknown worker {url}")
+        if w.forwarder:
+            w.forwarder.cancel()
+        await w.client.close()
+        self.router.forget(url)
+        if self.probe == url:
+            self.probe = None
+        self._workers_changed()
+
+    def _workers_changed(self) -> None:
+        if self.on_workers_changed:
+            self.on_workers_changed(list(self.workers))
+
+    def in_sync(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.status in IN_SYNC]
+
+    def readable(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.status in READABLE and w.readable]
+
+    def writable_reason(self) -> str | None:
+        """None when the cluster takes writes, else why not (cluster-basics.txt)."""
+        if self.read_only:
+            return "this master is read-only"
+        if self.mode == "MUTE":
+            return "this master is muted: it takes transactions only from its peers"
+        n = len(self.in_sync())
+        if n == 0:
+            return "no worker is in sync"
+        # With two workers the master goes read-only while one recovers: a single copy
+        # is not risked unless protect-single-worker is off (how-the-cluster-works.txt).
+        if n == 1 and self.protect_single_worker and len(self.workers) > 1:
+            return ("only one worker is in sync and protect-single-worker is on: "
+                    "writes resume when another worker has recovered")
+        return None
+
+    def status_code(self) -> int:
+        """0 available, 1 needs attention / not writable, 2 no workers (spec README)."""
+        if not self.readable():
+            return 2
+        if self.writable_reason() or any(w.status not in IN_SYNC for w in self.workers.values()):
+            return 1
+        return 0
+
+    def _disable(self, w: Worker, status: WorkerStatus, error: str) -> None:
+        if w.status != status:
+            self.note(f"worker {w.url} -> {status}: {error}", logging.WARNING)
+        w.status, w.last_error = status, error
+        w.queue.clear()
+        if self.probe == w.url:
+            self.probe = None
+
+    # ---- health and recovery ----
+
+    async def poll_all(self) -> None:
+        await asyncio.gather(*(self.poll(w) for w in list(self.workers.values())))
+
+    async def poll(self, w: Worker) -> None:
+        """Health check; starts recovery of a worker that is not in sync."""
+        try:
+            st = await w.client.state()
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            if w.status not in (WorkerStatus.REPLICATION_CLIENT,):
+                self._disable(w, WorkerStatus.OFF, str(exc))
+            return
+        w.size_bytes = st.get("size_bytes")
+        if w.status in IN_SYNC:
+            # A worker in rotation that restarted behind our back, or reports a state
+            # the log never had at its seq, is out of sync.
+            if not w.queue and st["seq"] == self.head_seq and \
+                    st["fingerprint"] != self.head_fingerprint:
+                self._disable(w, WorkerStatus.OUT_OF_SYNC, "fingerprint differs from the log")
+            elif st["seq"] < w.seq or st["status"] == "OUT_OF_SYNC":
+                self._disable(w, WorkerStatus.OUT_OF_SYNC, "worker went back in time")
+            else:
+                return
+        w.seq, w.fingerprint, w.quads = st["seq"], st["fingerprint"], st["quads"]
+        if not w.recovering and w.status not in IN_SYNC:
+            w.recovering = True
+            self._tasks.append(asyncio.create_task(self._recover(w), name=f"recover {w.url}"))
+
+    async def _adopt_existing_data(self) -> None:
+        """A new log and workers that already hold data: the most advanced becomes the
+        base of the log (e.g. a master replaced, or data bulk-loaded before)."""
+        if self.head_seq or self.head_fingerprint != "0" * 32:
+            return
+        known = [w for w in self.workers.values() if w.seq >= 0 and w.quads > 0]
+        if not known:
+            return
+        best = max(known, key=lambda w: (w.seq, w.quads))
+        await self.db(self.txlog.reset_base, best.seq, best.fingerprint, best.quads)
+        self.head_seq, self.head_fingerprint, self.head_quads = best.seq, best.fingerprint, \
+            best.quads
+        self.note(f"new transaction log adopts the state of {best.url} (seq {best.seq})")
+
+    async def _recover(self, w: Worker) -> None:
+        try:
+            await self._recover_once(w)
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            self._disable(w, WorkerStatus.OFF if isinstance(exc, WorkerUnavailable)
+                          else WorkerStatus.OUT_OF_SYNC, str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # keep the master alive; the next poll retries
+            log.exception("recovery of %s failed", w.url)
+            w.last_error = f"recovery failed: {exc}"
+        finally:
+            w.recovering = False
+
+    async def _recover_once(self, w: Worker) -> None:
+        forced = w.status == WorkerStatus.OUT_OF_SYNC_FORCED
+        if w.status in (WorkerStatus.OFF, WorkerStatus.UNINITIALIZED):
+            w.status = WorkerStatus.OUT_OF_SYNC
+        known = await self.db(self.txlog.is_known_state, w.seq, w.fingerprint)
+        base = await self.db(self.txlog.base)
+        replay_s = await self.db(self.txlog.apply_durations, w.seq, self.head_seq) \
+            if known else 0.0
+        size = self._storage_size(exclude=w.url)
+        decision = replication.decide(
+            replication.WorkerView(w.seq, w.fingerprint, w.quads, forced),
+            replication.LogView(self.head_seq, base.seq, known, replay_s),
+            size, self.params, cluster_has_data=self.head_quads > 0 or self.head_seq > 0,
+        )
+        if decision.action == "replicate":
+            if decision.explanation:
+                self.note(decision.explanation)
+            self.note(f"{decision.reason.value}: worker {w.url}")
+            if not await self._replicate(w):
+                return
+        await self._replay(w)
+
+    def _storage_size(self, exclude: str) -> int | None:
+        for w in self.in_sync():
+            if w.url != exclude and w.size_bytes is not None:
+                return w.size_bytes
+        self.note(replication.NO_STORAGE_SIZE, logging.WARNING)
+        return None
+
+    async def _replicate(self, w: Worker) -> bool:
+        """Full replication: stream an up-to-date worker's image into ``w``."""
+        sources = [s for s in self.in_sync() if s.url != w.url and s.status == WorkerStatus.ON]
+        if sources:
+            src = min(sources, key=lambda s: self.router.stats.get(s.url).running
+                      if s.url in self.router.stats else 0)
+            source_url = f"{src.url}/cluster/image"
+        else:
+            src = None
+            backup = await self.db(self.txlog.backup, "default")
+            if backup is None:
+                w.last_error = "no worker can serve a replication and there is no 'default' image"
+                self.note(f"cannot replicate {w.url}: {w.last_error}", logging.ERROR)
+                return False
+            source_url = f"{backup.worker.rstrip('/')}/cluster/backups/default"
+            self.note(f"replicating {w.url} from the 'default' backup image")
+        w.status = WorkerStatus.REPLICATION_CLIENT
+        if src:
+            src.status = WorkerStatus.REPLICATION_SERVER
+        started = time.monotonic()
+        try:
+            result = await w.client.pull_image(source_url)
+        finally:
+            if src and src.status == WorkerStatus.REPLICATION_SERVER:
+                src.status = WorkerStatus.ON
+        w.status = WorkerStatus.OUT_OF_SYNC
+        w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], result["quads"]
+        self.note(f"replication of {w.url} done in {time.monotonic() - started:.1f}s "
+                  f"(seq {w.seq})")
+        return True
+
+    async def _replay(self, w: Worker) -> None:
+        """Incremental replay of logged changesets until the worker is at the head."""
+        while True:
+            if w.seq == self.head_seq:
+                if w.fingerprint != self.head_fingerprint:
+                    self._disable(w, WorkerStatus.OUT_OF_SYNC,
+                                  "at the head of the log with another fingerprint")
+                    return
+                # No await between this check and the status change: the writer
+                # forwards every later commit to this worker.
+                w.status = WorkerStatus.ON
+                w.last_error = None
+                self.note(f"worker {w.url} is in sync (seq {w.seq})")
+                return
+            entries = await self.db(self.txlog.entries, w.seq, REPLAY_BATCH)
+            if not entries or entries[0].seq != w.seq + 1:
+                self._disable(w, WorkerStatus.OUT_OF_SYNC, "log cannot replay to this worker")
+                return
+            started = time.monotonic()
+            result = await w.client.apply([_entry_wire(e) for e in entries])
+            self._count_task(w, time.monotonic() - started, len(entries))
+            w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], result["quads"]
+
+    def _count_task(self, w: Worker, seconds: float, n: int = 1) -> None:
+        w.completed_tasks += n
+        w.task_time_s += seconds
+
+    # ---- write path ----
+
+    async def write(self, operations: list[dict]) -> dict:
+        """Log, execute on the probe, forward; returns the transaction's seq/fingerprint."""
+        reason = self.writable_reason()
+        if reason:
+            raise NotWritable(f"cluster is not writable: {reason}")
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append((str(uuid.uuid4()), operations, fut))
+        self._wake.set()
+        self.counters.running_writes += 1
+        try:
+            return await fut
+        finally:
+            self.counters.running_writes -= 1
+
+    @property
+    def pending_writes(self) -> int:
+        return len(self._pending)
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                group = self._pending[:MAX_GROUP]
+                del self._pending[:MAX_GROUP]
+                try:
+                    await self._commit_group(group)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("write group failed")
+                    for _txid, _ops, fut in group:
+                        if not fut.done():
+                            fut.set_exception(WriteFailed(503, f"write failed: {exc}"))
+
+    def _choose_probe(self) -> Worker | None:
+        cur = self.workers.get(self.probe) if self.probe else None
+        if cur and cur.status in IN_SYNC and not cur.queue:
+            return cur
+        for w in self.in_sync():
+            if not w.queue and w.seq == self.head_seq:
+                self.probe = w.url
+                return w
+        return None
+
+    async def _commit_group(self, group: list[tuple[str, list, asyncio.Future]]) -> None:
+        txs = [{"txid": txid, "operations": ops} for txid, ops, _ in group]
+        response = None
+        while response is None:
+            reason = self.writable_reason()
+            probe = None if reason else self._choose_probe()
+            if probe is None:
+                msg = reason or "no in-sync worker can act as probe"
+                for _txid, _ops, fut in group:
+                    fut.set_exception(NotWritable(f"cluster is not writable: {msg}"))
+                self.counters.failed_writes += len(group)
+                return
+            started = time.monotonic()
+            try:
+                response = await probe.client.execute(self.head_seq + 1, txs,
+                                                      self.control_queries)
+            except (WorkerUnavailable, WorkerRefused) as exc:
+                # The probe may or may not have executed the group; either way its state
+                # is now unknown to the log, so it is recovered like any other worker.
+                self._disable(probe, WorkerStatus.OFF if isinstance(exc, WorkerUnavailable)
+                              else WorkerStatus.OUT_OF_SYNC, f"probe failed: {exc}")
+                continue
+        self._count_task(probe, time.monotonic() - started, len(group))
+        entries, failures = [], []
+        for (txid, _ops, _fut), res in zip(group, response["results"], strict=True):
+            if res["ok"]:
+                entries.append((res["seq"], txid, res["changeset"], res["fingerprint"],
+                                res["quads"], res["duration_s"]))
+            else:
+                failures.append((txid, res))
+        now = time.time()
+        # One durable commit for the whole group; nothing is acknowledged before it.
+        await self.db(self.txlog.record_group,
+                      [(txid, now, self.node_id, ops) for txid, ops, _ in group],
+                      entries, [(t, r["error"]) for t, r in failures])
+        if entries:
+            last = entries[-1]
+            # Synchronous from here to the forwarding: recovery sees either the old head
+            # (and replays) or the new one with the entries queued.
+            self.head_seq, self.head_fingerprint, self.head_quads = last[0], last[3], last[4]
+            probe.seq, probe.fingerprint, probe.quads = last[0], last[3], last[4]
+            wires = [{"seq": e[0], "txid": e[1], "changeset": e[2],
+                      "expected_fingerprint": e[3]} for e in entries]
+            for w in self.in_sync():
+                if w is not probe:
+                    w.queue.extend(wires)
+                    w.wake.set()
+        if self.strict and entries:
+            await self._wait_forwarded(self.head_seq)
+        by_txid = {e[1]: e for e in entries}
+        fail_by_txid = dict(failures)
+        for txid, _ops, fut in group:
+            if txid in by_txid:
+                e = by_txid[txid]
+                fut.set_result({"txid": txid, "seq": e[0], "fingerprint": e[3]})
+                self.counters.completed_writes += 1
+            else:
+                res = fail_by_txid[txid]
+                fut.set_exception(WriteFailed(res["status"], res["error"]))
+                self.counters.failed_writes += 1
+
+    async def _wait_forwarded(self, seq: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(w.seq >= seq for w in self.in_sync()):
+                return
+            await asyncio.sleep(0.001)
+
+    async def _forwarder(self, w: Worker) -> None:
+        """Sends queued changesets to one worker, in order, coalescing groups."""
+        while True:
+            await w.wake.wait()
+            w.wake.clear()
+            while w.queue and w.status in IN_SYNC:
+                batch = w.queue[:REPLAY_BATCH]
+                if w.status == WorkerStatus.ON:
+                    w.status = WorkerStatus.WRITING
+                started = time.monotonic()
+                try:
+                    result = await w.client.apply(batch)
+                except WorkerUnavailable as exc:
+                    self._disable(w, WorkerStatus.OFF, f"forward failed: {exc}")
+                    break
+                except WorkerRefused as exc:
+                    # It could not take the probe's changeset: it reported (or would
+                    # reach) a fingerprint other than the probe's.
+                    status = WorkerStatus.OUT_OF_SYNC_FORCED if exc.status == 409 \
+                        else WorkerStatus.OUT_OF_SYNC
+                    self._disable(w, status, f"forward refused: {exc}")
+                    break
+                self._count_task(w, time.monotonic() - started, len(batch))
+                del w.queue[:len(batch)]
+                w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], \
+                    result["quads"]
+                if w.status == WorkerStatus.WRITING:
+                    w.status = WorkerStatus.ON
+
+    # ---- reads ----
+
+    def choose_reader(self, tried: set[str], up_to_date: bool) -> Worker | None:
+        candidates = [w.url for w in self.readable()
+                      if not up_to_date or (w.seq == self.head_seq and not w.queue)]
+        url = self.router.choose(candidates, exclude=tried)
+        return self.workers.get(url) if url else None
+
+    # ---- housekeeping ----
+
+    async def prune(self) -> int:
+        dropped = await self.db(self.txlog.prune, self.log_max_size, self.log_max_depth_h,
+                                time.time())
+        if dropped:
+            log.info("pruned %d transactions from the log", dropped)
+        return dropped
+
+    # ---- backup / restore ----
+
+    async def backup(self, name: str) -> dict:
+        """An up-to-date worker writes a named image (cluster-basics.txt, Cluster backup)."""
+        candidates = [w for w in self.in_sync() if w.status == WorkerStatus.ON and not w.queue]
+        if not candidates:
+            raise NoWorkerAvailable("no up-to-date worker can make a backup")
+        # Prefer a worker that is not the probe, so writes go on undisturbed.
+        w = next((c for c in candidates if c.url != self.probe), candidates[0])
+        w.status = WorkerStatus.REPLICATION_SERVER
+        try:
+            manifest = await w.client.backup(name)
+        finally:
+            if w.status == WorkerStatus.REPLICATION_SERVER:
+                w.status = WorkerStatus.ON
+        record = {"name": name, "created": time.time(), "seq": manifest["seq"],
+                  "fingerprint": manifest["fingerprint"], "quads": manifest["quads"],
+                  "worker": w.url, "sha256": manifest["sha256"], "bytes": manifest["bytes"],
+                  "path": f"{w.url}/cluster/backups/{name}"}
+        await self.db(self.txlog.record_backup, record)
+        self.note(f"backup '{name}' written by {w.url} at seq {manifest['seq']}")
+        return record
+
+    async def restore(self, name: str) -> dict:
+        """Every worker is restored from the image, then replays the log after it."""
+        record = await self.db(self.txlog.backup, name)
+        if record is None:
+            raise KeyError(f"no backup named '{name}'")
+        holder = record.worker.rstrip("/")
+        results = {}
+        for w in list(self.workers.values()):
+            self._disable(w, WorkerStatus.REPLICATION_CLIENT, f"restoring from image '{name}'")
+        for w in list(self.workers.values()):
+            try:
+                if w.url == holder:
+                    res = await w.client.restore(name=name)
+                else:
+                    res = await w.client.restore(source=f"{holder}/cluster/backups/{name}")
+                w.seq, w.fingerprint, w.quads = res["seq"], res["fingerprint"], res["quads"]
+                w.status = WorkerStatus.OUT_OF_SYNC
+                results[w.url] = "restored"
+            except (WorkerUnavailable, WorkerRefused) as exc:
+                self._disable(w, WorkerStatus.OFF, f"restore failed: {exc}")
+                results[w.url] = f"failed: {exc}"
+        self.note(f"restored workers from image '{name}' (seq {record.seq}); replaying")
+        await self.poll_all()
+        return {"backup": dataclasses.asdict(record), "workers": results}
+
+
+def _entry_wire(e) -> dict:
+    return {"seq": e.seq, "txid": e.txid, "changeset": e.changeset,
+            "expected_fingerprint": e.fingerprint}
