@@ -1,0 +1,207 @@
+"""Master benchmarks (issue: single-DC master). Real processes on loopback; ratios are
+measured in the same run.
+
+1. point-query throughput through the master / direct to the same single worker
+   (target >= 0.9);
+2. commit latency of a 10-triple INSERT DATA, 1 master + 3 workers (target p50 <= 10 ms,
+   p99 <= 50 ms);
+3. 16 concurrent writers: committed transactions/s (target >= 1,000);
+4. catch-up replay rate (quads/s) vs raw ``Store.extend`` (target >= 0.8).
+
+Run: .venv/bin/python -m bench.bench_master
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pyoxigraph as ox
+
+from bench._common import EX, Timer, pct, quads, rate, show, workdir
+from txcluster import local
+
+
+def start_cluster(root: Path, n_workers: int, **extra: str):
+    secret = local.new_secret(root)
+    workers = [local.worker_node(root / f"w{i}", secret, **{"verify-on-start": "false"})
+               for i in range(n_workers)]
+    for w in workers:
+        w.start(wait=False)
+    for w in workers:
+        w.wait_ready()
+    master = local.master_node(root / "m", secret, "m1", [w.url for w in workers],
+                               **{"health-interval-s": "0.5", **extra})
+    master.start()
+    local._wait_writable([master.url])
+    return master, workers
+
+
+def stop(nodes) -> None:
+    for n in nodes:
+        n.stop()
+
+
+def insert(i: int, n: int = 10) -> str:
+    return "INSERT DATA { " + " ".join(
+        f"<{EX}s{i}> <{EX}p{j}> \"v{i}-{j}\" ." for j in range(n)) + " }"
+
+
+def post_update(client: httpx.Client, url: str, text: str) -> None:
+    r = client.post(url, content=text, headers={"content-type": "application/sparql-update"})
+    if r.status_code != 204:
+        raise RuntimeError(f"write failed: {r.status_code} {r.text}")
+
+
+def bench_point_query(root: Path, n_queries: int, clients: int) -> dict:
+    master, workers = start_cluster(root / "pq", 1)
+    try:
+        repo = f"{master.url}/repositories/repo"
+        data = "\n".join(str(q) + " ." for q in quads(0, 40_000))
+        httpx.post(f"{repo}/statements", content=data,
+                   headers={"content-type": "application/n-quads"}, timeout=120
+                   ).raise_for_status()
+        qs = [f"SELECT ?p ?o WHERE {{ <{EX}s{(i * 7919) % 5000}> ?p ?o }}"
+              for i in range(n_queries)]
+
+        def run(base: str) -> float:
+            def worker(chunk: list[str]) -> None:
+                with httpx.Client(timeout=60) as c:
+                    for q in chunk:
+                        r = c.get(base, params={"query": q},
+                                  headers={"accept": "application/sparql-results+json"})
+                        assert r.status_code == 200, r.text
+            threads = [threading.Thread(target=worker, args=(qs[i::clients],))
+                       for i in range(clients)]
+            with Timer() as t:
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+            return rate(n_queries, t.seconds)
+
+        direct = run(f"{workers[0].url}/repositories/repo")
+        via = run(repo)
+        direct2 = run(f"{workers[0].url}/repositories/repo")
+        return {"direct": (direct + direct2) / 2, "master": via}
+    finally:
+        stop([master, *workers])
+
+
+def bench_latency(root: Path, n: int) -> list[float]:
+    master, workers = start_cluster(root / "lat", 3)
+    try:
+        url = f"{master.url}/repositories/repo/statements"
+        times = []
+        with httpx.Client(timeout=60) as c:
+            for i in range(20):  # warm-up
+                post_update(c, url, insert(10_000_000 + i))
+            for i in range(n):
+                t0 = time.perf_counter()
+                post_update(c, url, insert(i))
+                times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        stop([master, *workers])
+
+
+def bench_concurrent(root: Path, writers: int, seconds: float) -> tuple[int, float]:
+    master, workers = start_cluster(root / "conc", 3)
+    try:
+        url = f"{master.url}/repositories/repo/statements"
+        done = [0] * writers
+        stop_at = time.monotonic() + seconds
+
+        def writer(k: int) -> None:
+            with httpx.Client(timeout=60) as c:
+                i = 0
+                while time.monotonic() < stop_at:
+                    post_update(c, url, insert(k * 1_000_000 + i, 2))
+                    i += 1
+                    done[k] += 1
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(writers)]
+        with Timer() as t:
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        return sum(done), t.seconds
+    finally:
+        stop([master, *workers])
+
+
+def bench_replay(root: Path, n_quads: int, batch: int) -> tuple[float, float]:
+    batches = [quads(i, batch) for i in range(0, n_quads, batch)]
+    store = ox.Store(str(root / "raw"))
+    with Timer() as raw:
+        for b in batches:
+            store.extend(b)
+    del store
+    master, workers = start_cluster(root / "rep", 2, **{"protect-single-worker": "false"})
+    try:
+        workers[1].stop()
+        url = f"{master.url}/repositories/repo/statements"
+        with httpx.Client(timeout=120) as c:
+            for b in batches:
+                data = "".join(f"{q} .\n" for q in b)
+                r = c.post(url, content=data, headers={"content-type": "application/n-quads"})
+                r.raise_for_status()
+            head = c.get(f"{master.url}/admin/status").json()["head"]["seq"]
+            workers[1].start()
+            t0 = time.perf_counter()
+            deadline = t0 + 600
+            while time.perf_counter() < deadline:
+                st = c.get(f"{master.url}/admin/status").json()
+                w = next(x for x in st["workers"] if x["url"] == workers[1].url)
+                if w["status"] == "ON" and w["seq"] == head:
+                    break
+                time.sleep(0.02)
+            replay = time.perf_counter() - t0
+            assert "Replicating" not in master.log_tail(100_000), "expected a replay"
+        return rate(n_quads, raw.seconds), rate(n_quads, replay)
+    finally:
+        stop([master, *workers])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--queries", type=int, default=4000)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--latency-writes", type=int, default=300)
+    ap.add_argument("--writers", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--replay-quads", type=int, default=200_000)
+    args = ap.parse_args()
+    with workdir("master") as root:
+        q = bench_point_query(root, args.queries, args.clients)
+        show(f"point SELECT, {args.queries} queries, {args.clients} clients, 1 worker", [
+            ("direct to the worker", f"{q['direct']:,.0f} queries/s"),
+            ("through the master", f"{q['master']:,.0f} queries/s"),
+            ("ratio (target >= 0.9)", f"{q['master'] / q['direct']:.2f}"),
+        ])
+        lat = bench_latency(root, args.latency_writes)
+        show(f"commit latency, 10-triple INSERT DATA, 1 master + 3 workers, "
+             f"{args.latency_writes} sequential writes", [
+            ("p50 (target <= 10 ms)", f"{pct(lat, 50) * 1000:.1f} ms"),
+            ("p99 (target <= 50 ms)", f"{pct(lat, 99) * 1000:.1f} ms"),
+            ("max", f"{max(lat) * 1000:.1f} ms"),
+        ])
+        n, secs = bench_concurrent(root, args.writers, args.seconds)
+        show(f"{args.writers} concurrent writers, {args.seconds:g} s, 1 master + 3 workers", [
+            ("committed transactions", f"{n:,}"),
+            ("transactions/s (target >= 1,000)", f"{n / secs:,.0f}"),
+        ])
+        raw, replay = bench_replay(root, args.replay_quads, 10_000)
+        show(f"catch-up replay of {args.replay_quads:,} quads in 10k-quad transactions", [
+            ("raw Store.extend in-process", f"{raw:,.0f} quads/s"),
+            ("replay to a returning worker", f"{replay:,.0f} quads/s"),
+            ("ratio (target >= 0.8)", f"{replay / raw:.2f}"),
+        ])
+
+
+if __name__ == "__main__":
+    main()
