@@ -330,6 +330,43 @@ CASES: dict[str, str] = {
                                          "WHERE { VALUES ?x { 1 2 } }",
     "empty-request": "",
     "prologue-only": P,
+    # shapes from the W3C syntax-update and basic-update suites
+    "syntax-comment-between-keywords": P + "INSERT\n# a comment\nDATA { ex:k ex:p 'v' }",
+    "syntax-graph-without-space": P + "INSERT DATA { GRAPH<http://example.org/g8> { _:b1 ex:p "
+                                      "ex:o } GRAPH<http://example.org/g9> { _:b1 ex:p ex:o } }",
+    "syntax-prologue-comment-only": P + "# nothing else\n",
+    "syntax-scheme-only-iri": P + "WITH ex:g2 INSERT { <base:s> ?p ?o . } WHERE { ?s ?p ?o }",
+    "same-template-bnode-label-in-two-operations": P + (
+        "INSERT { GRAPH ex:g5 { _:b ex:p ex:o } } WHERE {} ;\n"
+        "INSERT { GRAPH ex:g6 { _:b ex:p ex:o } } WHERE {} ;\n"
+        "INSERT { GRAPH ex:g6 { ?s ?p ?o } } WHERE { GRAPH ex:g5 { ?s ?p ?o } } ;\n"
+        "INSERT { GRAPH ex:g7 { ex:s ex:count ?c } } WHERE { SELECT (COUNT(*) AS ?c) WHERE "
+        "{ GRAPH ex:g6 { ?s ?p ?o } } } ; DROP GRAPH ex:g5"),
+    "using-with-graph-in-where": P + "DELETE { ?s ?p ?o } USING ex:g2 WHERE { GRAPH ex:g1 "
+                                     "{ ex:alice ex:email ?e } ?s ?p ?o }",
+    "bnode-label-in-where-and-template": P + "INSERT { _:b ex:p ?o } WHERE { _:b ex:name ?o }",
+    "values-undef": P + "INSERT { ?s ex:v ?v . ?s ex:w 1 } WHERE { VALUES (?s ?v) "
+                        "{ (ex:a UNDEF) (ex:b 2) (UNDEF 3) } }",
+    "empty-templates": P + "DELETE { } INSERT { } WHERE { ?s ?p ?o }",
+    "template-graph-iri-and-var": P + "INSERT { GRAPH ex:g1 { ?s ex:in1 ?g } GRAPH ?g { ?s "
+                                      "ex:back ex:g1 } } WHERE { GRAPH ?g { ?s ex:name ?n } }",
+    "prefix-no-space-and-empty-prefix": "PREFIX :<http://example.org/>\nPREFIX\tx:<http://x/>"
+                                        "INSERT DATA{:a x:b :c}",
+    "version-decl": 'VERSION "1.2"\n' + P + "INSERT DATA { ex:v ex:p 1 }",
+    "rdf12-annotation": P + "INSERT { ?s ex:age ?a {| ex:source ex:census |} } WHERE "
+                            "{ ?s ex:age ?a }",
+    "rdf12-named-reifier-annotation": P + "INSERT { ?s ex:age ?a ~ ex:r1 {| ex:source ?s |} } "
+                                          "WHERE { ?s ex:age ?a }",
+    "rdf12-reifier-bnode": P + "INSERT { << ?s ex:age ?a ~ _:r >> ex:source ex:census } WHERE "
+                               "{ ?s ex:age ?a }",
+    "rdf12-insert-data-annotation": P + "INSERT DATA { ex:a ex:b ex:c {| ex:d 'e' |} }",
+    "rdf12-delete-triple-term": P + "INSERT DATA { ex:a ex:b <<( ex:c ex:d 01 )>> } ; DELETE "
+                                    "DATA { ex:a ex:b <<( ex:c ex:d 1 )>> }",
+    # a failing later operation takes back a graph created implicitly by an earlier one
+    "sequence-fails-after-new-graph": P + "INSERT DATA { GRAPH ex:brand-new { ex:a ex:b ex:c } }"
+                                          " ; ADD DEFAULT TO ex:newer ; CREATE GRAPH ex:g1",
+    "delete-with-clause-and-optional": P + "WITH ex:g1 DELETE { ?s ex:email ?e ; ex:age ?a } "
+                                           "WHERE { ?s ex:email ?e OPTIONAL { ?s ex:age ?a } }",
 }
 
 
