@@ -431,6 +431,17 @@ def test_drop_lists_the_dropped_graph_and_its_quads() -> None:
     assert store.contains_named_graph(ox.NamedNode("http://example.org/g1"))
 
 
+def test_blank_nodes_from_the_store_keep_their_labels() -> None:
+    store = make_store()
+    [cs] = changesets(P + "DELETE { ?b ex:name ?n } INSERT { ?b ex:nick ?n ; ex:tag [] } "
+                          "WHERE { ?b ex:name ?n FILTER(isBlank(?b)) }", store)
+    assert {q.subject for q in cs.removed} == {ox.BlankNode("carol")}
+    nick = [q for q in cs.added if q.predicate == ox.NamedNode("http://example.org/nick")]
+    assert [q.subject for q in nick] == [ox.BlankNode("carol")]
+    [tag] = [q.object for q in cs.added if q.predicate == ox.NamedNode("http://example.org/tag")]
+    assert tag.value.startswith("t7x")  # a template blank node: minted
+
+
 def test_minter_labels() -> None:
     m = BlankNodeMinter(12, "0f0e0d0c-1234")
     a, b = m.fresh(), m.fresh()
@@ -539,6 +550,10 @@ MALFORMED = [
     P + "ADD ex:g1 ex:g2",
     P + "INSERT DATA { ex:a ex:b und:c }",
     P + "INSERT { ?s ex:p ?o } WHERE { SERVICE <http://127.0.0.1:9/sparql> { ?s ex:p ?o } ",
+    # mentions "load"/"service": the message comes from the probe, positions mapped back
+    P + "INSERT DATA { ex:a ex:b 'download' } ; INSERT DATA { ex:a ex:b ex:c } garbage",
+    "INSERT DATA { <http://a> <http://b> 'service' } oops",
+    P + "DELETE { ?s ?p 'load' } WHERE { ?s ?p ?o FILTER(?o = ) }",
 ]
 
 

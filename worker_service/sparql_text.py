@@ -22,6 +22,11 @@ What the tokenizer must get right is what decides structure (SPARQL 1.1 grammar,
 Words (keywords, prefixed names, blank node labels, numbers, operators) are kept whole;
 keywords are matched case-insensitively (SPARQL keywords are case-insensitive).
 
+Speed: :func:`split_update` tokenizes only what lies outside braces; a block (QuadData,
+template, WHERE) is one BLOCK token whose end is found by a scanner that recognises only
+strings, IRIs, comments and braces. Templates, which need variables and subject
+positions, are tokenized by :func:`rewrite_template`.
+
 The text is assumed to have been accepted by pyoxigraph's parser first, except for
 :func:`split_update`, which must work on any text (LOAD has to be found before any dry
 run, since running LOAD would fetch from the network).

@@ -623,8 +623,10 @@ def _check_syntax(text: str, base_iri: str | None, split: st.SplitUpdate) -> Non
     a SyntaxError means the request is malformed, the probe's RuntimeError means it is
     well-formed. A valid request stays valid with the probe inserted (SPARQL allows
     ``Update1 ; Update1``), so an invalid probe text means an invalid request; its own
-    parse then gives pyoxigraph's message with the user's positions."""
-    probe = text[:split.prologue_end] + _PROBE + text[split.prologue_end:]
+    parse then gives pyoxigraph's message with the user's positions. (Unless the text
+    mentions LOAD or SERVICE: then the probe's position is mapped back instead.)"""
+    at = split.prologue_end
+    probe = text[:at] + _PROBE + text[at:]
     try:
         ox.Store().update(probe, base_iri=base_iri)
     except SyntaxError as exc:
@@ -636,12 +638,31 @@ def _check_syntax(text: str, base_iri: str | None, split: st.SplitUpdate) -> Non
                 message = str(original)
             except (RuntimeError, OSError, ValueError):
                 pass
+        else:
+            message = _unshift_position(message, text, at)
         raise UpdateSyntaxError(f"invalid SPARQL update: {message}") from None
     except RuntimeError as exc:
         if _PROBE_GRAPH in str(exc):
             return
         raise
     raise AssertionError("the syntax probe operation did not fail")  # pragma: no cover
+
+
+_POSITION = re.compile(r"^error at (\d+):(\d+)")
+
+
+def _unshift_position(message: str, text: str, at: int) -> str:
+    """Map "error at line:column" in the probe text back to ``text`` (the probe, without
+    line breaks, was inserted at offset ``at``; pyoxigraph counts columns in characters)."""
+    m = _POSITION.match(message)
+    if m is None:
+        return message
+    line, col = int(m.group(1)), int(m.group(2))
+    at_line = text.count("\n", 0, at) + 1
+    at_col = at - (text.rfind("\n", 0, at) + 1) + 1
+    if line == at_line and col > at_col:
+        col = max(at_col, col - len(_PROBE))
+    return f"error at {line}:{col}{message[m.end():]}"
 
 
 def _structure_error(detail: str) -> OperationRefused:
