@@ -438,6 +438,12 @@ class Cluster:
         while response is None:
             reason = self.writable_reason()
             probe = None if reason else self._choose_probe()
+            if probe is None and reason is None and await self._wait_for_probe():
+                # The probe was lost while every other in-sync worker still had forwards
+                # in flight (none at the head yet): the cluster is writable, so wait for
+                # one to catch up rather than refuse the group (cluster-basics.txt: with
+                # three workers the cluster stays fully functional on any node failure).
+                continue
             if probe is None:
                 msg = reason or "no in-sync worker can act as probe"
                 for _txid, _ops, fut in group:
@@ -492,6 +498,18 @@ class Cluster:
                 res = fail_by_txid[txid]
                 fut.set_exception(WriteFailed(res["status"], res["error"]))
                 self.counters.failed_writes += 1
+
+    async def _wait_for_probe(self) -> bool:
+        """Wait (at most request_timeout) until an in-sync worker has applied its queued
+        forwards and can be the probe, or the cluster stops being writable; False when
+        neither happened in time."""
+        deadline = time.monotonic() + self.request_timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+            if self.writable_reason() is not None or any(
+                    not w.queue and w.seq == self.head_seq for w in self.in_sync()):
+                return True
+        return False
 
     async def _wait_forwarded(self, seq: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
