@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -377,9 +377,29 @@ class Cluster:
                 self._disable(w, WorkerStatus.OUT_OF_SYNC, "log cannot replay to this worker")
                 return
             started = time.monotonic()
-            result = await w.client.apply([_entry_wire(e) for e in entries])
+            result = await self._while_alive(w, w.client.apply([_entry_wire(e) for e in entries]))
             self._count_task(w, time.monotonic() - started, len(entries))
             w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], result["quads"]
+
+    async def _while_alive(self, w: Worker, call: Coroutine[Any, Any, Any]) -> Any:
+        """Await a call that does a transaction's work (execute, apply) on ``w``.
+
+        Such a call may take longer than request-timeout-s (a large load): that alone does
+        not make the worker failed, or every worker would in turn be disabled while each
+        really executes it. The worker fails when it stops answering its health check,
+        asked every request-timeout-s while the call runs (WorkerUnavailable)."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.request_timeout)
+                if done:
+                    return task.result()
+                await w.client.state()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     def _count_task(self, w: Worker, seconds: float, n: int = 1) -> None:
         w.completed_tasks += n
@@ -452,8 +472,8 @@ class Cluster:
                 return
             started = time.monotonic()
             try:
-                response = await probe.client.execute(self.head_seq + 1, txs,
-                                                      self.control_queries)
+                response = await self._while_alive(probe, probe.client.execute(
+                    self.head_seq + 1, txs, self.control_queries))
             except (WorkerUnavailable, WorkerRefused) as exc:
                 # The probe may or may not have executed the group; either way its state
                 # is now unknown to the log, so it is recovered like any other worker.
@@ -529,7 +549,7 @@ class Cluster:
                     w.status = WorkerStatus.WRITING
                 started = time.monotonic()
                 try:
-                    result = await w.client.apply(batch)
+                    result = await self._while_alive(w, w.client.apply(batch))
                 except WorkerUnavailable as exc:
                     self._disable(w, WorkerStatus.OFF, f"forward failed: {exc}")
                     break

@@ -8,6 +8,11 @@ import httpx
 
 from txcluster.auth import HmacAuth
 
+# Ceiling of a call that does a transaction's work (execute, apply): a large load
+# legitimately takes longer than request-timeout-s, so that timeout does not apply to it;
+# the caller watches the worker's liveness meanwhile (Cluster._while_alive).
+WORK_CALL_TIMEOUT_S = 3600.0
+
 
 class WorkerUnavailable(Exception):
     """The worker could not be reached or timed out."""
@@ -63,10 +68,11 @@ class WorkerClient:
         return await self._call("POST", "/cluster/execute", {
             "start_seq": start_seq, "transactions": transactions,
             "control_queries": control_queries,
-        })
+        }, timeout=WORK_CALL_TIMEOUT_S)
 
     async def apply(self, entries: list[dict]) -> dict:
-        return await self._call("POST", "/cluster/apply", {"entries": entries})
+        return await self._call("POST", "/cluster/apply", {"entries": entries},
+                                timeout=WORK_CALL_TIMEOUT_S)
 
     async def pull_image(self, source: str) -> dict:
         return await self._call("POST", "/cluster/image/pull", {"source": source},
