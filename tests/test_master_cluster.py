@@ -269,6 +269,29 @@ def test_master_killed_mid_stream_loses_no_acknowledged_write(cluster_factory, w
     assert stream_values(c, **{"X-GraphDB-Local-Consistency": "updating"}) == through_master
 
 
+# ---- a large write: slower than request-timeout-s is busy, not gone ----
+
+
+def test_write_slower_than_the_request_timeout_is_not_a_worker_failure(cluster_factory):
+    """Loading a big file takes the probe (and then each worker) longer than one ordinary
+    request may take. The workers are busy, not gone: the write succeeds once, no worker
+    leaves rotation, nothing is replicated."""
+    timeout = 0.5
+    c = cluster_factory(3, **{"request-timeout-s": str(timeout)})
+    n = 40_000
+    body = "".join(f"<urn:big:{i}> <urn:big:p> {i} .\n" for i in range(n))
+    r = httpx.post(f"{c.repo_url}/statements", content=body,
+                   headers={"content-type": "text/turtle"}, timeout=120)
+    assert r.status_code == 204, r.text
+    status = assert_converged(c)
+    assert (status["head"]["seq"], status["head"]["quads"]) == (1, n)
+    # It really was slower than the timeout on the workers (else this test proves nothing).
+    assert max(w["average_task_time_s"] for w in status["workers"]) > timeout, status
+    log = master_log(c)
+    assert " -> OFF" not in log and " -> OUT_OF_SYNC" not in log and "Replicating" not in log
+    assert status["counters"]["failed_writes"] == 0
+
+
 # ---- 9. adding and removing a worker at runtime; backup and restore ----
 
 
