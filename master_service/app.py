@@ -107,6 +107,10 @@ def serve(config: MasterConfig) -> None:
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # httpx logs every request at INFO: one line per worker per health check (several a
+    # second) would drown the cluster's own messages (smart-replication.txt's
+    # "Replicating (...)"). Its warnings and errors still show.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     service = MasterService(config)
     uvicorn.run(create_app(service), host=config.host, port=config.port, log_level="warning",
                 access_log=False)
