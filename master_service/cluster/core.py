@@ -32,6 +32,7 @@ from master_service.cluster import replication
 from master_service.cluster.routing import Router
 from master_service.cluster.statuses import IN_SYNC, READABLE, WorkerStatus
 from master_service.cluster.worker_client import WorkerClient, WorkerRefused, WorkerUnavailable
+from master_service.txlog.log import TxLogError
 
 log = logging.getLogger("txcluster.master")
 
@@ -119,6 +120,7 @@ class Cluster:
         self._db = ThreadPoolExecutor(1, thread_name_prefix="txlog")
         self._tasks: list[asyncio.Task] = []
         self._initial = list(worker_urls)
+        self._adopting = asyncio.Lock()
         self._stopping = False
         self.events: list[tuple[float, str]] = []  # recent recovery messages, for status
 
@@ -137,8 +139,12 @@ class Cluster:
             head.quads
         for url in self._initial:
             self._attach(url, readable=True)
-        await self.poll_all()
+        # Read every worker's state before any recovery starts: a new log first adopts
+        # the most advanced worker holding data, and no worker is judged against the
+        # empty log meanwhile.
+        await asyncio.gather(*(self._read_state(w) for w in self.workers.values()))
         await self._adopt_existing_data()
+        await self.poll_all()
         self._tasks.append(asyncio.create_task(self._writer(), name="writer"))
 
     def _fail_unacknowledged(self) -> int:
@@ -266,23 +272,47 @@ class Cluster:
             else:
                 return
         w.seq, w.fingerprint, w.quads = st["seq"], st["fingerprint"], st["quads"]
+        if w.quads > 0 and self._log_is_new():
+            # A worker holding data came back while the log has never committed anything
+            # (a replaced master whose data-holding workers were down when it started):
+            # the log adopts its state, or an empty worker would be replicated over it.
+            await self._adopt_existing_data()
         if not w.recovering and w.status not in IN_SYNC:
             w.recovering = True
             self._tasks.append(asyncio.create_task(self._recover(w), name=f"recover {w.url}"))
 
+    async def _read_state(self, w: Worker) -> None:
+        with contextlib.suppress(WorkerUnavailable, WorkerRefused):
+            st = await w.client.state()
+            w.seq, w.fingerprint, w.quads = st["seq"], st["fingerprint"], st["quads"]
+
+    def _log_is_new(self) -> bool:
+        """The log has never committed a transaction nor adopted a state."""
+        return self.head_seq == 0 and self.head_fingerprint == "0" * 32
+
     async def _adopt_existing_data(self) -> None:
         """A new log and workers that already hold data: the most advanced becomes the
         base of the log (e.g. a master replaced, or data bulk-loaded before)."""
-        if self.head_seq or self.head_fingerprint != "0" * 32:
-            return
-        known = [w for w in self.workers.values() if w.seq >= 0 and w.quads > 0]
-        if not known:
-            return
-        best = max(known, key=lambda w: (w.seq, w.quads))
-        await self.db(self.txlog.reset_base, best.seq, best.fingerprint, best.quads)
-        self.head_seq, self.head_fingerprint, self.head_quads = best.seq, best.fingerprint, \
-            best.quads
-        self.note(f"new transaction log adopts the state of {best.url} (seq {best.seq})")
+        async with self._adopting:
+            if not self._log_is_new():
+                return
+            known = [w for w in self.workers.values() if w.seq >= 0 and w.quads > 0]
+            if not known:
+                return
+            best = max(known, key=lambda w: (w.seq, w.quads))
+            seq, fp, quads = best.seq, best.fingerprint, best.quads
+            try:
+                await self.db(self.txlog.reset_base, seq, fp, quads)
+            except TxLogError:
+                return  # a transaction was committed meanwhile: the log is not new
+            self.head_seq, self.head_fingerprint, self.head_quads = seq, fp, quads
+            # Workers in rotation at the empty state are now behind the log: recovered
+            # (replicated from a worker holding the data) like any other.
+            for other in self.in_sync():
+                if (other.seq, other.fingerprint) != (seq, fp):
+                    self._disable(other, WorkerStatus.OUT_OF_SYNC,
+                                  f"behind the state the new log adopted (seq {seq})")
+            self.note(f"new transaction log adopts the state of {best.url} (seq {seq})")
 
     async def _recover(self, w: Worker) -> None:
         try:
