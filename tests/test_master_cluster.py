@@ -272,6 +272,38 @@ def test_master_killed_mid_stream_loses_no_acknowledged_write(cluster_factory, w
     assert stream_values(c, **{"X-GraphDB-Local-Consistency": "updating"}) == through_master
 
 
+# ---- a replaced master (new, empty transaction log) adopts the workers' data ----
+
+
+def test_new_master_log_adopts_data_of_workers_that_come_back_late(cluster_factory):
+    """The master is replaced (its log lost) while the workers holding the data are down
+    and only an empty worker is up. When they come back, the new log adopts their state
+    and the empty worker is replicated from them, never the other way round."""
+    c = cluster_factory(3)
+    for i in range(5):
+        assert c.update(f"INSERT DATA {{ <urn:n:{i}> <urn:n:p> {i} }}").status_code == 204
+    head = assert_converged(c)["head"]
+    w1, w2, w3 = c.workers
+    c.master.stop()
+    shutil.rmtree(c.master.properties["data-dir"])
+    w1.stop()
+    w2.stop()
+    w3.stop()
+    shutil.rmtree(w3.properties["data-dir"])
+    w3.start()
+    c.master.start()
+    status = c.wait_for(lambda s: c.worker_status(s, w3)["status"] == "ON", "the empty one ON")
+    assert status["writable"] is False  # one worker of three: no client write meanwhile
+    w1.start()
+    w2.start()
+    status = assert_converged(c)
+    assert (status["head"]["fingerprint"], status["head"]["quads"]) == \
+        (head["fingerprint"], head["quads"])
+    for w in c.workers:
+        assert len(c.select("SELECT * WHERE { ?s <urn:n:p> ?o }", w.url)) == 5, w.url
+    assert f"Replicating (empty): worker {w3.url}" in master_log(c)
+
+
 # ---- a large write: slower than request-timeout-s is busy, not gone ----
 
 
