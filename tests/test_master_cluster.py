@@ -85,6 +85,49 @@ class WriteStream:
             t.join(60)
 
 
+class ReadStream:
+    """A thread querying through the master; every answer other than 200 is recorded."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.url = cluster.repo_url
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        query = f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s <{STREAM_P}> ?o }}"
+        with httpx.Client(timeout=30) as client:
+            while not self._stop.is_set():
+                try:
+                    r = client.get(self.url, params={"query": query},
+                                   headers={"accept": "text/csv"})
+                    if r.status_code == 200:
+                        self.ok += 1
+                    else:
+                        self.failed.append(f"{r.status_code} {r.text}")
+                except httpx.HTTPError as exc:
+                    self.failed.append(f"{type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+@pytest.fixture
+def read_stream():
+    streams: list[ReadStream] = []
+
+    def start(cluster: LocalCluster) -> ReadStream:
+        streams.append(ReadStream(cluster))
+        return streams[-1]
+
+    yield start
+    for s in streams:
+        s.stop()
+
+
 @pytest.fixture
 def write_stream():
     streams: list[WriteStream] = []
@@ -131,9 +174,12 @@ def is_off(cluster: LocalCluster, node):
 
 
 def test_probe_worker_killed_during_a_write_stream_is_caught_up_by_replay(
-        cluster_factory, write_stream):
+        cluster_factory, write_stream, read_stream):
     c = cluster_factory(3)
     stream = write_stream(c)
+    # Reads meanwhile: one that meets the dead worker is re-sent to another
+    # (cluster-basics.txt, READ requests); no client sees the failure.
+    reads = read_stream(c)
     stream.wait_acked(30)
     # The probe executes every write first: losing it mid-group is the hard case.
     victim = node_of(c, c.status()["probe"])
@@ -145,7 +191,9 @@ def test_probe_worker_killed_during_a_write_stream_is_caught_up_by_replay(
     c.wait_for(lambda s: c.worker_status(s, victim)["status"] == "ON", "the worker back ON")
     stream.more(30)
     stream.stop()
+    reads.stop()
     assert stream.failed == []
+    assert reads.failed == [] and reads.ok > 10, (reads.ok, reads.failed[:5])
     status = assert_converged(c)
     assert status["head"]["seq"] >= len(stream.acked)
     acked = set(stream.acked)
