@@ -383,6 +383,12 @@ def test_add_and_remove_a_worker_at_runtime(cluster_factory):
     for i in range(3):
         assert c.update(f"INSERT DATA {{ <urn:a:{i}> <urn:a:p> {i} }}").status_code == 204
     head = assert_converged(c)["head"]
+    # A bad URL: refused with the reason, nothing persisted, nothing added.
+    props_before = c.master.config.read_bytes()
+    r = httpx.post(f"{c.master.url}/admin/workers", json={"url": "not a url"}, timeout=30)
+    assert r.status_code == 400 and "not a url" in r.text, r.text
+    assert c.master.config.read_bytes() == props_before
+    assert len(c.status()["workers"]) == 3
     new = c.new_worker("worker4")
     new.start()
     r = httpx.post(f"{c.master.url}/admin/workers", json={"url": new.url}, timeout=30)
