@@ -268,6 +268,7 @@ def test_worker_corrupted_behind_the_masters_back_is_replicated(cluster_factory)
 def test_writable_with_one_worker_down(cluster_factory, workers):
     c = cluster_factory(workers)
     assert c.update("INSERT DATA { <urn:w:a> <urn:w:p> 1 }").status_code == 204
+    assert_converged(c)
     victim = c.workers[-1]
     victim.kill9()
     status = c.wait_for(is_off(c, victim), "the killed worker OFF")
@@ -566,6 +567,8 @@ def test_sparqlwrapper_through_the_master(shared):
     result = sw.query()
     assert result.response.status in (200, 204)
     sw = SPARQLWrapper(c.repo_url)
+    # Reads are eventually consistent: read-your-writes at once is asked for.
+    sw.addCustomHttpHeader("X-GraphDB-Local-Consistency", "updating")
     sw.setReturnFormat(JSON)
     sw.setQuery("SELECT ?o WHERE { <urn:sw:s> <urn:sw:p> ?o }")
     rows = sw.queryAndConvert()["results"]["bindings"]
@@ -605,7 +608,8 @@ def test_rdf4j_transaction_protocol_through_the_master(shared):
                      headers={"content-type": "text/turtle"})
         assert r.status_code == 200, r.text
         assert http.delete(tx).status_code == 204
-    assert c.select("SELECT * WHERE { <urn:tx:gone> ?p ?o }") == []
+    assert c.select("SELECT * WHERE { <urn:tx:gone> ?p ?o }",
+                    **{"X-GraphDB-Local-Consistency": "updating"}) == []
     assert c.status()["head"]["seq"] == seq_before + 1
     assert_converged(c)
 
