@@ -1,0 +1,44 @@
+"""TxLog sync protocol between peer masters: a pure state machine (``protocol.py``).
+
+See ``protocol.py`` for the theory of operation; the driver that runs rounds, posts over
+HTTP and persists through ``txlog/`` is a thin shell around ``SyncNode``.
+"""
+
+from master_service.sync.hlc import HybridLogicalClock
+from master_service.sync.messages import InvalidMessage, Message, Mode, Status, TailSegment, TxMeta
+from master_service.sync.protocol import (
+    Acquire,
+    Activity,
+    Incoming,
+    Inconsistency,
+    PersistentState,
+    Post,
+    Ready,
+    Refused,
+    SyncNode,
+    Tail,
+    Timing,
+    UnknownPeer,
+)
+
+__all__ = [
+    "Acquire",
+    "Activity",
+    "HybridLogicalClock",
+    "Incoming",
+    "Inconsistency",
+    "InvalidMessage",
+    "Message",
+    "Mode",
+    "PersistentState",
+    "Post",
+    "Ready",
+    "Refused",
+    "Status",
+    "SyncNode",
+    "Tail",
+    "TailSegment",
+    "Timing",
+    "TxMeta",
+    "UnknownPeer",
+]

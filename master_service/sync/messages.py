@@ -1,0 +1,168 @@
+"""Values of the TxLog sync protocol: transaction metadata and the two peer messages.
+
+Everything here is a frozen dataclass validated at construction, so a malformed message is
+refused where it is parsed (the driver answers 400) and the state machine only ever sees
+well-formed values. Times and timestamps are integers in the driver's unit (milliseconds
+in the simulator; any fixed unit works, the protocol only compares them).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class InvalidMessage(ValueError):
+    """A value that breaks a rule of the protocol; nothing was changed."""
+
+
+class Mode(enum.Enum):
+    """Master modes (cluster-basics.txt, "Master peering")."""
+
+    READ_WRITE = "read-write"  # takes client transactions; others wait for it
+    READ_ONLY = "read-only"  # refuses client transactions; others still wait for it
+    MUTED = "muted"  # refuses client transactions; others do not wait for it
+
+
+def _check_id(what: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidMessage(f"{what} must be a non-empty string, got {value!r}")
+
+
+def _check_int(what: str, value: object, minimum: int = 0) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidMessage(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_sorted(what: str, txs: tuple[TxMeta, ...]) -> None:
+    if not isinstance(txs, tuple) or not all(isinstance(t, TxMeta) for t in txs):
+        raise InvalidMessage(f"{what} must be a tuple of TxMeta")
+    seen: set[str] = set()
+    previous: tuple[int, str] | None = None
+    for tx in txs:
+        if tx.txid in seen:
+            raise InvalidMessage(f"{what}: transaction {tx.txid!r} is listed twice")
+        seen.add(tx.txid)
+        if previous is not None and tx.key <= previous:
+            raise InvalidMessage(f"{what} is not sorted by (timestamp, transaction id) at "
+                                 f"{tx.txid!r}")
+        previous = tx.key
+
+
+@dataclass(frozen=True, slots=True)
+class TxMeta:
+    """What the protocol exchanges about a transaction: never its payload.
+
+    ``digest`` and ``size`` describe the payload that a node acquires from the origin
+    (spec, "Transaction exchange"); the order of transactions is (timestamp, txid).
+    """
+
+    txid: str
+    timestamp: int
+    origin: str
+    size: int
+    digest: str
+
+    def __post_init__(self) -> None:
+        _check_id("transaction id", self.txid)
+        _check_int(f"timestamp of {self.txid}", self.timestamp)
+        _check_id(f"origin of {self.txid}", self.origin)
+        _check_int(f"size of {self.txid}", self.size)
+        _check_id(f"digest of {self.txid}", self.digest)
+
+    @property
+    def key(self) -> tuple[int, str]:
+        """The incoming queue's sort key (spec: "sorted by timestamp and transaction ID")."""
+        return (self.timestamp, self.txid)
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The message a node POSTs to its peers at the start of each round.
+
+    Spec fields: ``merge_base`` (id of the last synchronised transaction, None before the
+    first), ``counter`` (the sender's timestamp counter) and ``queue`` (its incoming queue,
+    acquired transactions only, sorted by (timestamp, txid)).
+
+    Extensions, see the theory of operation in ``protocol.py``:
+    ``seq`` — the length of the sender's synchronised queue (the position of the merge
+    base), so that a divergence is detected instead of mistaken for a lag;
+    ``witnesses`` — for other nodes, counters up to which the sender guarantees it holds
+    (and posts in ``queue``) every transaction that node originated (relayed counters);
+    ``mode`` — the sender's master mode, so that a mode misconfiguration is reported.
+    """
+
+    sender: str
+    mode: Mode
+    merge_base: str | None
+    seq: int
+    counter: int
+    queue: tuple[TxMeta, ...]
+    witnesses: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_id("sender", self.sender)
+        if not isinstance(self.mode, Mode):
+            raise InvalidMessage(f"mode must be a Mode, got {self.mode!r}")
+        _check_int("seq", self.seq)
+        if self.merge_base is None:
+            if self.seq != 0:
+                raise InvalidMessage("a merge base of None means an empty synchronised queue "
+                                     f"(seq 0), got seq {self.seq}")
+        else:
+            _check_id("merge base", self.merge_base)
+            if self.seq == 0:
+                raise InvalidMessage("seq 0 means an empty synchronised queue: no merge base")
+        _check_int("counter", self.counter)
+        _check_sorted("incoming queue", self.queue)
+        if self.queue and self.queue[-1].timestamp > self.counter:
+            raise InvalidMessage("the counter must have moved past every queued timestamp: "
+                                 f"{self.queue[-1].timestamp} > counter {self.counter}")
+        if not isinstance(self.witnesses, tuple):
+            raise InvalidMessage("witnesses must be a tuple of (node id, counter)")
+        previous = ""
+        for item in self.witnesses:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise InvalidMessage(f"a witness must be (node id, counter), got {item!r}")
+            node, counter = item
+            _check_id("witness node id", node)
+            _check_int(f"witness counter of {node}", counter)
+            if node == self.sender:
+                raise InvalidMessage("the sender's own counter is `counter`, not a witness")
+            if node <= previous:
+                raise InvalidMessage("witnesses must be sorted by node id without duplicates")
+            previous = node
+
+
+@dataclass(frozen=True, slots=True)
+class TailSegment:
+    """Synchronised-queue entries a forerunner sends to a lagger (spec, "Laggers").
+
+    ``entries`` follow the entry at position ``after_seq`` whose id is ``after`` (None and
+    0 for the start of the queue).
+    """
+
+    sender: str
+    after_seq: int
+    after: str | None
+    entries: tuple[TxMeta, ...]
+
+    def __post_init__(self) -> None:
+        _check_id("sender", self.sender)
+        _check_int("after_seq", self.after_seq)
+        if (self.after is None) != (self.after_seq == 0):
+            raise InvalidMessage("after is None exactly when after_seq is 0")
+        if self.after is not None:
+            _check_id("after", self.after)
+        if not isinstance(self.entries, tuple) or not self.entries:
+            raise InvalidMessage("a tail segment carries at least one entry")
+        seen: set[str] = set()
+        for tx in self.entries:
+            if not isinstance(tx, TxMeta):
+                raise InvalidMessage("tail entries must be TxMeta")
+            if tx.txid in seen or tx.txid == self.after:
+                raise InvalidMessage(f"tail segment lists {tx.txid!r} twice")
+            seen.add(tx.txid)
+
+
+Message = Status | TailSegment

@@ -1,0 +1,808 @@
+"""The TxLog sync protocol (spec/txlog-sync-protocol.txt) as a pure state machine.
+
+One ``SyncNode`` per master. Inputs are method calls — a client transaction (``submit``),
+a message from a peer (``receive``), the clock (``tick``), a payload that arrived
+(``acquired``), membership (``add_peer`` / ``remove_peer``) — each with the current time
+as a value. Each call returns a frozen ``Ready``: what to persist, then what to send,
+acknowledge, fetch and execute. Nothing here touches a socket, a clock, a file or a
+random number; the driver does, and ``tests/sync_sim.py`` drives many nodes over a faulty
+simulated network from one seed.
+
+Theory of operation
+===================
+
+State per node (spec, "Node state variables"): the *synchronised queue* (agreed, replayed
+by the workers in order), the *incoming queue* sorted by (timestamp, txid), the *merge
+base* (id of the last synchronised transaction; its position is ``seq``), and the
+*timestamp counter*, a hybrid logical clock (``hlc.py``): it never goes backwards, moves
+past every timestamp it sees, and a new local transaction gets a timestamp above it.
+
+A round (spec, "Normal operation"): POST ``Status(merge base, seq, counter, incoming
+queue, witnesses)`` to every peer; COLLECT the statuses peers post (a node keeps what
+arrives before it posts its own); ADD the longest common prefix of the local queue and
+the queues collected this round at the same merge base, limited to timestamps up to the
+least counter; MERGE unknown transactions from every received queue into the local queue
+in sorted place (we merge on receipt, which is the same thing done earlier).
+
+Why ADD is safe — the counter promise
+-------------------------------------
+Say that node O *covers* counter c for node N when N's incoming queue and synchronised
+queue together hold every transaction O originated with timestamp <= c. This is what the
+counters are for:
+
+1. A posted counter covers its own queue: O assigns a new transaction a timestamp above
+   its counter and the counter never goes backwards (across restarts too, since the
+   counter is persisted before it is posted). So every transaction O originated with
+   timestamp <= the posted counter existed when O posted; it was then in O's incoming
+   queue (own transactions are always acquired, so always posted) or in O's synchronised
+   queue up to the posted merge base.
+2. N merges every received queue. If the status's merge base is in N's own synchronised
+   queue (N is level with or ahead of the sender), then after the merge O covers the
+   posted counter for N, and keeps covering it: transactions leave N's incoming queue only
+   into its synchronised queue. N keeps, per originator, the highest such counter: its
+   *witness* for O. A status at a merge base N does not know yet (N lags) is held back
+   until N's synchronised queue reaches that base.
+3. ADD takes a prefix L of N's local incoming queue whose timestamps are all <= m, the
+   least witness over every node that may originate (N's own counter included). Any
+   transaction z that sorts before the last element of L has a timestamp <= m, so its
+   originator covers it: z is in N's synchronised queue (then it is not "before" L) or
+   in N's incoming queue, where it sorts before L's end — and L is a prefix of the
+   sorted incoming queue, so z is in L.
+
+So L is exactly the first |L| transactions, in (timestamp, txid) order, of *all
+transactions that will ever exist* minus those already synchronised. By induction every
+synchronised queue is a prefix of one sequence — all transactions, sorted — and any two
+are identical or one is a prefix of the other, whatever messages each node's rounds saw.
+The simulator checks this stronger form after every event: each synchronised queue is a
+prefix of the sorted list of every transaction created so far, so timestamps never
+decrease along it. A transaction created later cannot overtake: its timestamp is above
+its origin's counter, which is >= every witness anyone holds for that origin.
+
+The common prefix with the collected queues is therefore not what keeps queues
+consistent; it is what makes the result *executable and acknowledged*: a peer posts only
+transactions it has acquired (spec, "Acquired transactions only"), so everything in L was
+acquired by every peer that posted this round (and by N: L stops at the first local
+transaction whose payload N lacks), and a read-only master that posted has acknowledged
+it. Missing peers (spec, "Missing nodes") enter only with their last known counter,
+exactly as the spec says; they catch up as laggers.
+
+Deviations from the spec's wording, and why
+-------------------------------------------
+- The spec's "least of the collected counters" is, here, the least *witness* of every
+  originator, not only of the nodes heard this round. A counter is only a promise about
+  transactions its sender had at the time; a node that has not merged the queue that came
+  with a counter (e.g. one posted at a merge base it has not reached) cannot use it.
+- Relayed counters (``Status.witnesses``): a node also posts, per originator, the witness
+  it holds, lowered below the first transaction of that originator it has not acquired
+  (those are not in its posted queue). Point 2 applies unchanged to relayed values, so
+  they are as safe as direct ones; they keep the cluster going when one link is down
+  (spec, "net adapter failure": the reachable master relays the updates) instead of
+  stalling on the unreachable peer's frozen counter until the split timeout.
+- ``Status.seq`` tells where the merge base is, so a forerunner can tell a lagger (its
+  base is in our queue at that position) from a diverged node (something else is there)
+  and report an inconsistency instead of silently going on.
+- A muted master never ADDs: it follows the synchronised queue from tail segments like a
+  lagger. Read-only masters run full rounds and are waited for like read-write ones; they
+  only refuse client transactions.
+
+Where safety ends: the split
+----------------------------
+The argument needs a witness for every originator. With a peer missing, rounds complete
+with its last known counter: they add what is below it, then run empty (spec). When no
+progress was made for ``max_peer_lag`` while there is work, the peers not heard from for
+that long are *excluded* and reported in ``split_suspected``; from then on ADD ignores
+their counters and may order transactions in a way they will not: the split brain of the
+spec. A peer is re-included as soon as it posts a merge base consistent with ours.
+Recovery (majority vote, backup/restore) is a later layer; this core only detects it:
+diverging merge bases and tail segments that do not extend our queue are reported as
+``inconsistencies`` and never applied.
+
+Idle and busy (spec, "Idle/Busy mode"): a round ends early when every waited-for peer has
+posted a new status at our merge base (back-to-back rounds), or at its deadline. The
+first round in which nothing is unsynchronised switches to idle (rounds every
+``idle_interval``); a non-empty status from a peer or a client transaction switches back
+to busy and starts a round at once.
+
+The Ready contract (etcd raft's Ready)
+--------------------------------------
+Handle Readies in order. For each: persist ``counter``, ``incoming`` (upserts) and
+``synchronised`` (append; those transactions leave the incoming queue) in one durable
+transaction; only then acknowledge ``acknowledge`` to clients, send ``posts`` and
+``tails``, start ``acquire`` fetches, and hand ``synchronised`` to the workers (a
+transaction whose payload is still being acquired waits for it). After a crash,
+``SyncNode.restore`` resumes from what was persisted. Everything acknowledged was
+persisted in the incoming queue and leaves it only into the persisted synchronised queue,
+so it is never lost; a counter is never posted before it is durable, which keeps point 1
+true across restarts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from master_service.sync.hlc import HybridLogicalClock
+from master_service.sync.messages import (
+    InvalidMessage,
+    Message,
+    Mode,
+    Status,
+    TailSegment,
+    TxMeta,
+)
+
+__all__ = [
+    "Acquire",
+    "Activity",
+    "Incoming",
+    "Inconsistency",
+    "PersistentState",
+    "Post",
+    "Ready",
+    "Refused",
+    "SyncNode",
+    "Tail",
+    "Timing",
+    "UnknownPeer",
+]
+
+
+class Refused(Exception):
+    """A client transaction this master does not take (read-only, muted, duplicate id)."""
+
+
+class UnknownPeer(InvalidMessage):
+    """A message from a node that is not a configured peer (spec: not synchronised with)."""
+
+
+class Activity(enum.Enum):
+    BUSY = "busy"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Round timing, in the driver's time unit (the simulator uses milliseconds)."""
+
+    round_timeout: int = 500  # a busy round ends here if some peer did not post
+    idle_interval: int = 5_000  # spec: "once a second to once a minute"
+    max_peer_lag: int | None = None  # no progress for this long -> continue without missing
+    acquire_retry: int = 1_000  # ask again for a payload that did not arrive
+    max_tail: int = 1_000  # entries per tail segment
+
+    def __post_init__(self) -> None:
+        for name in ("round_timeout", "idle_interval", "acquire_retry", "max_tail"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.max_peer_lag is not None and (
+                not isinstance(self.max_peer_lag, int) or self.max_peer_lag < 1):
+            raise ValueError(f"max_peer_lag must be None or >= 1, got {self.max_peer_lag!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """An incoming-queue entry as persisted: the transaction and whether we hold its payload."""
+
+    tx: TxMeta
+    acquired: bool
+
+
+@dataclass(frozen=True)
+class PersistentState:
+    """What a node needs to resume after a crash: exactly what its Readies asked to persist."""
+
+    synchronised: tuple[TxMeta, ...] = ()
+    incoming: tuple[Incoming, ...] = ()
+    counter: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.counter, int) or self.counter < 0:
+            raise ValueError(f"counter must be an integer >= 0, got {self.counter!r}")
+        seen: set[str] = set()
+        for tx in self.synchronised:
+            if tx.txid in seen:
+                raise ValueError(f"{tx.txid!r} is twice in the synchronised queue")
+            seen.add(tx.txid)
+        previous: tuple[int, str] | None = None
+        for item in self.incoming:
+            tx = item.tx
+            if tx.txid in seen:
+                raise ValueError(f"{tx.txid!r} is both synchronised and incoming, or twice")
+            seen.add(tx.txid)
+            if previous is not None and tx.key <= previous:
+                raise ValueError(f"incoming queue not sorted at {tx.txid!r}")
+            previous = tx.key
+        newest = max((t.timestamp for t in self.synchronised), default=0)
+        if previous is not None:
+            newest = max(newest, previous[0])
+        if newest > self.counter:
+            raise ValueError(f"counter {self.counter} is behind a stored timestamp {newest}: "
+                             "it must be persisted with everything it has seen")
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    to: str
+    status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    to: str
+    segment: TailSegment
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Fetch the payload of ``tx``; ``sources`` hold it, in order of preference (origin
+    first, then peers that posted it or sent it in a tail segment)."""
+
+    tx: TxMeta
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Inconsistency:
+    """Something that can't happen between consistent nodes; it was not applied.
+
+    kinds: ``diverged`` (a status whose merge base is not ours at its position),
+    ``tail-diverged`` (a tail segment that does not extend our synchronised queue),
+    ``conflicting-transaction`` (one id, two different transactions),
+    ``mode-mismatch`` (a peer posts with another mode than we have configured for it).
+    """
+
+    peer: str
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The outcome of one step. Persist first, then act (see the module docstring)."""
+
+    # -- persist, in one durable transaction --
+    counter: int | None = None  # the timestamp counter, when it moved
+    incoming: tuple[Incoming, ...] = ()  # incoming entries added or changed (upsert by txid)
+    synchronised: tuple[TxMeta, ...] = ()  # appended to the synchronised queue, in order;
+    #                                        they leave the incoming queue
+    # -- then --
+    acknowledge: tuple[str, ...] = ()  # client transactions now durable: answer the clients
+    posts: tuple[Post, ...] = ()
+    tails: tuple[Tail, ...] = ()
+    acquire: tuple[Acquire, ...] = ()
+    activity: Activity | None = None  # when busy/idle mode changed
+    split_suspected: frozenset[str] | None = None  # when the set of excluded peers changed
+    inconsistencies: tuple[Inconsistency, ...] = ()
+    next_round_at: int = 0  # call tick() at this time
+
+    @property
+    def must_persist(self) -> bool:
+        return self.counter is not None or bool(self.incoming) or bool(self.synchronised)
+
+
+class _Entry:
+    """An incoming transaction, or a synchronised one whose payload we still lack."""
+
+    __slots__ = ("acquired", "requested_at", "sources", "tx")
+
+    def __init__(self, tx: TxMeta, acquired: bool, sources: list[str]) -> None:
+        self.tx = tx
+        self.acquired = acquired
+        self.sources = sources
+        self.requested_at: int | None = None
+
+
+class _Peer:
+    __slots__ = ("fresh", "heard_at", "latest", "mode")
+
+    def __init__(self, mode: Mode) -> None:
+        self.mode = mode
+        self.latest: Status | None = None  # the newest status (highest counter)
+        self.fresh = False  # a new status arrived since our last round ended
+        self.heard_at: int | None = None  # when we last received anything from it
+
+
+@dataclass
+class _Out:
+    incoming: dict[str, None] = field(default_factory=dict)
+    synchronised: list[TxMeta] = field(default_factory=list)
+    acknowledge: list[str] = field(default_factory=list)
+    posts: list[Post] = field(default_factory=list)
+    tails: list[Tail] = field(default_factory=list)
+    acquire: list[Acquire] = field(default_factory=list)
+    activity: Activity | None = None
+    split_changed: bool = False
+    inconsistencies: list[Inconsistency] = field(default_factory=list)
+
+
+_SAME, _BEHIND, _AHEAD, _DIVERGED = "same", "behind", "ahead", "diverged"
+
+
+def _check_time(now: object) -> None:
+    if not isinstance(now, int) or isinstance(now, bool) or now < 0:
+        raise ValueError(f"now must be an integer >= 0, got {now!r}")
+
+
+class SyncNode:
+    """One master's side of the TxLog sync protocol (module docstring)."""
+
+    def __init__(self, node_id: str, *, now: int,
+                 peers: Mapping[str, Mode] | Iterable[str] = (),
+                 mode: Mode = Mode.READ_WRITE, timing: Timing | None = None,
+                 state: PersistentState | None = None,
+                 missing_payloads: Iterable[str] = ()) -> None:
+        if not isinstance(node_id, str) or not node_id:
+            raise ValueError("node_id must be a non-empty string")
+        if not isinstance(mode, Mode):
+            raise ValueError(f"mode must be a Mode, got {mode!r}")
+        _check_time(now)
+        self._id = node_id
+        self._mode = mode
+        self._timing = timing or Timing()
+        state = state or PersistentState()
+        self._clock = HybridLogicalClock(state.counter)
+        self._persisted_counter = state.counter
+        self._synced: list[TxMeta] = list(state.synchronised)
+        self._synced_pos = {tx.txid: i for i, tx in enumerate(self._synced)}
+        self._incoming: dict[str, _Entry] = {}
+        self._order: list[tuple[int, str]] = []  # keys of _incoming, sorted
+        for item in state.incoming:
+            self._incoming[item.tx.txid] = _Entry(item.tx, item.acquired,
+                                                  self._sources(item.tx.origin))
+            self._order.append(item.tx.key)
+        self._peers: dict[str, _Peer] = {}
+        items = peers.items() if isinstance(peers, Mapping) else ((p, Mode.READ_WRITE)
+                                                                  for p in peers)
+        for peer, peer_mode in items:
+            self._set_peer(peer, peer_mode)
+        # synchronised transactions whose payload we still have to fetch (laggers)
+        self._missing: dict[str, _Entry] = {}
+        for txid in missing_payloads:
+            pos = self._synced_pos.get(txid)
+            if pos is None:
+                raise ValueError(f"missing payload {txid!r} is not synchronised")
+            tx = self._synced[pos]
+            self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
+        self._witness: dict[str, int] = {}  # originator -> counter it covers for us
+        self._held: dict[str, Status] = {}  # statuses at merge bases we have not reached
+        self._excluded: set[str] = set()
+        self._reported: set[tuple[str, str, str]] = set()
+        self._stalled_since: int | None = None
+        self._activity = Activity.BUSY  # a (re)started node catches up first
+        self._deadline = now  # the first tick posts
+        self._out = _Out()
+
+    @classmethod
+    def restore(cls, node_id: str, persisted: PersistentState, *, now: int,
+                **kwargs) -> SyncNode:
+        """Resume after a crash from what the Readies asked to persist."""
+        return cls(node_id, now=now, state=persisted, **kwargs)
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def node_id(self) -> str:
+        return self._id
+
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @property
+    def merge_base(self) -> str | None:
+        return self._synced[-1].txid if self._synced else None
+
+    @property
+    def seq(self) -> int:
+        return len(self._synced)
+
+    @property
+    def counter(self) -> int:
+        return self._clock.counter
+
+    @property
+    def synchronised(self) -> tuple[TxMeta, ...]:
+        return tuple(self._synced)
+
+    @property
+    def incoming(self) -> tuple[Incoming, ...]:
+        return tuple(Incoming(self._incoming[t].tx, self._incoming[t].acquired)
+                     for _, t in self._order)
+
+    @property
+    def activity(self) -> Activity:
+        return self._activity
+
+    @property
+    def split_suspected(self) -> frozenset[str]:
+        return frozenset(self._excluded)
+
+    @property
+    def next_round_at(self) -> int:
+        return self._deadline
+
+    @property
+    def peers(self) -> dict[str, Mode]:
+        return {p: s.mode for p, s in self._peers.items()}
+
+    @property
+    def missing_payloads(self) -> frozenset[str]:
+        return frozenset(self._missing)
+
+    def persistent_state(self) -> PersistentState:
+        """What the Readies so far asked to persist (for checks and tests)."""
+        return PersistentState(tuple(self._synced), self.incoming, self._persisted_counter)
+
+    # ------------------------------------------------------------------ inputs
+
+    def submit(self, txid: str, *, size: int, digest: str, now: int) -> Ready:
+        """A client transaction accepted at this master; acknowledge it once persisted."""
+        _check_time(now)
+        if self._mode is not Mode.READ_WRITE:
+            raise Refused(f"master {self._id} is {self._mode.value}: it takes transactions "
+                          "only from its peers")
+        if txid in self._incoming or txid in self._synced_pos:
+            raise Refused(f"transaction id {txid!r} is already known")
+        tx = TxMeta(txid, max(now, self._clock.counter + 1), self._id, size, digest)
+        self._clock.observe(tx.timestamp)  # == next_timestamp(now), after validation
+        self._insert(_Entry(tx, True, []))
+        self._out.acknowledge.append(txid)
+        if self._activity is Activity.IDLE:
+            self._complete_round(now)  # busy on an incoming transaction: post it now
+        return self._ready()
+
+    def receive(self, message: Message, now: int) -> Ready:
+        """A status or tail segment from a peer (already validated at construction)."""
+        _check_time(now)
+        if message.sender == self._id:
+            raise InvalidMessage(f"a message from ourselves ({self._id})")
+        peer = self._peers.get(message.sender)
+        if peer is None:
+            raise UnknownPeer(f"{message.sender!r} is not a configured peer of {self._id}")
+        peer.heard_at = now
+        if isinstance(message, Status):
+            self._on_status(peer, message, now)
+        elif isinstance(message, TailSegment):
+            self._on_tail(message, now)
+        else:
+            raise InvalidMessage(f"not a protocol message: {type(message).__name__}")
+        return self._ready()
+
+    def tick(self, now: int) -> Ready:
+        """The clock: ends the round at its deadline, retries payload fetches."""
+        _check_time(now)
+        if now >= self._deadline:
+            self._complete_round(now)
+        else:
+            self._retry_acquires(now)
+        return self._ready()
+
+    def acquired(self, txid: str, now: int) -> Ready:
+        """The payload of ``txid`` is stored durably by the driver."""
+        _check_time(now)
+        entry = self._incoming.get(txid)
+        if entry is not None and not entry.acquired:
+            entry.acquired = True
+            self._out.incoming[txid] = None
+        self._missing.pop(txid, None)
+        return self._ready()
+
+    def add_peer(self, peer: str, mode: Mode = Mode.READ_WRITE, *, now: int) -> Ready:
+        """Configure a peer (or change its mode). We wait for a new read-write or read-only
+        peer's status before adding anything: we hold no counter of it yet."""
+        _check_time(now)
+        self._set_peer(peer, mode)
+        return self._ready()
+
+    def remove_peer(self, peer: str, *, now: int) -> Ready:
+        """Stop synchronising with a peer. Safe only if it originates no more transactions
+        (it is gone, or muted): we stop waiting for its counter."""
+        _check_time(now)
+        if self._peers.pop(peer, None) is None:
+            raise ValueError(f"{peer!r} is not a peer of {self._id}")
+        self._held.pop(peer, None)
+        if peer in self._excluded:
+            self._excluded.discard(peer)
+            self._out.split_changed = True
+        return self._ready()
+
+    # ------------------------------------------------------------------ steps
+
+    def _set_peer(self, peer: str, mode: Mode) -> None:
+        if not isinstance(peer, str) or not peer or peer == self._id:
+            raise ValueError(f"a peer id is a non-empty string other than ours, got {peer!r}")
+        if not isinstance(mode, Mode):
+            raise ValueError(f"mode must be a Mode, got {mode!r}")
+        state = self._peers.get(peer)
+        if state is None:
+            self._peers[peer] = _Peer(mode)
+        else:
+            state.mode = mode
+
+    def _on_status(self, peer: _Peer, st: Status, now: int) -> None:
+        if st.mode is not peer.mode:
+            self._report(st.sender, "mode-mismatch",
+                         f"posts as {st.mode.value}, configured {peer.mode.value}")
+        relation = self._relation(st.seq, st.merge_base)
+        if relation == _DIVERGED:
+            self._report(st.sender, "diverged",
+                         f"merge base {st.merge_base} at seq {st.seq}, ours there is "
+                         f"{self._synced[st.seq - 1].txid if st.seq else None}")
+            return
+        self._clock.observe(st.counter)  # counter >= every timestamp in the queue
+        merged = self._merge(st.queue, st.sender, now)
+        if merged:
+            if relation == _AHEAD:
+                held = self._held.get(st.sender)
+                if held is None or st.counter >= held.counter:
+                    self._held[st.sender] = st
+            else:
+                self._take_witnesses(st)
+        if relation == _BEHIND:
+            self._send_tail(st.sender, st.seq)
+        if st.sender in self._excluded and relation != _AHEAD:
+            self._excluded.discard(st.sender)  # back, and consistent with us
+            self._out.split_changed = True
+        if peer.latest is None or st.counter >= peer.latest.counter:
+            peer.latest = st
+            peer.fresh = True
+        if self._activity is Activity.IDLE:
+            if st.queue:
+                self._complete_round(now)  # spec: busy on the first non-empty status
+        elif self._all_posted():
+            self._complete_round(now)  # back-to-back rounds
+
+    def _on_tail(self, seg: TailSegment, now: int) -> None:
+        start = seg.after_seq
+        if start > len(self._synced):
+            return  # not next to our queue; our next status asks from where we are
+        if self._relation(start, seg.after) == _DIVERGED:
+            self._report(seg.sender, "tail-diverged",
+                         f"segment after {seg.after} at seq {start}, ours there is "
+                         f"{self._synced[start - 1].txid}")
+            return
+        overlap = min(len(seg.entries), len(self._synced) - start)
+        for i in range(overlap):
+            if seg.entries[i] != self._synced[start + i]:
+                self._report(seg.sender, "tail-diverged",
+                             f"seq {start + i + 1} is {seg.entries[i].txid}, ours is "
+                             f"{self._synced[start + i].txid}")
+                return
+        new = seg.entries[overlap:]
+        for tx in new:
+            entry = self._incoming.get(tx.txid)
+            if tx.txid in self._synced_pos or (entry is not None and entry.tx != tx):
+                self._report(seg.sender, "tail-diverged" if entry is None
+                             else "conflicting-transaction",
+                             f"{tx.txid} conflicts with what we hold")
+                return
+        if not new:
+            return
+        for tx in new:
+            self._clock.observe(tx.timestamp)
+            entry = self._incoming.pop(tx.txid, None)
+            if entry is not None:
+                self._order.remove(tx.key)
+            self._append_synced(tx, entry, seg.sender, now)
+        self._base_advanced(now, progressed=True)
+        self._complete_round(now)  # a new merge base: post it
+
+    def _complete_round(self, now: int) -> None:
+        """End the current round (ADD), then start the next one (POST)."""
+        self._check_stall(now)
+        added = self._add(now) if self._mode is not Mode.MUTED else 0
+        if added:
+            self._base_advanced(now, progressed=True)
+        elif not self._incoming:
+            self._stalled_since = None
+        elif self._stalled_since is None:
+            self._stalled_since = now
+        idle = not self._incoming and not self._missing and not any(
+            p.fresh and p.latest is not None and p.latest.queue for p in self._peers.values())
+        activity = Activity.IDLE if idle else Activity.BUSY
+        if activity is not self._activity:
+            self._activity = activity
+            self._out.activity = activity
+        for p in self._peers.values():
+            p.fresh = False
+        self._retry_acquires(now)
+        self._post(now)
+        self._deadline = now + (self._timing.idle_interval if idle
+                                else self._timing.round_timeout)
+
+    def _add(self, now: int) -> int:
+        """ADD: the longest common prefix, up to the least witness (module docstring)."""
+        if not self._order:
+            return 0
+        required = self._required()
+        least = self._clock.counter
+        for node in required:
+            witness = self._witness.get(node)
+            if witness is None:
+                return 0  # no promise from this originator yet
+            least = min(least, witness)
+        base, seq = self.merge_base, len(self._synced)
+        collected = []
+        for node in required:
+            st = self._peers[node].latest
+            if self._peers[node].fresh and st.seq == seq and st.merge_base == base:
+                collected.append(st.queue)
+        n = 0
+        for ts, txid in self._order:
+            if ts > least or not self._incoming[txid].acquired:
+                break
+            if any(len(q) <= n or q[n].txid != txid for q in collected):
+                break
+            n += 1
+        if n:
+            keys = self._order[:n]
+            del self._order[:n]
+            for _, txid in keys:
+                entry = self._incoming.pop(txid)
+                self._append_synced(entry.tx, entry, self._id, now)
+        return n
+
+    def _post(self, now: int) -> None:
+        if not self._peers:
+            return
+        counter = self._clock.tick(now)
+        queue = []
+        unacquired: dict[str, int] = {}  # originator -> timestamp of its first unacquired
+        for ts, txid in self._order:
+            entry = self._incoming[txid]
+            if entry.acquired:
+                queue.append(entry.tx)
+            else:
+                unacquired.setdefault(entry.tx.origin, ts)
+        witnesses = []
+        for node in sorted(self._witness):
+            cap = self._witness[node]
+            if node in unacquired:
+                cap = min(cap, unacquired[node] - 1)
+            if cap >= 0:
+                witnesses.append((node, cap))
+        status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter,
+                        tuple(queue), tuple(witnesses))
+        self._out.posts.extend(Post(p, status) for p in sorted(self._peers))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _required(self) -> list[str]:
+        """Peers we wait for: every read-write and read-only peer not excluded by a split."""
+        return [p for p, s in self._peers.items()
+                if s.mode is not Mode.MUTED and p not in self._excluded]
+
+    def _all_posted(self) -> bool:
+        required = self._required()
+        if not required:
+            return False
+        base, seq = self.merge_base, len(self._synced)
+        for node in required:
+            peer = self._peers[node]
+            if not peer.fresh or peer.latest.seq != seq or peer.latest.merge_base != base:
+                return False
+        return True
+
+    def _relation(self, seq: int, base: str | None) -> str:
+        if seq > len(self._synced):
+            return _AHEAD
+        if seq and self._synced[seq - 1].txid != base:
+            return _DIVERGED
+        return _SAME if seq == len(self._synced) else _BEHIND
+
+    def _sources(self, *nodes: str) -> list[str]:
+        out: list[str] = []
+        for n in nodes:
+            if n != self._id and n not in out:
+                out.append(n)
+        return out
+
+    def _insert(self, entry: _Entry) -> None:
+        self._incoming[entry.tx.txid] = entry
+        bisect.insort(self._order, entry.tx.key)
+        self._out.incoming[entry.tx.txid] = None
+
+    def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int) -> bool:
+        """MERGE unknown transactions; False if one conflicts with what we hold."""
+        ok = True
+        for tx in txs:
+            entry = self._incoming.get(tx.txid)
+            if entry is not None:
+                if entry.tx != tx:
+                    ok = False
+                    self._report(poster, "conflicting-transaction", f"{tx.txid} differs")
+                elif poster not in entry.sources and poster != self._id:
+                    entry.sources.append(poster)
+                continue
+            pos = self._synced_pos.get(tx.txid)
+            if pos is not None:
+                if self._synced[pos] != tx:
+                    ok = False
+                    self._report(poster, "conflicting-transaction", f"{tx.txid} differs")
+                continue
+            self._clock.observe(tx.timestamp)
+            entry = _Entry(tx, False, self._sources(tx.origin, poster))
+            self._insert(entry)
+            self._request(entry, now)
+        return ok
+
+    def _take_witnesses(self, st: Status) -> None:
+        self._raise_witness(st.sender, st.counter)
+        for node, counter in st.witnesses:
+            self._raise_witness(node, counter)
+
+    def _raise_witness(self, node: str, counter: int) -> None:
+        if node != self._id and counter > self._witness.get(node, -1):
+            self._witness[node] = counter
+
+    def _append_synced(self, tx: TxMeta, entry: _Entry | None, source: str, now: int) -> None:
+        self._synced_pos[tx.txid] = len(self._synced)
+        self._synced.append(tx)
+        self._out.synchronised.append(tx)
+        if entry is None or not entry.acquired:
+            missing = _Entry(tx, False, self._sources(source, tx.origin,
+                                                      *(entry.sources if entry else ())))
+            self._missing[tx.txid] = missing
+            self._request(missing, now)
+
+    def _base_advanced(self, now: int, progressed: bool) -> None:
+        if progressed:
+            self._stalled_since = now if self._incoming else None
+        for sender, st in list(self._held.items()):
+            relation = self._relation(st.seq, st.merge_base)
+            if relation != _AHEAD:
+                del self._held[sender]
+                if relation != _DIVERGED:
+                    self._take_witnesses(st)
+
+    def _check_stall(self, now: int) -> None:
+        """Spec, "Missing nodes": no progress for max_peer_lag -> go on without them."""
+        lag = self._timing.max_peer_lag
+        if lag is None or self._stalled_since is None or now - self._stalled_since < lag:
+            return
+        missing = {p for p in self._required()
+                   if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag}
+        if missing:
+            self._excluded |= missing
+            self._out.split_changed = True
+        self._stalled_since = now
+
+    def _send_tail(self, peer: str, seq: int) -> None:
+        entries = tuple(self._synced[seq:seq + self._timing.max_tail])
+        after = self._synced[seq - 1].txid if seq else None
+        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries)))
+
+    def _request(self, entry: _Entry, now: int) -> None:
+        entry.requested_at = now
+        self._out.acquire.append(Acquire(entry.tx, tuple(entry.sources)))
+
+    def _retry_acquires(self, now: int) -> None:
+        retry = self._timing.acquire_retry
+        for entries in (self._incoming.values(), self._missing.values()):
+            for entry in entries:
+                if not entry.acquired and (entry.requested_at is None
+                                           or now - entry.requested_at >= retry):
+                    self._request(entry, now)
+
+    def _report(self, peer: str, kind: str, detail: str) -> None:
+        key = (peer, kind, detail)
+        if key not in self._reported:
+            self._reported.add(key)
+            self._out.inconsistencies.append(Inconsistency(peer, kind, detail))
+
+    def _ready(self) -> Ready:
+        out, self._out = self._out, _Out()
+        counter = None
+        if self._clock.counter != self._persisted_counter:
+            counter = self._persisted_counter = self._clock.counter
+        incoming = tuple(Incoming(self._incoming[t].tx, self._incoming[t].acquired)
+                         for t in out.incoming if t in self._incoming)
+        return Ready(
+            counter=counter, incoming=incoming, synchronised=tuple(out.synchronised),
+            acknowledge=tuple(out.acknowledge), posts=tuple(out.posts),
+            tails=tuple(out.tails), acquire=tuple(out.acquire), activity=out.activity,
+            split_suspected=frozenset(self._excluded) if out.split_changed else None,
+            inconsistencies=tuple(out.inconsistencies), next_round_at=self._deadline)

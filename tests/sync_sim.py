@@ -1,0 +1,553 @@
+"""Seeded deterministic simulator of TxLog sync masters (TigerBeetle VOPR style).
+
+Everything — node modes, clock skews, message delays, drop and duplicate rates, crashes,
+partitions, client transactions — derives from one integer seed through
+``random.Random(seed)``; simulated time is an integer (milliseconds). A run has a *fault
+phase* (the network delays, reorders, drops and duplicates messages; nodes crash, also in
+the middle of a step, and restart from what they persisted through the Ready contract;
+partitions come and go), then a *liveness phase* (faults stop, everything heals, every
+node is up) that must end, within a bound, with every transaction in every synchronised
+queue and all queues identical.
+
+Invariants checked after every event (``Simulation._check_*``):
+ 1. every synchronised queue is a prefix of one agreed sequence (so any two are identical
+    or one is a prefix of the other);
+ 2. every transaction acknowledged to a client is in its origin's persisted incoming or
+    synchronised queue (across crashes);
+ 3. no transaction is twice in a synchronised queue;
+ 4. (without a split) the agreed sequence is a prefix of the sorted list of every
+    transaction created so far — so timestamps never decrease along a synchronised queue
+    and no transaction is ever created that sorts before a synchronised one;
+ 5. the persisted state equals the node's ``persistent_state()`` after every Ready: the
+    Ready contract carries every change.
+
+Replay a seed:   .venv/bin/python -m tests.sync_sim --seed 123 [--nodes 5] [--fault-rate 0.7]
+Soak many seeds: .venv/bin/python -m tests.sync_sim --soak 600   (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import heapq
+import itertools
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from master_service.sync import (
+    Incoming,
+    Mode,
+    PersistentState,
+    Ready,
+    Refused,
+    Status,
+    SyncNode,
+    TailSegment,
+    Timing,
+    TxMeta,
+)
+
+START = 10_000  # simulated time starts here so that negative clock skews stay >= 0
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    nodes: int = 3
+    fault_rate: float = 0.5
+    modes: tuple[Mode, ...] = ()  # per node; default all read-write
+    fault_time: int = 3_000  # length of the fault phase
+    liveness_bound: int = 30_000  # the healed cluster must converge within this
+    transactions: int = 12  # client transactions submitted during the fault phase
+    max_delay: int = 40  # message delay is uniform in 1..max_delay
+    fetch_delay: int = 40  # payload transfer time is uniform in 1..fetch_delay (bulky)
+    drop: float = 0.0
+    duplicate: float = 0.0
+    crash_mid_step: float = 0.0  # crash while handling a Ready (before/after persisting)
+    crashes: int = 0
+    partitions: int = 0
+    max_skew: int = 300
+    max_peer_lag: int | None = None
+    timing: Timing = field(default_factory=lambda: Timing(
+        round_timeout=150, idle_interval=1_000, acquire_retry=200, max_tail=8))
+
+    @classmethod
+    def derive(cls, seed: int, nodes: int = 3, fault_rate: float = 0.5,
+               **overrides) -> SimConfig:
+        """Rates and counts from the seed, scaled by ``fault_rate`` in [0, 1]."""
+        rng = random.Random(f"config:{seed}")
+        f = min(max(fault_rate, 0.0), 1.0)
+        modes = [Mode.READ_WRITE] * nodes
+        if nodes >= 3 and rng.random() < 0.3:  # sometimes a read-only or muted master
+            modes[rng.randrange(1, nodes)] = rng.choice([Mode.READ_ONLY, Mode.MUTED])
+        values = dict(
+            seed=seed, nodes=nodes, fault_rate=f, modes=tuple(modes),
+            transactions=rng.choice([rng.randint(3, 16), rng.randint(20, 60)]),
+            max_delay=(max_delay := rng.randint(2, 60)),
+            fetch_delay=max_delay * rng.choice([1, 3, 10]),
+            drop=f * rng.uniform(0.0, 0.35),
+            duplicate=f * rng.uniform(0.0, 0.25),
+            crash_mid_step=f * rng.uniform(0.0, 0.02),
+            crashes=round(f * rng.randint(0, 4)),
+            partitions=round(f * rng.randint(0, 3)),
+            max_skew=rng.choice([0, 50, 300, 1_000]),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    def replay_command(self) -> str:
+        return (f".venv/bin/python -m tests.sync_sim --seed {self.seed} --nodes {self.nodes} "
+                f"--fault-rate {self.fault_rate!r}")
+
+
+@dataclass
+class Durable:
+    """What survives a crash: exactly what the node's Readies asked to persist."""
+
+    counter: int = 0
+    synced: list[TxMeta] = field(default_factory=list)
+    synced_ids: set[str] = field(default_factory=set)
+    incoming: dict[str, Incoming] = field(default_factory=dict)
+    payloads: set[str] = field(default_factory=set)  # the driver's payload store
+
+    def state(self) -> PersistentState:
+        incoming = tuple(sorted(self.incoming.values(), key=lambda i: i.tx.key))
+        return PersistentState(tuple(self.synced), incoming, self.counter)
+
+
+@dataclass
+class SimNode:
+    name: str
+    mode: Mode
+    durable: Durable = field(default_factory=Durable)
+    node: SyncNode | None = None
+    incarnation: int = 0
+    skew: int = 0
+    next_tick: int | None = None
+    split_seen: bool = False
+
+    @property
+    def up(self) -> bool:
+        return self.node is not None
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    events: int
+    converged_at: int | None
+    synchronised: int
+    history: list[str]
+    splits: dict[str, frozenset[str]]
+    inconsistencies: list[str]
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, keep_history: int = 400,
+                 check_strict: bool | None = None) -> None:
+        self.cfg = config
+        self.rng = random.Random(config.seed)
+        names = [f"n{i + 1}" for i in range(config.nodes)]
+        modes = config.modes or (Mode.READ_WRITE,) * config.nodes
+        self.nodes = {n: SimNode(n, m) for n, m in zip(names, modes, strict=True)}
+        self.now = START
+        self._events: list = []
+        self._seq = itertools.count()
+        self.history: deque[tuple] = deque(maxlen=keep_history or None)
+        self.event_count = 0
+        self.faults_on = True
+        self.blocked: set[tuple[str, str]] = set()
+        # invariant bookkeeping
+        self.agreed: list[TxMeta] = []  # the longest synchronised queue seen (invariant 1)
+        self.created: list[tuple[int, str]] = []  # every existing transaction, sorted (4)
+        self.acked: dict[str, set[str]] = {n: set() for n in names}  # node -> txids (2)
+        self.strict = (config.max_peer_lag is None) if check_strict is None else check_strict
+        self.inconsistencies: list[str] = []
+        self.tx_ids = itertools.count(1)
+        self.converged_at: int | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def log(self, fmt: str, *args: object) -> None:
+        self.history.append((self.now, fmt, args))
+
+    def format_history(self) -> list[str]:
+        return [f"{t:>7} {fmt % args if args else fmt}" for t, fmt, args in self.history]
+
+    def fail(self, what: str) -> None:
+        lines = self.format_history()
+        raise SimulationFailure(
+            f"{what}\nseed={self.cfg.seed} config={self.cfg}\nreplay: "
+            f"{self.cfg.replay_command()}\nlast {len(lines)} events:\n" + "\n".join(lines))
+
+    def at(self, when: int, fn: Callable, *args: object) -> None:
+        heapq.heappush(self._events, (when, next(self._seq), fn, args))
+
+    def node_time(self, sn: SimNode) -> int:
+        return self.now + sn.skew
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> SimResult:
+        cfg = self.cfg
+        for sn in self.nodes.values():
+            sn.skew = self.rng.randint(-cfg.max_skew, cfg.max_skew)
+            self.start(sn)
+        end_faults = START + cfg.fault_time
+        for _ in range(cfg.transactions):
+            self.at(self.rng.randrange(START, end_faults), self.client_submit)
+        for _ in range(cfg.crashes):
+            t = self.rng.randrange(START, end_faults)
+            self.at(t, self.crash, self.rng.choice(list(self.nodes)), "scheduled")
+        for _ in range(cfg.partitions):
+            t = self.rng.randrange(START, end_faults)
+            self.at(t, self.partition)
+        self.at(end_faults, self.heal)
+        deadline = end_faults + cfg.liveness_bound
+        while self._events:
+            when, _, fn, args = heapq.heappop(self._events)
+            if when > deadline:
+                break
+            self.now = max(self.now, when)
+            fn(*args)
+            self.event_count += 1
+            if not self.faults_on and self.strict_converged():
+                self.converged_at = self.now
+                break
+        if self.converged_at is None and self.strict:
+            self.fail(f"liveness: not converged {cfg.liveness_bound} ms after healing; "
+                      + self.describe())
+        return SimResult(cfg, self.event_count, self.converged_at, len(self.agreed),
+                         self.format_history(),
+                         {n: sn.node.split_suspected for n, sn in self.nodes.items() if sn.up},
+                         self.inconsistencies)
+
+    def describe(self) -> str:
+        parts = []
+        for sn in self.nodes.values():
+            if not sn.up:
+                parts.append(f"{sn.name}: down")
+                continue
+            node = sn.node
+            queue = [i.tx.txid + ("" if i.acquired else "?") for i in node.incoming]
+            parts.append(f"{sn.name}({node.mode.value}): seq={node.seq} incoming={queue} "
+                         f"missing={sorted(node.missing_payloads)} "
+                         f"excluded={sorted(node.split_suspected)}")
+        return f"{len(self.created)} transactions exist; " + "; ".join(parts)
+
+    def strict_converged(self) -> bool:
+        want = len(self.created)
+        last = self.agreed[want - 1].txid if want and len(self.agreed) >= want else None
+        for sn in self.nodes.values():
+            node = sn.node
+            if node is None or node.seq != want or node.merge_base != last:
+                return False
+            if node.incoming or node.missing_payloads:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ nodes
+
+    def start(self, sn: SimNode) -> None:
+        cfg = self.cfg
+        peers = {n: other.mode for n, other in self.nodes.items() if n != sn.name}
+        timing = replace(cfg.timing, max_peer_lag=cfg.max_peer_lag)
+        state = sn.durable.state()
+        missing = [tx.txid for tx in state.synchronised if tx.txid not in sn.durable.payloads]
+        sn.incarnation += 1
+        sn.node = SyncNode.restore(sn.name, state, now=self.node_time(sn), peers=peers,
+                                   mode=sn.mode, timing=timing, missing_payloads=missing)
+        sn.next_tick = None
+        self.log("%s starts (incarnation %d, seq %d, %d incoming, counter %d)", sn.name,
+                 sn.incarnation, len(state.synchronised), len(state.incoming), state.counter)
+        self.schedule_tick(sn)
+
+    def crash(self, name: str, why: str) -> None:
+        sn = self.nodes[name]
+        if not sn.up or not self.faults_on:
+            return
+        sn.node = None
+        sn.next_tick = None
+        self.log("%s crashes (%s)", name, why)
+        self.at(self.now + self.rng.randint(50, 1_500), self.restart, name, sn.incarnation)
+
+    def restart(self, name: str, incarnation: int) -> None:
+        sn = self.nodes[name]
+        if sn.up or sn.incarnation != incarnation:
+            return
+        if self.rng.random() < 0.5:  # after a reboot the clock may be behind, even far
+            sn.skew = max(-START, sn.skew - self.rng.randint(0, 2 * self.cfg.max_skew))
+        self.start(sn)
+        if self.rng.random() < 0.5:  # a client whose request got no answer tries again
+            self.at(self.now, self.client_submit, name)
+
+    def schedule_tick(self, sn: SimNode) -> None:
+        target = max(self.now, sn.node.next_round_at - sn.skew)
+        if sn.next_tick != target:
+            sn.next_tick = target
+            self.at(target, self.tick, sn.name, sn.incarnation, target)
+
+    def tick(self, name: str, incarnation: int, target: int) -> None:
+        sn = self.nodes[name]
+        if not sn.up or sn.incarnation != incarnation or sn.next_tick != target:
+            return
+        sn.next_tick = None
+        self.apply(sn, sn.node.tick(self.node_time(sn)), "tick")
+
+    def client_submit(self, name: str | None = None) -> None:
+        live = [sn for sn in self.nodes.values() if sn.up]
+        if name is not None:
+            live = [self.nodes[name]] if self.nodes[name].up else []
+        if not live:
+            return
+        sn = self.rng.choice(live)
+        txid = f"t{next(self.tx_ids)}"
+        try:
+            ready = sn.node.submit(txid, size=self.rng.randint(1, 10_000),
+                                   digest=f"sha:{txid}", now=self.node_time(sn))
+        except Refused as e:
+            if sn.mode is Mode.READ_WRITE:
+                self.fail(f"a read-write master refused {txid}: {e}")
+            self.log("%s refuses %s (%s)", sn.name, txid, sn.mode.value)
+            return
+        if sn.mode is not Mode.READ_WRITE:
+            self.fail(f"{sn.name} ({sn.mode.value}) accepted a client transaction")
+        tx = next(i.tx for i in ready.incoming if i.tx.txid == txid) if ready.incoming \
+            else next(t for t in ready.synchronised if t.txid == txid)
+        self.log("client -> %s: %s @%d", sn.name, txid, tx.timestamp)
+        self.created_add(tx)
+        self.apply(sn, ready, f"submit {txid}", own=tx)
+
+    # ------------------------------------------------------------------ Ready contract
+
+    def apply(self, sn: SimNode, ready: Ready, what: str, own: TxMeta | None = None) -> None:
+        """Handle a Ready as the driver must: persist, then send / acknowledge / fetch."""
+        node = sn.node
+        self.check_synchronised(sn, ready)
+        if self.faults_on and self.rng.random() < self.cfg.crash_mid_step:
+            if own is not None:
+                self.created_remove(own)  # never persisted, never acknowledged: never was
+            self.crash(sn.name, f"during {what}, before persisting")
+            return
+        d = sn.durable
+        if ready.counter is not None:
+            if ready.counter < d.counter:
+                self.fail(f"{sn.name}: persisted counter goes back {d.counter} -> "
+                          f"{ready.counter}")
+            d.counter = ready.counter
+        for item in ready.incoming:
+            d.incoming[item.tx.txid] = item
+        if own is not None:
+            d.payloads.add(own.txid)
+        for tx in ready.synchronised:
+            if tx.txid in d.synced_ids:
+                self.fail(f"{sn.name}: {tx.txid} twice in the synchronised queue")
+            d.synced.append(tx)
+            d.synced_ids.add(tx.txid)
+            d.incoming.pop(tx.txid, None)
+        self.check_durable(sn)
+        for txid in ready.acknowledge:
+            self.acked[sn.name].add(txid)
+        self.check_acked(sn)
+        if ready.split_suspected is not None:
+            sn.split_seen = sn.split_seen or bool(ready.split_suspected)
+            self.log("%s split suspected: %s", sn.name, sorted(ready.split_suspected))
+        for inc in ready.inconsistencies:
+            self.inconsistencies.append(f"{sn.name}: {inc}")
+            self.log("%s reports %s", sn.name, inc)
+            if self.strict:
+                self.fail(f"{sn.name} reports an inconsistency without a split: {inc}")
+        if self.faults_on and self.rng.random() < self.cfg.crash_mid_step:
+            self.crash(sn.name, f"during {what}, after persisting")
+            return
+        for post in ready.posts:
+            self.send(sn.name, post.to, post.status)
+        for tail in ready.tails:
+            self.send(sn.name, tail.to, tail.segment)
+        for acq in ready.acquire:
+            self.fetch(sn, acq.tx, acq.sources)
+        if sn.node is node:
+            self.schedule_tick(sn)
+
+    # ------------------------------------------------------------------ network
+
+    def send(self, src: str, dst: str, msg: Status | TailSegment) -> None:
+        cfg = self.cfg
+        if self.faults_on and self.rng.random() < cfg.drop:
+            return
+        copies = 2 if self.faults_on and self.rng.random() < cfg.duplicate else 1
+        for _ in range(copies):
+            self.at(self.now + self.rng.randint(1, cfg.max_delay), self.deliver, src, dst, msg)
+
+    def deliver(self, src: str, dst: str, msg: Status | TailSegment) -> None:
+        sn = self.nodes[dst]
+        if not sn.up or (src, dst) in self.blocked:
+            return
+        if isinstance(msg, Status):
+            self.log("%s -> %s status base=%s/%d counter=%d queue=%s", src, dst,
+                     msg.merge_base, msg.seq, msg.counter, [t.txid for t in msg.queue])
+        else:
+            self.log("%s -> %s tail after %s/%d: %s", src, dst, msg.after, msg.after_seq,
+                     [t.txid for t in msg.entries])
+        self.apply(sn, sn.node.receive(msg, self.node_time(sn)), f"receive from {src}")
+
+    def fetch(self, sn: SimNode, tx: TxMeta, sources: tuple[str, ...]) -> None:
+        """The asynchronous payload interface: ask one source, it answers if it holds it."""
+        if tx.txid in sn.durable.payloads:  # already stored (e.g. before a crash)
+            self.at(self.now, self.payload_arrives, sn.name, tx.txid)
+            return
+        if not sources:
+            return
+        source = self.rng.choice(sources)
+        if self.faults_on and self.rng.random() < self.cfg.drop:
+            return
+        delay = self.rng.randint(1, self.cfg.max_delay)
+        self.at(self.now + delay, self.serve_fetch, source, sn.name, tx.txid)
+
+    def serve_fetch(self, source: str, requester: str, txid: str) -> None:
+        src = self.nodes[source]
+        if not src.up or (requester, source) in self.blocked:
+            return
+        if txid not in src.durable.payloads:
+            return
+        if self.faults_on and self.rng.random() < self.cfg.drop:
+            return
+        delay = self.rng.randint(1, self.cfg.fetch_delay)
+        self.at(self.now + delay, self.payload_arrives, requester, txid, source)
+
+    def payload_arrives(self, name: str, txid: str, source: str | None = None) -> None:
+        sn = self.nodes[name]
+        if not sn.up or (source is not None and (source, name) in self.blocked):
+            return
+        sn.durable.payloads.add(txid)  # stored durably before telling the node
+        self.apply(sn, sn.node.acquired(txid, self.node_time(sn)), f"payload {txid}")
+
+    def partition(self) -> None:
+        if not self.faults_on:
+            return
+        names = list(self.nodes)
+        kind = self.rng.choice(["split", "isolate", "link"])
+        if kind == "split":
+            self.rng.shuffle(names)
+            cut = self.rng.randint(1, len(names) - 1)
+            a, b = names[:cut], names[cut:]
+            links = {(x, y) for x in a for y in b} | {(y, x) for x in a for y in b}
+        elif kind == "isolate":
+            x = self.rng.choice(names)
+            links = {(x, y) for y in names if y != x} | {(y, x) for y in names if y != x}
+        else:  # one lost connection (spec: "net adapter failure")
+            x, y = self.rng.sample(names, 2)
+            links = {(x, y), (y, x)}
+        self.blocked |= links
+        self.log("partition (%s): %s", kind, sorted(links))
+        self.at(self.now + self.rng.randint(100, 1_500), self.unblock, frozenset(links))
+
+    def unblock(self, links: frozenset) -> None:
+        self.blocked -= links
+        self.log("links heal: %s", sorted(links))
+
+    def heal(self) -> None:
+        self.faults_on = False
+        self.blocked.clear()
+        self.log("faults stop; network heals; every node restarts")
+        for sn in self.nodes.values():
+            if not sn.up:
+                self.start(sn)
+
+    # ------------------------------------------------------------------ invariants
+
+    def created_add(self, tx: TxMeta) -> None:
+        i = bisect.bisect_left(self.created, tx.key)
+        if self.strict and i < len(self.agreed):
+            self.fail(f"invariant 4: new transaction {tx.txid}@{tx.timestamp} sorts before "
+                      f"synchronised {self.agreed[i].txid}@{self.agreed[i].timestamp}")
+        self.created.insert(i, tx.key)
+
+    def created_remove(self, tx: TxMeta) -> None:
+        i = bisect.bisect_left(self.created, tx.key)
+        if i < len(self.agreed) and self.agreed[i].txid == tx.txid:
+            self.fail(f"{tx.txid} was synchronised although never persisted")
+        del self.created[i]
+
+    def check_synchronised(self, sn: SimNode, ready: Ready) -> None:
+        """Invariants 1, 3, 4 on every append, persisted or not."""
+        if not ready.synchronised:
+            return
+        node = sn.node
+        start = node.seq - len(ready.synchronised)
+        for offset, tx in enumerate(ready.synchronised):
+            p = start + offset
+            if p < len(self.agreed):
+                if self.agreed[p] != tx:
+                    self.fail(f"invariant 1: {sn.name} synchronised {tx.txid} at seq {p + 1} "
+                              f"where another queue has {self.agreed[p].txid}")
+            else:
+                self.agreed.append(tx)
+                if self.strict and (p >= len(self.created) or self.created[p] != tx.key):
+                    self.fail(f"invariant 4: {tx.txid} at seq {p + 1} is not the next "
+                              "transaction in (timestamp, id) order of all that exist")
+            self.log("%s synchronises %s at seq %d", sn.name, tx.txid, p + 1)
+        synced = node.synchronised
+        if len({t.txid for t in synced}) != len(synced):
+            self.fail(f"invariant 3: {sn.name} has a transaction twice")
+
+    def check_durable(self, sn: SimNode) -> None:
+        """Invariant 5: the persisted state is the node's state (the Ready is complete)."""
+        d, node = sn.durable, sn.node
+        if d.counter != node.persistent_state().counter or len(d.synced) != node.seq or (
+                d.synced and d.synced[-1].txid != node.merge_base):
+            self.fail(f"invariant 5: {sn.name} persisted state differs from its state")
+        live = node.incoming
+        if len(live) != len(d.incoming) or any(d.incoming.get(i.tx.txid) != i for i in live):
+            self.fail(f"invariant 5: {sn.name} persisted incoming queue differs: "
+                      f"{sorted(d.incoming)} vs {[i.tx.txid for i in live]}")
+
+    def check_acked(self, sn: SimNode) -> None:
+        """Invariant 2: acknowledged means persisted in the incoming or synchronised queue."""
+        d = sn.durable
+        for txid in self.acked[sn.name]:
+            if txid not in d.incoming and txid not in d.synced_ids:
+                self.fail(f"invariant 2: acknowledged {txid} is lost at {sn.name}")
+
+
+def run_simulation(config: SimConfig, **kwargs) -> SimResult:
+    return Simulation(config, **kwargs).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--fault-rate", type=float, default=0.5)
+    parser.add_argument("--soak", type=float, default=0.0,
+                        help="run random seeds for this many seconds")
+    parser.add_argument("--history", action="store_true", help="print the event history")
+    args = parser.parse_args(argv)
+    if args.soak:
+        rng = random.Random()
+        started, runs = time.monotonic(), 0
+        while time.monotonic() - started < args.soak:
+            seed, nodes, rate = rng.randrange(2**32), rng.choice([3, 5]), rng.random()
+            run_simulation(SimConfig.derive(seed, nodes, rate))
+            runs += 1
+        print(f"{runs} runs, {time.monotonic() - started:.0f} s, no failure")
+        return 0
+    result = run_simulation(SimConfig.derive(args.seed, args.nodes, args.fault_rate),
+                            keep_history=0)
+    if args.history:
+        print("\n".join(result.history))
+    print(f"seed {args.seed}: {result.events} events, {result.synchronised} synchronised, "
+          f"converged at {result.converged_at}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
