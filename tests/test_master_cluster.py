@@ -360,7 +360,7 @@ def test_write_slower_than_the_request_timeout_is_not_a_worker_failure(cluster_f
     """Loading a big file takes the probe (and then each worker) longer than one ordinary
     request may take. The workers are busy, not gone: the write succeeds once, no worker
     leaves rotation, nothing is replicated."""
-    timeout = 0.5
+    timeout = 0.2
     c = cluster_factory(3, **{"request-timeout-s": str(timeout)})
     n = 40_000
     body = "".join(f"<urn:big:{i}> <urn:big:p> {i} .\n" for i in range(n))
