@@ -84,12 +84,10 @@ class Status:
     first), ``counter`` (the sender's timestamp counter) and ``queue`` (its incoming queue,
     acquired transactions only, sorted by (timestamp, txid)).
 
-    Extensions, see the theory of operation in ``protocol.py``:
-    ``seq`` — the length of the sender's synchronised queue (the position of the merge
-    base), so that a divergence is detected instead of mistaken for a lag;
-    ``witnesses`` — for other nodes, counters up to which the sender guarantees it holds
-    (and posts in ``queue``) every transaction that node originated (relayed counters);
-    ``mode`` — the sender's master mode, so that a mode misconfiguration is reported.
+    Extensions, see the theory of operation in ``protocol.py``: ``seq`` — the length of
+    the sender's synchronised queue (the position of the merge base), so that a divergence
+    is reported instead of mistaken for a lag; ``mode`` — the sender's master mode, so
+    that a mode misconfiguration is reported.
     """
 
     sender: str
@@ -98,7 +96,6 @@ class Status:
     seq: int
     counter: int
     queue: tuple[TxMeta, ...]
-    witnesses: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
@@ -118,20 +115,6 @@ class Status:
         if self.queue and self.queue[-1].timestamp > self.counter:
             raise InvalidMessage("the counter must have moved past every queued timestamp: "
                                  f"{self.queue[-1].timestamp} > counter {self.counter}")
-        if not isinstance(self.witnesses, tuple):
-            raise InvalidMessage("witnesses must be a tuple of (node id, counter)")
-        previous = ""
-        for item in self.witnesses:
-            if not (isinstance(item, tuple) and len(item) == 2):
-                raise InvalidMessage(f"a witness must be (node id, counter), got {item!r}")
-            node, counter = item
-            _check_id("witness node id", node)
-            _check_int(f"witness counter of {node}", counter)
-            if node == self.sender:
-                raise InvalidMessage("the sender's own counter is `counter`, not a witness")
-            if node <= previous:
-                raise InvalidMessage("witnesses must be sorted by node id without duplicates")
-            previous = node
 
 
 @dataclass(frozen=True, slots=True)

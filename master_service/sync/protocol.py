@@ -18,88 +18,83 @@ base* (id of the last synchronised transaction; its position is ``seq``), and th
 past every timestamp it sees, and a new local transaction gets a timestamp above it.
 
 A round (spec, "Normal operation"): POST ``Status(merge base, seq, counter, incoming
-queue, witnesses)`` to every peer; COLLECT the statuses peers post (a node keeps what
-arrives before it posts its own); ADD the longest common prefix of the local queue and
-the queues collected this round at the same merge base, limited to timestamps up to the
-least counter; MERGE unknown transactions from every received queue into the local queue
-in sorted place (we merge on receipt, which is the same thing done earlier).
+queue)`` to every peer; COLLECT what peers post (a node keeps statuses that arrive before
+it posts its own); ADD the longest common prefix of the local queue and the queues
+collected this round at the same merge base, limited to timestamps up to the least
+collected counter (ours included); MERGE unknown transactions from every received queue
+into the local queue in sorted place (we merge on receipt: the same thing, earlier).
 
-Why ADD is safe — the counter promise
--------------------------------------
-Say that node O *covers* counter c for node N when N's incoming queue and synchronised
-queue together hold every transaction O originated with timestamp <= c. This is what the
-counters are for:
+The rule we add: **ADD only when this round collected a status at our merge base from
+every peer we wait for** (every read-write and read-only peer, unless excluded by a
+split, below). The spec lets a round complete with the last known counters of missing
+nodes; the simulator found two ways that diverges (tests/test_sync_simulator.py keeps
+them as regression tests): (a) a "last known counter" posted at another merge base
+promises nothing about the transactions between the two bases — a lagger added a
+transaction at a position where its peers had already added an older one it never saw;
+(b) even with counters taken at our merge base, once one node goes on without a crashed
+peer (max peer lag), a second node that completes rounds with the first one's *counter*
+instead of its *queue* adds the crashed peer's old transaction where the first node
+already added a newer one. With the rule, a missing peer means empty rounds until it
+posts again or is excluded, which is what the spec says happens anyway once the
+remaining transactions pass its frozen counter.
 
-1. A posted counter covers its own queue: O assigns a new transaction a timestamp above
-   its counter and the counter never goes backwards (across restarts too, since the
-   counter is persisted before it is posted). So every transaction O originated with
-   timestamp <= the posted counter existed when O posted; it was then in O's incoming
-   queue (own transactions are always acquired, so always posted) or in O's synchronised
-   queue up to the posted merge base.
-2. N merges every received queue. If the status's merge base is in N's own synchronised
-   queue (N is level with or ahead of the sender), then after the merge O covers the
-   posted counter for N, and keeps covering it: transactions leave N's incoming queue only
-   into its synchronised queue. N keeps, per originator, the highest such counter: its
-   *witness* for O. A status at a merge base N does not know yet (N lags) is held back
-   until N's synchronised queue reaches that base.
-3. ADD takes a prefix L of N's local incoming queue whose timestamps are all <= m, the
-   least witness over every node that may originate (N's own counter included). Any
-   transaction z that sorts before the last element of L has a timestamp <= m, so its
-   originator covers it: z is in N's synchronised queue (then it is not "before" L) or
-   in N's incoming queue, where it sorts before L's end — and L is a prefix of the
-   sorted incoming queue, so z is in L.
+Why ADD is safe
+---------------
+(1) *Two nodes that wait for each other agree.* Let A and B both ADD at merge base b, A
+using B's status at b and B using A's. A node's incoming queue at a given merge base
+only grows (transactions leave it only by being synchronised, which changes the base;
+merged transactions are persisted before the next post, so this holds across restarts),
+and every status a node posts at b precedes its ADD at b. So B's status that A used is a
+subset of B's queue when B added, and vice versa. A's addition L_A is a prefix of A's
+sorted queue and of B's status; B's addition L_B a prefix of B's queue and of A's status.
+If they first differed at position k, with L_A[k] < L_B[k], then L_A[k] is in B's status,
+hence in B's queue, which is sorted with prefix L_B[:k+1] — it would have to sit at
+position k, where L_B[k] is. Symmetrically for L_B[k] < L_A[k]. So one is a prefix of
+the other: the additions agree, whatever other messages each round saw, and by induction
+on merge bases so do the synchronised queues.
 
-So L is exactly the first |L| transactions, in (timestamp, txid) order, of *all
-transactions that will ever exist* minus those already synchronised. By induction every
-synchronised queue is a prefix of one sequence — all transactions, sorted — and any two
-are identical or one is a prefix of the other, whatever messages each node's rounds saw.
-The simulator checks this stronger form after every event: each synchronised queue is a
-prefix of the sorted list of every transaction created so far, so timestamps never
-decrease along it. A transaction created later cannot overtake: its timestamp is above
-its origin's counter, which is >= every witness anyone holds for that origin.
+(2) *The counter bounds what can still appear.* A posted counter c is a promise: the
+sender never originates a transaction with a timestamp <= c afterwards (new timestamps
+are above the counter; the counter never goes back, also not across restarts because it
+is persisted before it is posted), and every transaction it originated with a timestamp
+<= c was in that status (own transactions are always acquired, so always posted) or
+already synchronised. When every originator's status at b is in the round, any
+transaction z that sorts before the end of L is below every collected counter, so z was
+in its originator's status and — L being a common prefix of sorted queues — z is in L.
+So L is the first |L| transactions, in (timestamp, txid) order, of *all transactions that
+will ever exist* minus the synchronised ones: every synchronised queue is a prefix of
+one sequence, all transactions sorted, and timestamps never decrease along it. The
+simulator checks exactly this after every event.
 
-The common prefix with the collected queues is therefore not what keeps queues
-consistent; it is what makes the result *executable and acknowledged*: a peer posts only
-transactions it has acquired (spec, "Acquired transactions only"), so everything in L was
-acquired by every peer that posted this round (and by N: L stops at the first local
-transaction whose payload N lacks), and a read-only master that posted has acknowledged
-it. Missing peers (spec, "Missing nodes") enter only with their last known counter,
-exactly as the spec says; they catch up as laggers.
-
-Deviations from the spec's wording, and why
--------------------------------------------
-- The spec's "least of the collected counters" is, here, the least *witness* of every
-  originator, not only of the nodes heard this round. A counter is only a promise about
-  transactions its sender had at the time; a node that has not merged the queue that came
-  with a counter (e.g. one posted at a merge base it has not reached) cannot use it.
-- Relayed counters (``Status.witnesses``): a node also posts, per originator, the witness
-  it holds, lowered below the first transaction of that originator it has not acquired
-  (those are not in its posted queue). Point 2 applies unchanged to relayed values, so
-  they are as safe as direct ones; they keep the cluster going when one link is down
-  (spec, "net adapter failure": the reachable master relays the updates) instead of
-  stalling on the unreachable peer's frozen counter until the split timeout.
-- ``Status.seq`` tells where the merge base is, so a forerunner can tell a lagger (its
-  base is in our queue at that position) from a diverged node (something else is there)
-  and report an inconsistency instead of silently going on.
-- A muted master never ADDs: it follows the synchronised queue from tail segments like a
-  lagger. Read-only masters run full rounds and are waited for like read-write ones; they
-  only refuse client transactions.
+(3) *Acquired transactions only* (spec): a status lists only transactions whose payload
+its sender holds, and L stops at the first local transaction whose payload we lack; so
+everything added was acquired by every node in the round (a read-only master that posted
+it has acknowledged it) and can be executed.
 
 Where safety ends: the split
 ----------------------------
-The argument needs a witness for every originator. With a peer missing, rounds complete
-with its last known counter: they add what is below it, then run empty (spec). When no
-progress was made for ``max_peer_lag`` while there is work, the peers not heard from for
-that long are *excluded* and reported in ``split_suspected``; from then on ADD ignores
-their counters and may order transactions in a way they will not: the split brain of the
-spec. A peer is re-included as soon as it posts a merge base consistent with ours.
-Recovery (majority vote, backup/restore) is a later layer; this core only detects it:
-diverging merge bases and tail segments that do not extend our queue are reported as
+When no progress was made for ``max_peer_lag`` while there is work, the waited-for peers
+not heard from for that long are *excluded* and reported in ``split_suspected``; the
+remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
+their status or counter. (1) still holds between nodes that wait for each other, and a
+node that excludes nobody agrees with every node it waits for, even one that excluded it
+(the case analysis of (1) with the counters of (2)). Two nodes can therefore only
+diverge when one excludes the other and the other excludes somebody: the split brain of
+the spec (a partition longer than max peer lag). An excluded peer is waited for again as
+soon as it posts a merge base consistent with ours. Recovery (majority vote,
+backup/restore) is a later layer; this core detects: a status whose merge base is not
+ours at its position, or a tail segment that does not extend our queue, is reported in
 ``inconsistencies`` and never applied.
 
-Idle and busy (spec, "Idle/Busy mode"): a round ends early when every waited-for peer has
-posted a new status at our merge base (back-to-back rounds), or at its deadline. The
-first round in which nothing is unsynchronised switches to idle (rounds every
+Laggers (spec, "Laggers"): a status at a merge base inside our synchronised queue gets
+a ``TailSegment`` with what follows it; the lagger appends it only if it continues its
+own queue (overlap identical), else reports. A muted master never ADDs: it follows from
+tail segments like a lagger, and the others neither wait for it nor use its counter.
+``Status.seq`` (the position of the merge base) tells a lagger from a diverged node.
+
+Idle and busy (spec, "Idle/Busy mode"): a busy round ends as soon as every waited-for
+peer has posted a new status at our merge base (back-to-back rounds), else at its
+deadline. The first round with nothing unsynchronised switches to idle (rounds every
 ``idle_interval``); a non-empty status from a peer or a client transaction switches back
 to busy and starts a round at once.
 
@@ -109,11 +104,11 @@ Handle Readies in order. For each: persist ``counter``, ``incoming`` (upserts) a
 ``synchronised`` (append; those transactions leave the incoming queue) in one durable
 transaction; only then acknowledge ``acknowledge`` to clients, send ``posts`` and
 ``tails``, start ``acquire`` fetches, and hand ``synchronised`` to the workers (a
-transaction whose payload is still being acquired waits for it). After a crash,
-``SyncNode.restore`` resumes from what was persisted. Everything acknowledged was
-persisted in the incoming queue and leaves it only into the persisted synchronised queue,
-so it is never lost; a counter is never posted before it is durable, which keeps point 1
-true across restarts.
+transaction whose payload is still being fetched waits for it). After a crash,
+``SyncNode.restore`` resumes from what was persisted. What was acknowledged was persisted
+in the incoming queue and leaves it only into the persisted synchronised queue, so it is
+never lost; and nothing is posted before it is durable, which keeps the promises of (1)
+and (2) across restarts.
 """
 
 from __future__ import annotations
@@ -366,8 +361,6 @@ class SyncNode:
                 raise ValueError(f"missing payload {txid!r} is not synchronised")
             tx = self._synced[pos]
             self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
-        self._witness: dict[str, int] = {}  # originator -> counter it covers for us
-        self._held: dict[str, Status] = {}  # statuses at merge bases we have not reached
         self._excluded: set[str] = set()
         self._reported: set[tuple[str, str, str]] = set()
         self._stalled_since: int | None = None
@@ -503,7 +496,6 @@ class SyncNode:
         _check_time(now)
         if self._peers.pop(peer, None) is None:
             raise ValueError(f"{peer!r} is not a peer of {self._id}")
-        self._held.pop(peer, None)
         if peer in self._excluded:
             self._excluded.discard(peer)
             self._out.split_changed = True
@@ -533,14 +525,7 @@ class SyncNode:
                          f"{self._synced[st.seq - 1].txid if st.seq else None}")
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
-        merged = self._merge(st.queue, st.sender, now)
-        if merged:
-            if relation == _AHEAD:
-                held = self._held.get(st.sender)
-                if held is None or st.counter >= held.counter:
-                    self._held[st.sender] = st
-            else:
-                self._take_witnesses(st)
+        self._merge(st.queue, st.sender, now)
         if relation == _BEHIND:
             self._send_tail(st.sender, st.seq)
         if st.sender in self._excluded and relation != _AHEAD:
@@ -614,22 +599,20 @@ class SyncNode:
                                 else self._timing.round_timeout)
 
     def _add(self, now: int) -> int:
-        """ADD: the longest common prefix, up to the least witness (module docstring)."""
+        """ADD: the common prefix, up to the least counter, if every waited-for peer
+        posted at our merge base this round (module docstring)."""
         if not self._order:
             return 0
-        required = self._required()
-        least = self._clock.counter
-        for node in required:
-            witness = self._witness.get(node)
-            if witness is None:
-                return 0  # no promise from this originator yet
-            least = min(least, witness)
         base, seq = self.merge_base, len(self._synced)
+        least = self._clock.counter
         collected = []
-        for node in required:
-            st = self._peers[node].latest
-            if self._peers[node].fresh and st.seq == seq and st.merge_base == base:
-                collected.append(st.queue)
+        for node in self._required():
+            peer = self._peers[node]
+            st = peer.latest
+            if not peer.fresh or st.seq != seq or st.merge_base != base:
+                return 0  # missing this round: an empty round
+            least = min(least, st.counter)
+            collected.append(st.queue)
         n = 0
         for ts, txid in self._order:
             if ts > least or not self._incoming[txid].acquired:
@@ -649,23 +632,8 @@ class SyncNode:
         if not self._peers:
             return
         counter = self._clock.tick(now)
-        queue = []
-        unacquired: dict[str, int] = {}  # originator -> timestamp of its first unacquired
-        for ts, txid in self._order:
-            entry = self._incoming[txid]
-            if entry.acquired:
-                queue.append(entry.tx)
-            else:
-                unacquired.setdefault(entry.tx.origin, ts)
-        witnesses = []
-        for node in sorted(self._witness):
-            cap = self._witness[node]
-            if node in unacquired:
-                cap = min(cap, unacquired[node] - 1)
-            if cap >= 0:
-                witnesses.append((node, cap))
-        status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter,
-                        tuple(queue), tuple(witnesses))
+        queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
+        status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter, queue)
         self._out.posts.extend(Post(p, status) for p in sorted(self._peers))
 
     # ------------------------------------------------------------------ helpers
@@ -705,14 +673,12 @@ class SyncNode:
         bisect.insort(self._order, entry.tx.key)
         self._out.incoming[entry.tx.txid] = None
 
-    def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int) -> bool:
-        """MERGE unknown transactions; False if one conflicts with what we hold."""
-        ok = True
+    def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int) -> None:
+        """MERGE unknown transactions (one that conflicts with what we hold is reported)."""
         for tx in txs:
             entry = self._incoming.get(tx.txid)
             if entry is not None:
                 if entry.tx != tx:
-                    ok = False
                     self._report(poster, "conflicting-transaction", f"{tx.txid} differs")
                 elif poster not in entry.sources and poster != self._id:
                     entry.sources.append(poster)
@@ -720,23 +686,12 @@ class SyncNode:
             pos = self._synced_pos.get(tx.txid)
             if pos is not None:
                 if self._synced[pos] != tx:
-                    ok = False
                     self._report(poster, "conflicting-transaction", f"{tx.txid} differs")
                 continue
             self._clock.observe(tx.timestamp)
             entry = _Entry(tx, False, self._sources(tx.origin, poster))
             self._insert(entry)
             self._request(entry, now)
-        return ok
-
-    def _take_witnesses(self, st: Status) -> None:
-        self._raise_witness(st.sender, st.counter)
-        for node, counter in st.witnesses:
-            self._raise_witness(node, counter)
-
-    def _raise_witness(self, node: str, counter: int) -> None:
-        if node != self._id and counter > self._witness.get(node, -1):
-            self._witness[node] = counter
 
     def _append_synced(self, tx: TxMeta, entry: _Entry | None, source: str, now: int) -> None:
         self._synced_pos[tx.txid] = len(self._synced)
@@ -751,12 +706,6 @@ class SyncNode:
     def _base_advanced(self, now: int, progressed: bool) -> None:
         if progressed:
             self._stalled_since = now if self._incoming else None
-        for sender, st in list(self._held.items()):
-            relation = self._relation(st.seq, st.merge_base)
-            if relation != _AHEAD:
-                del self._held[sender]
-                if relation != _DIVERGED:
-                    self._take_witnesses(st)
 
     def _check_stall(self, now: int) -> None:
         """Spec, "Missing nodes": no progress for max_peer_lag -> go on without them."""
