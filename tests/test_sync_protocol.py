@@ -1,0 +1,424 @@
+"""The TxLog sync protocol core: unit tests and scenarios that read as stories.
+
+Scenarios live in ``tests/testdata/sync/*.txt`` (raft datadriven style): a command, a
+``----`` line, the expected output verbatim, a blank line. Rewrite the expectations after
+a deliberate change with ``SYNC_REWRITE=1 .venv/bin/pytest tests/test_sync_protocol.py``
+and review the diff. Commands:
+
+    cluster n1 n2 n3 [n3=read-only|muted] [synced=U1..U10] [time=T] [max-peer-lag=L]
+    time T                  set the clock (all nodes share it)
+    submit NODE TXID...     client transactions at NODE
+    round NODE...           tick each node at its round deadline (the clock moves there)
+    tick NODE...            tick each node at the current time
+    deliver [SRC->DST [KIND]]  deliver the messages queued now (* matches any node;
+                            KIND: status, tail or payload); what they cause is queued
+    drop [SRC->DST [KIND]]  lose the queued messages
+    stabilize               deliver until nothing is queued
+    crash NODE / restart NODE
+    print-queues
+
+Payload fetches are messages too ("payload X"): the driver asks the first source that
+holds the payload, which answers at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from master_service.sync import (
+    Activity,
+    HybridLogicalClock,
+    Incoming,
+    InvalidMessage,
+    Mode,
+    PersistentState,
+    Ready,
+    Refused,
+    Status,
+    SyncNode,
+    TailSegment,
+    Timing,
+    TxMeta,
+    UnknownPeer,
+)
+
+TESTDATA = Path(__file__).parent / "testdata" / "sync"
+TIMING = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4)
+
+
+def tx(txid: str, ts: int, origin: str = "n1") -> TxMeta:
+    return TxMeta(txid, ts, origin, 10, f"sha:{txid}")
+
+
+# ---------------------------------------------------------------- the hybrid logical clock
+
+
+@given(st.lists(st.tuples(st.sampled_from(["observe", "tick", "next"]),
+                          st.integers(0, 10**6)), max_size=60))
+def test_hlc_never_goes_back_and_new_timestamps_exceed_everything_seen(steps):
+    clock = HybridLogicalClock()
+    seen = 0
+    for op, value in steps:
+        before = clock.counter
+        if op == "observe":
+            clock.observe(value)
+            seen = max(seen, value)
+        elif op == "tick":
+            assert clock.tick(value) >= value
+        else:
+            ts = clock.next_timestamp(value)
+            assert ts > before and ts > seen and ts >= value
+            seen = ts
+        assert clock.counter >= before
+        assert clock.counter >= seen
+
+
+def test_hlc_follows_the_physical_clock_when_it_is_ahead():
+    clock = HybridLogicalClock(5)
+    assert clock.next_timestamp(100) == 100
+    assert clock.next_timestamp(100) == 101  # same millisecond: logical part
+    assert clock.next_timestamp(50) == 102  # clock went back: the counter does not
+    with pytest.raises(ValueError):
+        HybridLogicalClock(-1)
+
+
+def test_a_local_timestamp_is_above_every_timestamp_the_node_has_seen():
+    node = SyncNode("n1", now=1_000, peers=["n2"], timing=TIMING)
+    node.receive(Status("n2", Mode.READ_WRITE, None, 0, 5_000, (tx("X", 4_000, "n2"),)),
+                 now=1_001)
+    ready = node.submit("A", size=1, digest="d", now=1_002)
+    assert ready.incoming[0].tx.timestamp == 5_001
+    assert ready.counter == 5_001  # persisted before anything carrying it is sent
+
+
+# ---------------------------------------------------------------- message validation
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: TxMeta("", 1, "n1", 1, "d"), "transaction id"),
+    (lambda: TxMeta("A", -1, "n1", 1, "d"), "timestamp"),
+    (lambda: TxMeta("A", 1, "", 1, "d"), "origin"),
+    (lambda: TxMeta("A", 1, "n1", -5, "d"), "size"),
+    (lambda: TxMeta("A", True, "n1", 1, "d"), "timestamp"),
+    (lambda: Status("", Mode.READ_WRITE, None, 0, 1, ()), "sender"),
+    (lambda: Status("n1", Mode.READ_WRITE, None, 3, 1, ()), "merge base of None"),
+    (lambda: Status("n1", Mode.READ_WRITE, "U1", 0, 1, ()), "seq 0"),
+    (lambda: Status("n1", Mode.READ_WRITE, None, 0, 9, (tx("B", 2), tx("A", 1))),
+     "not sorted"),
+    (lambda: Status("n1", Mode.READ_WRITE, None, 0, 9, (tx("A", 1), tx("A", 1))), "twice"),
+    (lambda: Status("n1", Mode.READ_WRITE, None, 0, 9, (tx("A", 1), tx("A", 2))), "twice"),
+    (lambda: Status("n1", Mode.READ_WRITE, None, 0, 1, (tx("A", 2),)), "moved past"),
+    (lambda: Status("n1", "read-write", None, 0, 1, ()), "mode"),
+    (lambda: TailSegment("n1", 0, None, ()), "at least one"),
+    (lambda: TailSegment("n1", 1, None, (tx("A", 1),)), "after is None"),
+    (lambda: TailSegment("n1", 1, "A", (tx("A", 1),)), "twice"),
+])
+def test_invalid_messages_are_refused_at_construction(make, message):
+    with pytest.raises(InvalidMessage, match=message):
+        make()
+
+
+def test_ties_in_timestamp_sort_by_transaction_id():
+    Status("n1", Mode.READ_WRITE, None, 0, 5, (tx("A", 5), tx("B", 5)))
+    with pytest.raises(InvalidMessage):
+        Status("n1", Mode.READ_WRITE, None, 0, 5, (tx("B", 5), tx("A", 5)))
+
+
+def test_persistent_state_is_validated():
+    with pytest.raises(ValueError, match="both synchronised and incoming"):
+        PersistentState((tx("A", 1),), (Incoming(tx("A", 1), True),), 5)
+    with pytest.raises(ValueError, match="not sorted"):
+        PersistentState((), (Incoming(tx("B", 2), True), Incoming(tx("A", 1), True)), 5)
+    with pytest.raises(ValueError, match="counter"):
+        PersistentState((tx("A", 7),), (), 5)
+
+
+# ---------------------------------------------------------------- inputs that are refused
+
+
+def test_read_only_and_muted_masters_refuse_client_transactions():
+    for mode in (Mode.READ_ONLY, Mode.MUTED):
+        node = SyncNode("n1", now=0, peers=["n2"], mode=mode)
+        with pytest.raises(Refused, match=mode.value):
+            node.submit("A", size=1, digest="d", now=1)
+        assert node.incoming == ()
+
+
+def test_bad_inputs_change_nothing():
+    node = SyncNode("n1", now=0, peers=["n2"], timing=TIMING)
+    node.submit("A", size=1, digest="d", now=1)
+    before = node.persistent_state()
+    with pytest.raises(Refused, match="already known"):
+        node.submit("A", size=1, digest="d", now=2)
+    with pytest.raises(UnknownPeer):
+        node.receive(Status("n9", Mode.READ_WRITE, None, 0, 1, ()), now=3)
+    with pytest.raises(InvalidMessage, match="ourselves"):
+        node.receive(Status("n1", Mode.READ_WRITE, None, 0, 1, ()), now=3)
+    with pytest.raises(InvalidMessage):
+        node.submit("B", size=-1, digest="d", now=4)
+    with pytest.raises(ValueError):
+        node.tick(-1)
+    with pytest.raises(ValueError):
+        node.add_peer("n1", now=5)
+    with pytest.raises(ValueError):
+        node.remove_peer("n7", now=5)
+    assert node.persistent_state() == before
+
+
+def test_timing_is_validated():
+    with pytest.raises(ValueError):
+        Timing(round_timeout=0)
+    with pytest.raises(ValueError):
+        Timing(max_peer_lag=0)
+
+
+def test_a_single_master_synchronises_alone_and_goes_idle():
+    node = SyncNode("n1", now=0, timing=TIMING)
+    ready = node.tick(0)
+    assert ready.activity is Activity.IDLE and ready.next_round_at == 1_000
+    ready = node.submit("A", size=1, digest="d", now=10)
+    assert [t.txid for t in ready.synchronised] == ["A"] and ready.acknowledge == ("A",)
+    assert node.incoming == () and node.merge_base == "A" and node.seq == 1
+
+
+def test_restore_resumes_from_what_was_persisted():
+    node = SyncNode("n1", now=0, peers=["n2"], timing=TIMING)
+    node.submit("A", size=1, digest="d", now=10)
+    state = node.persistent_state()
+    again = SyncNode.restore("n1", state, now=5, peers=["n2"], timing=TIMING)
+    assert again.incoming == state.incoming and again.counter == state.counter
+    ready = again.submit("B", size=1, digest="d", now=5)  # the clock went back
+    assert ready.incoming[0].tx.timestamp > state.counter
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+class Scenario:
+    def __init__(self) -> None:
+        self.time = 0
+        self.nodes: dict[str, SyncNode | None] = {}
+        self.config: dict[str, dict] = {}
+        self.durable: dict[str, PersistentState] = {}
+        self.payloads: dict[str, set[str]] = {}
+        self.queue: list[tuple[str, str, object]] = []  # (src, dst, message or txid)
+
+    # -- commands --
+
+    def cmd_cluster(self, args: list[str]) -> list[str]:
+        names = [a for a in args if "=" not in a]
+        opts = dict(a.split("=", 1) for a in args if "=" in a)
+        self.time = int(opts.get("time", 1_000))
+        lag = opts.get("max-peer-lag")
+        timing = Timing(round_timeout=TIMING.round_timeout, idle_interval=TIMING.idle_interval,
+                        acquire_retry=TIMING.acquire_retry, max_tail=TIMING.max_tail,
+                        max_peer_lag=int(lag) if lag else None)
+        modes = {n: Mode(opts.get(n, "read-write")) for n in names}
+        synced: tuple[TxMeta, ...] = ()
+        if "synced" in opts:
+            first, last = opts["synced"].split("..")
+            prefix = first.rstrip("0123456789")
+            lo, hi = int(first[len(prefix):]), int(last[len(prefix):])
+            synced = tuple(TxMeta(f"{prefix}{i}", i, names[0], 10, f"sha:{prefix}{i}")
+                           for i in range(lo, hi + 1))
+        for n in names:
+            self.config[n] = dict(peers={p: modes[p] for p in names if p != n},
+                                  mode=modes[n], timing=timing)
+            self.durable[n] = PersistentState(synced, (), synced[-1].timestamp if synced else 0)
+            self.payloads[n] = {t.txid for t in synced}
+            self.nodes[n] = SyncNode.restore(n, self.durable[n], now=self.time,
+                                             **self.config[n])
+        return []
+
+    def cmd_time(self, args: list[str]) -> list[str]:
+        self.time = int(args[0])
+        return []
+
+    def cmd_submit(self, args: list[str]) -> list[str]:
+        name, out = args[0], []
+        for txid in args[1:]:
+            try:
+                ready = self.node(name).submit(txid, size=10, digest=f"sha:{txid}",
+                                               now=self.time)
+            except Refused as e:
+                out.append(f"{name}: refused {txid}: {e}")
+                continue
+            self.payloads[name].add(txid)
+            out += self.handle(name, ready)
+        return out
+
+    def cmd_round(self, args: list[str]) -> list[str]:
+        out = []
+        for name in args:
+            self.time = max(self.time, self.node(name).next_round_at)
+            out += self.handle(name, self.node(name).tick(self.time))
+        return out
+
+    def cmd_tick(self, args: list[str]) -> list[str]:
+        out = []
+        for name in args:
+            out += self.handle(name, self.node(name).tick(self.time))
+        return out
+
+    def _matching(self, args: list[str]) -> list[tuple[str, str, object]]:
+        src, dst = (args[0].split("->") if args else ("*", "*"))
+        kinds = {"status": Status, "tail": TailSegment, "payload": str}
+        kind = kinds[args[1]] if len(args) > 1 else object
+        return [m for m in self.queue if src in ("*", m[0]) and dst in ("*", m[1])
+                and isinstance(m[2], kind)]
+
+    def cmd_deliver(self, args: list[str]) -> list[str]:
+        out = []
+        for item in self._matching(args):
+            self.queue.remove(item)
+            src, dst, msg = item
+            node = self.nodes[dst]
+            if isinstance(msg, str):
+                head = f"{src}->{dst} payload {msg}"
+            elif isinstance(msg, Status):
+                head = f"{src}->{dst} status"
+            else:
+                head = f"{src}->{dst} tail"
+            if node is None:
+                out.append(f"{head}: {dst} is down")
+                continue
+            if isinstance(msg, str):
+                self.payloads[dst].add(msg)
+                lines = self.handle(dst, node.acquired(msg, self.time))
+            else:
+                lines = self.handle(dst, node.receive(msg, self.time))
+            if lines or not isinstance(msg, str):  # a payload that changes nothing is quiet
+                out.append(head + ("" if lines else ": nothing to do"))
+                out += ["  " + line for line in lines]
+        return out
+
+    def cmd_drop(self, args: list[str]) -> list[str]:
+        dropped = self._matching(args)
+        for item in dropped:
+            self.queue.remove(item)
+        return [f"dropped {len(dropped)}"]
+
+    def cmd_stabilize(self, args: list[str]) -> list[str]:
+        out = []
+        for _ in range(50):
+            if not self.queue:
+                return out
+            out += self.cmd_deliver([])
+        raise AssertionError("not stable after 50 passes")
+
+    def cmd_crash(self, args: list[str]) -> list[str]:
+        self.nodes[args[0]] = None
+        self.queue = [m for m in self.queue if m[0] != args[0]]  # its sends die with it
+        return []
+
+    def cmd_restart(self, args: list[str]) -> list[str]:
+        name = args[0]
+        self.nodes[name] = SyncNode.restore(name, self.durable[name], now=self.time,
+                                            **self.config[name])
+        return [f"{name}: restored seq={self.nodes[name].seq} "
+                f"incoming={self.ids(self.durable[name].incoming)}"]
+
+    def cmd_print_queues(self, args: list[str]) -> list[str]:
+        out = []
+        for name, node in self.nodes.items():
+            if node is None:
+                out.append(f"{name}: down")
+                continue
+            synced = " ".join(t.txid for t in node.synchronised) or "-"
+            incoming = " ".join(f"{i.tx.txid}@{i.tx.timestamp}{'' if i.acquired else '?'}"
+                                for i in node.incoming) or "-"
+            split = (" split-suspected=" + ",".join(sorted(node.split_suspected))
+                     if node.split_suspected else "")
+            out.append(f"{name} {node.mode.value} {node.activity.value}{split}: "
+                       f"synced [{synced}] incoming [{incoming}]")
+        return out
+
+    # -- plumbing --
+
+    def node(self, name: str) -> SyncNode:
+        node = self.nodes[name]
+        assert node is not None, f"{name} is down"
+        return node
+
+    @staticmethod
+    def ids(items) -> str:
+        return " ".join(getattr(i, "tx", i).txid for i in items) or "-"
+
+    def handle(self, name: str, ready: Ready) -> list[str]:
+        """The driver: persist, then act; render what happened."""
+        node = self.node(name)
+        self.durable[name] = node.persistent_state()  # the harness persists everything
+        out = []
+        if ready.acknowledge:
+            out.append(f"{name}: acknowledge {' '.join(ready.acknowledge)}")
+        if ready.synchronised:
+            out.append(f"{name}: synchronised {self.ids(ready.synchronised)}")
+        groups: dict[int, tuple[Status, list[str]]] = {}
+        for post in ready.posts:
+            groups.setdefault(id(post.status), (post.status, []))[1].append(post.to)
+            self.queue.append((name, post.to, post.status))
+        for status, to in groups.values():
+            queue = " ".join(f"{t.txid}@{t.timestamp}" for t in status.queue)
+            out.append(f"{name}: post to {','.join(to)}: base={status.merge_base}/{status.seq} "
+                       f"counter={status.counter} [{queue}]")
+        for tail in ready.tails:
+            seg = tail.segment
+            out.append(f"{name}: tail to {tail.to} after {seg.after}/{seg.after_seq}: "
+                       f"{self.ids(seg.entries)}")
+            self.queue.append((name, tail.to, seg))
+        for acq in ready.acquire:
+            holders = [s for s in acq.sources if acq.tx.txid in self.payloads.get(s, ())]
+            out.append(f"{name}: acquire {acq.tx.txid} from {','.join(acq.sources)}")
+            if holders and (holders[0], name, acq.tx.txid) not in self.queue:
+                self.queue.append((holders[0], name, acq.tx.txid))
+        if ready.activity is not None:
+            out.append(f"{name}: now {ready.activity.value}")
+        if ready.split_suspected is not None:
+            out.append(f"{name}: split suspected: "
+                       f"{','.join(sorted(ready.split_suspected)) or 'none'}")
+        for inc in ready.inconsistencies:
+            out.append(f"{name}: inconsistency with {inc.peer} ({inc.kind}): {inc.detail}")
+        return out
+
+    def run(self, line: str) -> list[str]:
+        command, *args = line.split()
+        return getattr(self, "cmd_" + command.replace("-", "_"))(args)
+
+
+def _scenario_files() -> list[Path]:
+    return sorted(TESTDATA.glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)
+def test_scenario(path: Path):
+    rewrite = bool(os.environ.get("SYNC_REWRITE"))
+    lines = path.read_text().splitlines()
+    scenario, out, i, mismatches = Scenario(), [], 0, []
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip() or line.startswith("#"):
+            out.append(line)
+            i += 1
+            continue
+        assert i + 1 < len(lines) and lines[i + 1] == "----", f"{path.name}:{i + 1}: no ----"
+        expected = []
+        j = i + 2
+        while j < len(lines) and lines[j] != "":
+            expected.append(lines[j])
+            j += 1
+        actual = scenario.run(line)
+        if actual != expected:
+            mismatches.append(f"{path.name}:{i + 1}: {line}\n--- expected\n"
+                              + "\n".join(expected) + "\n--- actual\n" + "\n".join(actual))
+        out += [line, "----", *actual, ""]
+        i = j + 1 if j < len(lines) else j
+    if rewrite:
+        path.write_text(re.sub(r"\n{3,}", "\n\n", "\n".join(out).rstrip("\n") + "\n"))
+    elif mismatches:
+        pytest.fail("\n\n".join(mismatches))
