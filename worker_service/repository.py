@@ -378,8 +378,12 @@ class Repository:
             else:
                 for e in entries:
                     self._journal.append(e.changeset, e.wire)
-            for e in entries:
-                apply_to(self.store, e.changeset)
+            # One store write for the whole group: the composition of exact changesets
+            # is exact, and the journal holds each one for a redo after a crash.
+            total = entries[0].changeset
+            for e in entries[1:]:
+                total = total.then(e.changeset)
+            apply_to(self.store, total)
             state.save(self._gen, current, self._sync)
             self._state = current
             self._journal.discard()

@@ -67,6 +67,7 @@ def status_of(cluster: Cluster) -> dict:
             "completed_writes": c.completed_writes, "failed_writes": c.failed_writes,
             "running_reads": c.running_reads, "running_writes": c.running_writes,
             "pending_writes": cluster.pending_writes,
+            "write_groups": c.write_groups,
             "average_read_time_s": c.read_time_s / c.completed_reads if c.completed_reads
             else 0.0,
         },

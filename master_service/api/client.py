@@ -19,12 +19,12 @@ import uuid
 from collections.abc import Callable
 from functools import wraps
 
-import httpx
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from master_service.cluster.core import Cluster, NotWritable, WriteFailed
+from master_service.cluster.worker_client import WorkerUnavailable
 from txcluster import rdf4j
 from txcluster.rdf4j import ProtocolError
 
@@ -125,24 +125,23 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                 tried.add(w.url)
                 started = time.monotonic()
                 try:
-                    resp = await w.client.reads.request(
+                    status, resp_headers, content = await w.client.read(
                         request.method, target + (f"?{query.decode()}" if query else ""),
-                        content=body, headers=headers)
-                except httpx.HTTPError as exc:
+                        body, headers)
+                except WorkerUnavailable as exc:
                     cluster.router.done(w.url, time.monotonic() - started, ok=False)
                     log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
                     continue
                 elapsed = time.monotonic() - started
-                ok = resp.status_code < 500
+                ok = status < 500
                 cluster.router.done(w.url, elapsed, ok=ok)
                 if not ok:
-                    log.warning("read on %s answered %d: retrying elsewhere", w.url,
-                                resp.status_code)
+                    log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
                     continue
                 cluster.counters.completed_reads += 1
                 cluster.counters.read_time_s += elapsed
-                out = {k: v for k, v in resp.headers.items() if k in PASS_HEADERS}
-                return Response(resp.content, status_code=resp.status_code, headers=out)
+                out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
+                return Response(content, status_code=status, headers=out)
         finally:
             cluster.counters.running_reads -= 1
 
@@ -298,12 +297,12 @@ async def _to_every_worker(cluster: Cluster, method: str, target: str, query: by
         return _text(503, "no worker is available for reads")
     url = target + (f"?{query.decode()}" if query else "")
     answers = await asyncio.gather(
-        *(w.client.reads.request(method, url, content=body, headers=headers) for w in workers),
-        return_exceptions=True)
-    failed = [f"{w.url}: {a}" for w, a in zip(workers, answers, strict=True)
-              if isinstance(a, Exception) or a.status_code >= 400]
+        *(w.client.read(method, url, body, headers) for w in workers), return_exceptions=True)
+    failed = [f"{w.url}: {a if isinstance(a, Exception) else a[2][:200].decode(errors='replace')}"
+              for w, a in zip(workers, answers, strict=True)
+              if isinstance(a, Exception) or a[0] >= 400]
     if failed:
         return _text(502, "control query failed on: " + "; ".join(failed))
-    first = answers[0]
-    out = {k: v for k, v in first.headers.items() if k in PASS_HEADERS}
-    return Response(first.content, status_code=first.status_code, headers=out)
+    status, resp_headers, content = answers[0]
+    out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
+    return Response(content, status_code=status, headers=out)

@@ -1,12 +1,22 @@
-"""The master's HTTP client for one worker (cluster-control API, signed requests)."""
+"""The master's HTTP client for one worker: signed cluster-control calls and reads.
+
+aiohttp rather than httpx on this path: every write costs the master one call to the
+probe and one to each other worker, and every read one call to a worker. Measured on
+this machine against a worker's /cluster/state: ~0.5-0.65 ms of client CPU per request
+with aiohttp against ~2.3 ms with httpx's AsyncClient; the master's CPU is what bounds
+group-commit throughput and the read-proxy ratio. (The CLI, tests and worker-to-worker
+image pulls keep httpx.)
+"""
 
 from __future__ import annotations
 
+import json as jsonlib
 from typing import Any
 
-import httpx
+import aiohttp
+from yarl import URL
 
-from txcluster.auth import HmacAuth
+from txcluster.auth import sign
 
 # Ceiling of a call that does a transaction's work (execute, apply): a large load
 # legitimately takes longer than request-timeout-s, so that timeout does not apply to it;
@@ -29,36 +39,64 @@ class WorkerRefused(Exception):
 class WorkerClient:
     def __init__(self, url: str, secret: bytes, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.AsyncClient(
-            base_url=self.url, auth=HmacAuth(secret), timeout=timeout,
-            limits=httpx.Limits(max_keepalive_connections=32, max_connections=64),
-        )
-        # Reads are not signed: a worker's RDF4J read API is open to anyone.
-        self.reads = httpx.AsyncClient(
-            base_url=self.url, timeout=timeout,
-            limits=httpx.Limits(max_keepalive_connections=64, max_connections=128),
-        )
+        self._secret = secret
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        # Created on first use, inside the running loop (aiohttp binds sessions to it).
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=128, ttl_dns_cache=300),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                auto_decompress=False,
+            )
+        return self._session
 
     async def close(self) -> None:
-        await self.http.aclose()
-        await self.reads.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
-    async def _call(self, method: str, path: str, json: Any = None,
+    async def _call(self, method: str, path: str, payload: Any = None,
                     timeout: float | None = None) -> Any:
+        body = b"" if payload is None else jsonlib.dumps(payload).encode()
+        headers = {"authorization": sign(self._secret, method, path, body)}
+        if payload is not None:
+            headers["content-type"] = "application/json"
         try:
-            kwargs: dict[str, Any] = {"json": json}
-            if timeout is not None:
-                kwargs["timeout"] = timeout
-            resp = await self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
+            async with self.session.request(
+                method, self.url + path, data=body or None, headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+            ) as resp:
+                content = await resp.read()
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
-        if resp.status_code >= 400:
+        if status >= 400:
             try:
-                message = resp.json().get("detail", resp.text)
-            except ValueError:
-                message = resp.text
-            raise WorkerRefused(resp.status_code, str(message))
-        return resp.json()
+                message = jsonlib.loads(content).get("detail", content.decode(errors="replace"))
+            except (ValueError, AttributeError):
+                message = content.decode(errors="replace")
+            raise WorkerRefused(status, str(message))
+        try:
+            return jsonlib.loads(content)
+        except ValueError:
+            raise WorkerUnavailable(f"{self.url}: answered with something that is not JSON"
+                                    ) from None
+
+    async def read(self, method: str, target: str, body: bytes,
+                   headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        """A client's read, forwarded unsigned (a worker's read API is open to anyone)."""
+        try:
+            # encoded=True: pass the client's query string on byte for byte.
+            async with self.session.request(method, URL(self.url + target, encoded=True),
+                                            data=body or None, headers=headers) as resp:
+                out = {k.lower(): v for k, v in resp.headers.items()}
+                return resp.status, out, await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
 
     async def state(self, timeout: float = 5.0) -> dict:
         return await self._call("GET", "/cluster/state", timeout=timeout)
