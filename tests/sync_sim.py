@@ -9,17 +9,21 @@ partitions come and go), then a *liveness phase* (faults stop, everything heals,
 node is up) that must end, within a bound, with every transaction in every synchronised
 queue and all queues identical.
 
-Invariants checked after every event (``Simulation._check_*``):
+Invariants checked after every event (``check_synchronised``, ``check_durable``,
+``check_acked``):
  1. every synchronised queue is a prefix of one agreed sequence (so any two are identical
-    or one is a prefix of the other);
+    or one is a prefix of the other) — even decisions lost in a crash before persisting;
  2. every transaction acknowledged to a client is in its origin's persisted incoming or
     synchronised queue (across crashes);
  3. no transaction is twice in a synchronised queue;
- 4. (without a split) the agreed sequence is a prefix of the sorted list of every
-    transaction created so far — so timestamps never decrease along a synchronised queue
-    and no transaction is ever created that sorts before a synchronised one;
- 5. the persisted state equals the node's ``persistent_state()`` after every Ready: the
-    Ready contract carries every change.
+ 4. the agreed sequence is a prefix of the sorted list of every transaction created so
+    far — so timestamps never decrease along a synchronised queue and no transaction is
+    ever created that sorts before a synchronised one;
+ 5. the persisted state equals the node's state after every Ready: the Ready contract
+    carries every change, and the persisted counter never goes back.
+With ``max_peer_lag`` (nodes may go on without missing peers: the spec's split brain),
+1 and 4 become: queues diverge only between a node and one it went on without, and every
+divergence is reported as an inconsistency; liveness is required if nothing diverged.
 
 Replay a seed:   .venv/bin/python -m tests.sync_sim --seed 123 [--nodes 5] [--fault-rate 0.7]
 Soak many seeds: .venv/bin/python -m tests.sync_sim --soak 600   (seconds)
