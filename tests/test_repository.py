@@ -86,6 +86,7 @@ def test_interrupted_apply_is_redone_on_restart(repo):
     after = base.state.evolve(seq=2, txid="t1", fingerprint=expected, quads=50)
     repo._journal.begin({"seq": 2, "txid": "t1", "mode": journal.REDO, "after": after.to_json()})
     repo._journal.append(cs)
+    repo._journal.seal()
     partial = Changeset(removed=frozenset(list(cs.removed)[:2]),
                         added=frozenset(list(cs.added)[:20]))
     apply_to(repo.store, partial)
@@ -209,6 +210,7 @@ def test_interrupted_batch_apply_is_redone_even_when_later_steps_undo_earlier_on
     repo._journal.begin({"seq": 3, "txid": "t3", "mode": journal.REDO, "after": after.to_json()})
     for cs in steps:
         repo._journal.append(cs)
+    repo._journal.seal()
     for cs in steps:  # everything reached the store, the state file did not
         apply_to(repo.store, cs)
     repo._journal._fh.close()
@@ -228,8 +230,42 @@ def test_interrupted_apply_journaled_as_received_request_is_redone(repo):
     after = repo.state().evolve(seq=2, txid="t2", fingerprint=fp, quads=2)
     repo._journal.begin({"seq": 2, "txid": "t2", "mode": journal.REDO, "after": after.to_json()})
     repo._journal.append_entries(body)
+    repo._journal.seal()
     apply_to(repo.store, c1)  # killed before the second changeset reached the store
     repo._journal._fh.close()
     repo = reopen(repo)
     assert repo.state().seq == 2 and set(repo.store) == {q("a", "1"), q("b", "2")}
+    assert repo.verify()["matches"]
+
+
+def test_state_slots_survive_a_torn_write(tmp_path):
+    """kill -9 in the middle of a state write leaves the previous state readable."""
+    import os
+
+    from worker_service import state as state_mod
+
+    st1 = state_mod.WorkerState(seq=1, txid="a", fingerprint=5, quads=1)
+    st2 = st1.evolve(seq=2, txid="b", fingerprint=7, quads=2)
+    state_mod.save(tmp_path, st1)
+    state_mod.save(tmp_path, st2)
+    assert state_mod.load(tmp_path) == st2
+    # tear the newest record (generation 2 sits in slot 0): its checksum no longer holds
+    fd = os.open(tmp_path / state_mod.SLOTS_FILE, os.O_RDWR)
+    os.pwrite(fd, b"\xff" * 8, state_mod._HEADER.size + 3)
+    os.close(fd)
+    assert state_mod.load(tmp_path) == st1
+
+
+def test_apply_killed_while_its_journal_was_written_never_reached_the_store(repo):
+    """A redo journal without its seal (torn while being written) is discarded: the
+    store was not touched yet, so the state must not move to the journal's 'after'."""
+    base = repo.apply(1, "t0", adds(q("a", "1")))
+    cs = adds(*(q(f"n{i}", "y") for i in range(20)))
+    after = base.state.evolve(seq=2, txid="t1", fingerprint=cs.moved_fingerprint(
+        base.state.fingerprint), quads=21)
+    repo._journal.begin({"seq": 2, "txid": "t1", "mode": journal.REDO, "after": after.to_json()})
+    repo._journal._write_line(b'{"entries": [{"seq": 2, "txid": "t1", "changeset": {"added": "<')
+    repo._journal._fh.close()
+    repo = reopen(repo)
+    assert repo.state() == base.state and set(repo.store) == {q("a", "1")}
     assert repo.verify()["matches"]

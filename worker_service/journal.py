@@ -30,6 +30,7 @@ UNDO = "undo"
 class Pending:
     header: dict
     steps: list[Changeset]
+    sealed: bool = False  # every step was journaled before the store was touched
 
 
 class Journal:
@@ -51,6 +52,11 @@ class Journal:
         if b"\n" in body:
             body = json.dumps(json.loads(body)).encode()
         self._write_line(body)
+
+    def seal(self) -> None:
+        """Mark the journal complete. A redo journal is written whole before the first
+        store write; without the seal (kill -9 while writing it) nothing was applied."""
+        self._write({"sealed": True})
 
     def _write(self, record: dict) -> None:
         self._write_line(json.dumps(record).encode())
@@ -84,9 +90,11 @@ class Journal:
         if not records or "seq" not in records[0]:
             return Pending(header={}, steps=[])
         steps: list[Changeset] = []
+        sealed = False
         for r in records[1:]:
+            sealed = sealed or bool(r.get("sealed"))
             if "step" in r:
                 steps.append(Changeset.from_wire(r["step"]))
             for entry in r.get("entries", ()):
                 steps.append(Changeset.from_wire(entry["changeset"]))
-        return Pending(header=records[0], steps=steps)
+        return Pending(header=records[0], steps=steps, sealed=sealed)

@@ -152,6 +152,9 @@ class Repository:
             after = WorkerState.from_json(header["after"])
             if self._state.seq >= after.seq:
                 log.info("journal of committed apply up to seq %s removed", after.seq)
+            elif not pending.sealed:
+                log.warning("apply up to seq %s was interrupted while being journaled: it "
+                            "never reached the store", after.seq)
             else:
                 log.warning("redoing interrupted apply up to seq %s", after.seq)
                 # Each changeset sets quads present or absent: replaying the whole
@@ -378,6 +381,7 @@ class Repository:
             else:
                 for e in entries:
                     self._journal.append(e.changeset, e.wire)
+            self._journal.seal()
             # One store write for the whole group: the composition of exact changesets
             # is exact, and the journal holds each one for a redo after a crash.
             total = entries[0].changeset
@@ -406,7 +410,7 @@ class Repository:
                 with self._lock.write():
                     self.store.backup(str(work / "store"))
                     snap = self._state
-                    state.save(work, snap)
+                    state.export_json(work, snap)
                 digest, size = image.write_image(
                     {"store": work / "store", state.STATE_FILE: work / state.STATE_FILE}, target
                 )

@@ -1,20 +1,35 @@
 """A worker's state: (last applied transaction id, sequence number, fingerprint).
 
 The master's log records the fingerprint after every sequence number, so "does this
-worker correspond to a known state" is a lookup (ARCHITECTURE.md). The state is kept in
-``state.json`` beside the store and replaced atomically (write, rename).
+worker correspond to a known state" is a lookup (ARCHITECTURE.md).
+
+The live state is saved after every transaction group, so its write must be cheap: a
+rename costs ~0.35 ms on this machine's ext4 (more under load: a quarter of a probe's
+time in a profile), a positioned write ~1 us. So the state lives in ``state.slots``: two
+fixed-size slots written alternately, each record carrying a generation number and a
+checksum. A write torn by kill -9 leaves the other slot intact, and ``load`` takes the
+valid record with the highest generation. ``state.json`` (written atomically) is the
+portable form that images carry; ``load`` falls back to it where no slot file exists.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+import xxhash
 
 from worker_service import fingerprint
 
 STATE_FILE = "state.json"
+SLOTS_FILE = "state.slots"
+SLOT_SIZE = 1 << 20
+_MAGIC = b"TXS1"
+_HEADER = struct.Struct("<4sQIQ")  # magic, generation, payload length, xxh64(gen+payload)
 
 
 @dataclass(frozen=True)
@@ -60,11 +75,75 @@ def write_atomically(path: Path, data: bytes, sync: bool = False) -> None:
             os.close(fd)
 
 
+class _Slots:
+    """The open slot file of one directory and the generation last written to it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.fd = os.open(directory / SLOTS_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        found = _read_slots(self.fd)
+        self.generation = found[0] if found else 0
+
+    def write(self, payload: bytes, sync: bool) -> None:
+        if len(payload) + _HEADER.size > SLOT_SIZE:
+            raise ValueError(f"worker state of {len(payload)} bytes exceeds its slot "
+                             f"({SLOT_SIZE} bytes): too many namespaces")
+        gen = self.generation + 1
+        digest = xxhash.xxh64_intdigest(gen.to_bytes(8, "little") + payload)
+        record = _HEADER.pack(_MAGIC, gen, len(payload), digest) + payload
+        os.pwrite(self.fd, record, (gen % 2) * SLOT_SIZE)
+        if sync:
+            os.fsync(self.fd)
+        self.generation = gen
+
+
+def _read_slots(fd: int) -> tuple[int, bytes] | None:
+    """(generation, payload) of the newest valid slot, or None."""
+    best: tuple[int, bytes] | None = None
+    for slot in (0, 1):
+        head = os.pread(fd, _HEADER.size, slot * SLOT_SIZE)
+        if len(head) < _HEADER.size:
+            continue
+        magic, gen, length, digest = _HEADER.unpack(head)
+        if magic != _MAGIC or length > SLOT_SIZE - _HEADER.size:
+            continue
+        payload = os.pread(fd, length, slot * SLOT_SIZE + _HEADER.size)
+        if len(payload) != length or \
+                xxhash.xxh64_intdigest(gen.to_bytes(8, "little") + payload) != digest:
+            continue  # torn by a crash mid-write: the other slot holds the state before
+        if best is None or gen > best[0]:
+            best = (gen, payload)
+    return best
+
+
+_open_slots: dict[Path, _Slots] = {}
+_slots_lock = threading.Lock()
+
+
 def save(directory: Path, state: WorkerState, sync: bool = False) -> None:
-    write_atomically(directory / STATE_FILE, json.dumps(state.to_json()).encode(), sync)
+    """Save the live state of the repository in ``directory`` (see module docstring)."""
+    key = Path(directory).resolve()
+    with _slots_lock:
+        slots = _open_slots.get(key)
+        if slots is None:
+            slots = _open_slots[key] = _Slots(key)
+        slots.write(json.dumps(state.to_json()).encode(), sync)
+
+
+def export_json(directory: Path, state: WorkerState) -> None:
+    """``state.json``: the portable form an image carries."""
+    write_atomically(directory / STATE_FILE, json.dumps(state.to_json()).encode())
 
 
 def load(directory: Path) -> WorkerState:
+    slots_path = directory / SLOTS_FILE
+    if slots_path.exists():
+        fd = os.open(slots_path, os.O_RDONLY)
+        try:
+            found = _read_slots(fd)
+        finally:
+            os.close(fd)
+        if found is not None:
+            return WorkerState.from_json(json.loads(found[1]))
     path = directory / STATE_FILE
     if not path.exists():
         return WorkerState()
