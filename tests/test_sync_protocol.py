@@ -46,6 +46,7 @@ from master_service.sync import (
     Timing,
     TxMeta,
     UnknownPeer,
+    chain_hash,
 )
 
 TESTDATA = Path(__file__).parent / "testdata" / "sync"
@@ -117,7 +118,10 @@ def test_a_local_timestamp_is_above_every_timestamp_the_node_has_seen():
     (lambda: Status("n1", "read-write", None, 0, 1, ()), "mode"),
     (lambda: TailSegment("n1", 0, None, ()), "at least one"),
     (lambda: TailSegment("n1", 1, None, (tx("A", 1),)), "after is None"),
-    (lambda: TailSegment("n1", 1, "A", (tx("A", 1),)), "twice"),
+    (lambda: TailSegment("n1", 1, "A", (tx("A", 1),), "c"), "twice"),
+    (lambda: TailSegment("n1", 1, "A", (tx("B", 1),)), "chain"),
+    (lambda: Status("n1", Mode.READ_WRITE, "U1", 1, 1, ()), "chain"),
+    (lambda: Status("n1", Mode.READ_WRITE, None, 0, 1, (), "abc"), "chain"),
 ])
 def test_invalid_messages_are_refused_at_construction(make, message):
     with pytest.raises(InvalidMessage, match=message):
@@ -185,6 +189,20 @@ def test_a_single_master_synchronises_alone_and_goes_idle():
     ready = node.submit("A", size=1, digest="d", now=10)
     assert [t.txid for t in ready.synchronised] == ["A"] and ready.acknowledge == ("A",)
     assert node.incoming == () and node.merge_base == "A" and node.seq == 1
+
+
+def test_queues_that_diverged_and_end_on_the_same_id_are_reported():
+    """After a split both sides may hold the same transactions in another order: the
+    merge base and its position agree, the hash chain of the queue does not."""
+    mine = (tx("A", 1), tx("B", 2), tx("C", 3))
+    node = SyncNode.restore("n1", PersistentState(mine, (), 3), now=10, peers=["n2"],
+                            timing=TIMING)
+    chain = ""
+    for txid in ("B", "A", "C"):
+        chain = chain_hash(chain, txid)
+    ready = node.receive(Status("n2", Mode.READ_WRITE, "C", 3, 20, (), chain), now=11)
+    assert [i.kind for i in ready.inconsistencies] == ["diverged"]
+    assert not ready.tails and node.seq == 3
 
 
 def test_restore_resumes_from_what_was_persisted():

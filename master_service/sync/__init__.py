@@ -5,7 +5,15 @@ HTTP and persists through ``txlog/`` is a thin shell around ``SyncNode``.
 """
 
 from master_service.sync.hlc import HybridLogicalClock
-from master_service.sync.messages import InvalidMessage, Message, Mode, Status, TailSegment, TxMeta
+from master_service.sync.messages import (
+    InvalidMessage,
+    Message,
+    Mode,
+    Status,
+    TailSegment,
+    TxMeta,
+    chain_hash,
+)
 from master_service.sync.protocol import (
     Acquire,
     Activity,
@@ -41,4 +49,5 @@ __all__ = [
     "Timing",
     "TxMeta",
     "UnknownPeer",
+    "chain_hash",
 ]

@@ -9,6 +9,7 @@ in the simulator; any fixed unit works, the protocol only compares them).
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass
 
 
@@ -32,6 +33,16 @@ def _check_id(what: str, value: object) -> None:
 def _check_int(what: str, value: object, minimum: int = 0) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidMessage(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def chain_hash(previous: str, txid: str) -> str:
+    """The synchronised queue's hash chain: one link per entry, "" before the first."""
+    return hashlib.blake2b(f"{previous}\0{txid}".encode(), digest_size=16).hexdigest()
+
+
+def _check_chain(seq: object, chain: object) -> None:
+    if not isinstance(chain, str) or (seq == 0) != (chain == ""):
+        raise InvalidMessage(f"chain must be a hash exactly when seq > 0, got {chain!r}")
 
 
 def _check_sorted(what: str, txs: tuple[TxMeta, ...]) -> None:
@@ -96,6 +107,7 @@ class Status:
     seq: int
     counter: int
     queue: tuple[TxMeta, ...]
+    chain: str = ""
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
@@ -115,6 +127,7 @@ class Status:
         if self.queue and self.queue[-1].timestamp > self.counter:
             raise InvalidMessage("the counter must have moved past every queued timestamp: "
                                  f"{self.queue[-1].timestamp} > counter {self.counter}")
+        _check_chain(self.seq, self.chain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +142,7 @@ class TailSegment:
     after_seq: int
     after: str | None
     entries: tuple[TxMeta, ...]
+    after_chain: str = ""  # chain_hash of the sender's queue up to after_seq
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
@@ -137,6 +151,7 @@ class TailSegment:
             raise InvalidMessage("after is None exactly when after_seq is 0")
         if self.after is not None:
             _check_id("after", self.after)
+        _check_chain(self.after_seq, self.after_chain)
         if not isinstance(self.entries, tuple) or not self.entries:
             raise InvalidMessage("a tail segment carries at least one entry")
         seen: set[str] = set()

@@ -126,6 +126,7 @@ from master_service.sync.messages import (
     Status,
     TailSegment,
     TxMeta,
+    chain_hash,
 )
 
 __all__ = [
@@ -342,6 +343,9 @@ class SyncNode:
         self._persisted_counter = state.counter
         self._synced: list[TxMeta] = list(state.synchronised)
         self._synced_pos = {tx.txid: i for i, tx in enumerate(self._synced)}
+        self._chain = [""]  # _chain[k]: hash chain of the first k synchronised entries
+        for tx in self._synced:
+            self._chain.append(chain_hash(self._chain[-1], tx.txid))
         self._incoming: dict[str, _Entry] = {}
         self._order: list[tuple[int, str]] = []  # keys of _incoming, sorted
         for item in state.incoming:
@@ -518,11 +522,12 @@ class SyncNode:
         if st.mode is not peer.mode:
             self._report(st.sender, "mode-mismatch",
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
-        relation = self._relation(st.seq, st.merge_base)
+        relation = self._relation(st.seq, st.merge_base, st.chain)
         if relation == _DIVERGED:
             self._report(st.sender, "diverged",
-                         f"merge base {st.merge_base} at seq {st.seq}, ours there is "
-                         f"{self._synced[st.seq - 1].txid if st.seq else None}")
+                         f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
+                         f"ours there is {self._synced[st.seq - 1].txid} "
+                         f"(chain {self._chain[st.seq][:8]})")
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
         self._merge(st.queue, st.sender, now)
@@ -544,7 +549,7 @@ class SyncNode:
         start = seg.after_seq
         if start > len(self._synced):
             return  # not next to our queue; our next status asks from where we are
-        if self._relation(start, seg.after) == _DIVERGED:
+        if self._relation(start, seg.after, seg.after_chain) == _DIVERGED:
             self._report(seg.sender, "tail-diverged",
                          f"segment after {seg.after} at seq {start}, ours there is "
                          f"{self._synced[start - 1].txid}")
@@ -633,7 +638,8 @@ class SyncNode:
             return
         counter = self._clock.tick(now)
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
-        status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter, queue)
+        status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter, queue,
+                        self._chain[-1])
         self._out.posts.extend(Post(p, status) for p in sorted(self._peers))
 
     # ------------------------------------------------------------------ helpers
@@ -654,10 +660,10 @@ class SyncNode:
                 return False
         return True
 
-    def _relation(self, seq: int, base: str | None) -> str:
+    def _relation(self, seq: int, base: str | None, chain: str) -> str:
         if seq > len(self._synced):
             return _AHEAD
-        if seq and self._synced[seq - 1].txid != base:
+        if seq and (self._synced[seq - 1].txid != base or self._chain[seq] != chain):
             return _DIVERGED
         return _SAME if seq == len(self._synced) else _BEHIND
 
@@ -696,6 +702,7 @@ class SyncNode:
     def _append_synced(self, tx: TxMeta, entry: _Entry | None, source: str, now: int) -> None:
         self._synced_pos[tx.txid] = len(self._synced)
         self._synced.append(tx)
+        self._chain.append(chain_hash(self._chain[-1], tx.txid))
         self._out.synchronised.append(tx)
         if entry is None or not entry.acquired:
             missing = _Entry(tx, False, self._sources(source, tx.origin,
@@ -722,7 +729,8 @@ class SyncNode:
     def _send_tail(self, peer: str, seq: int) -> None:
         entries = tuple(self._synced[seq:seq + self._timing.max_tail])
         after = self._synced[seq - 1].txid if seq else None
-        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries)))
+        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries,
+                                                      self._chain[seq])))
 
     def _request(self, entry: _Entry, now: int) -> None:
         entry.requested_at = now
