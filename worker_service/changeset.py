@@ -135,14 +135,6 @@ def parse_nquads(text: str) -> list[ox.Quad]:
     return list(ox.parse(text, format=ox.RdfFormat.N_QUADS))
 
 
-# From this many added quads on, ``bulk_extend`` (writes SST files directly) is used.
-# Its writes are not one atomic batch, which costs nothing here: the repository holds its
-# write lock (no query starts meanwhile; running ones read an older snapshot) and the
-# journal redoes or undoes an interrupted application. Small changesets keep ``extend``,
-# which avoids many tiny files.
-BULK_MIN = 5000
-
-
 def apply_to(store: ox.Store, changeset: Changeset) -> None:
     """Apply the quad and graph parts to ``store``. Idempotent for an exact changeset.
 
@@ -156,7 +148,5 @@ def apply_to(store: ox.Store, changeset: Changeset) -> None:
             store.remove_graph(g)
     for g in changeset.created_graphs:
         store.add_graph(g)
-    if len(changeset.added) >= BULK_MIN:
-        store.bulk_extend(changeset.added)
-    elif changeset.added:
+    if changeset.added:
         store.extend(changeset.added)
