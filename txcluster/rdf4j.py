@@ -603,14 +603,21 @@ def check_rdf(data: str, fmt: ox.RdfFormat, base_iri: str | None = None) -> None
 
 def add_operation(data: str, fmt: ox.RdfFormat,
                   contexts: Sequence[GraphName] | None = None,
-                  base_iri: str | None = None, *, check: bool = True) -> dict:
-    """Add the statements of an RDF document; with ``contexts`` into those graphs."""
+                  base_iri: str | None = None, *, check: bool = True,
+                  preserve_node_ids: bool = False) -> dict:
+    """Add the statements of an RDF document; with ``contexts`` into those graphs.
+    ``preserve_node_ids`` (RDF4J's ``preserveNodeId``) keeps the document's blank node
+    labels instead of making each one a fresh node: a bulk loader that scoped its labels
+    itself can then send one data set in several transactions, and send it again."""
     if base_iri is not None:
         check_iri(base_iri, "base IRI")
     if check:
         check_rdf(data, fmt, base_iri)
-    return {"type": "add", "data": data, "format": fmt.media_type,
-            "contexts": encode_contexts(contexts), "base_iri": base_iri}
+    op = {"type": "add", "data": data, "format": fmt.media_type,
+          "contexts": encode_contexts(contexts), "base_iri": base_iri}
+    if preserve_node_ids:
+        op["preserve_node_ids"] = True
+    return op
 
 
 def remove_operation(subject: ox.NamedNode | ox.BlankNode | None = None,
@@ -691,7 +698,8 @@ def _add_from(params: Params, body: bytes, content_type: str | None,
     data = decode_text(body, content_type, "RDF data")
     if contexts is None:
         contexts = decode_contexts(params)
-    return add_operation(data, fmt, contexts, single_param(params, "baseURI") or None)
+    return add_operation(data, fmt, contexts, single_param(params, "baseURI") or None,
+                         preserve_node_ids=bool_param(params, "preserveNodeId", False))
 
 
 def statements_write(method: str, params: Params, body: bytes = b"",

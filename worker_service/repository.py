@@ -24,7 +24,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -421,32 +421,70 @@ class Repository:
 
     def install_image(self, path: Path, sha256: str) -> WorkerState:
         """Verify and unpack an image, then swap it in with its state, atomically."""
+
+        def unpack(gen: Path) -> WorkerState:
+            image.extract_image(path, sha256, gen)
+            if not (gen / "store").is_dir() or not (gen / state.STATE_FILE).is_file():
+                raise image.ImageError("image lacks store/ or state.json")
+            return state.load(gen)
+
+        new_state = self._install_generation(unpack)
+        log.info("installed image at seq %d, fingerprint %s", new_state.seq,
+                 fingerprint.to_hex(new_state.fingerprint))
+        return new_state
+
+    def install_store(self, store_dir: Path, new_state: WorkerState) -> WorkerState:
+        """Swap in a store built beside this one (a bulk load, worker_service.bulk_load)
+        with its state, atomically, only while this repository is empty (seq 0, no
+        quads): ValueError otherwise, changing nothing. ``store_dir`` is moved."""
+
+        def move(gen: Path) -> WorkerState:
+            gen.mkdir()
+            os.replace(store_dir, gen / "store")
+            state.save(gen, new_state, self._sync)
+            return new_state
+
+        self._install_generation(move, only_if_empty=True)
+        log.info("installed a bulk load of %d quads, fingerprint %s", new_state.quads,
+                 fingerprint.to_hex(new_state.fingerprint))
+        return new_state
+
+    def _install_generation(self, fill: Callable[[Path], WorkerState],
+                            only_if_empty: bool = False) -> WorkerState:
+        """``fill`` writes a new generation directory (store/ + its state); it replaces
+        the current one at once, under the write lock (queries see the old or the new)."""
         with self._maintenance:
             self.activity, previous = "REPLICATION_CLIENT", self.activity
             number = int(self._gen.name.split("-")[1]) + 1
             gen = self.data_dir / f"gen-{number:06d}"
             shutil.rmtree(gen, ignore_errors=True)
             try:
-                image.extract_image(path, sha256, gen)
-                if not (gen / "store").is_dir() or not (gen / state.STATE_FILE).is_file():
-                    raise image.ImageError("image lacks store/ or state.json")
-                new_state = state.load(gen)
+                new_state = fill(gen)
                 new_store = ox.Store(str(gen / "store"))
             except BaseException:
-                shutil.rmtree(gen, ignore_errors=True)
-                self.activity = previous
+                self._drop_generation(gen, previous)
                 raise
             with self._lock.write():
-                old = self._gen
-                self._point_current_to(gen)
-                self.store, self._gen, self._state = new_store, gen, new_state
-                self._journal = journal.Journal(gen, self._sync)
-                self.activity = "ON"
+                refused = only_if_empty and (self._state.seq or self._state.quads)
+                if not refused:
+                    old = self._gen
+                    self._point_current_to(gen)
+                    self.store, self._gen, self._state = new_store, gen, new_state
+                    self._journal = journal.Journal(gen, self._sync)
+                    self.activity = "ON"
+            if refused:
+                del new_store  # releases its RocksDB files before they are removed
+                self._drop_generation(gen, previous)
+                raise ValueError(f"repository '{self.id}' is no longer empty (seq "
+                                 f"{self._state.seq}, {self._state.quads} quads)")
             # Queries still reading the old store keep their open files (POSIX unlink).
             shutil.rmtree(old, ignore_errors=True)
-        log.info("installed image at seq %d, fingerprint %s", new_state.seq,
-                 fingerprint.to_hex(new_state.fingerprint))
         return new_state
+
+    def _drop_generation(self, gen: Path, activity: str) -> None:
+        gc.collect()
+        shutil.rmtree(gen, ignore_errors=True)
+        self.activity = activity
 
     def backups_dir(self) -> Path:
         return self.data_dir / "backups"

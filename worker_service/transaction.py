@@ -526,22 +526,27 @@ class UpdateOperation(Operation):
 class AddOperation(_SingleStep):
     """RDF4J add: the statements of a document; with ``contexts``, each statement goes to
     each listed context instead of where the document puts it. Document blank nodes are
-    scoped to the document: each distinct label becomes one minted node."""
+    scoped to the document: each distinct label becomes one minted node — unless
+    ``preserve_node_ids`` (RDF4J's ``preserveNodeId=true``), which keeps the labels as
+    written (``txcluster load`` scopes them per source file itself)."""
 
     data: str
     format: str
     contexts: tuple[GraphName, ...] | None = None
     base_iri: str | None = None
     quads: tuple[ox.Quad, ...] = field(default=(), repr=False, compare=False)
+    preserve_node_ids: bool = False
 
     def changeset(self, store: ox.Store, minter: BlankNodeMinter,
                   namespaces: Mapping[str, str]) -> Changeset:
         mapping: dict[str, ox.BlankNode] = {}
         out: set[ox.Quad] = set()
+        keep = self.preserve_node_ids
         for q in self.quads:
-            s = _relabel(q.subject, mapping, minter)
-            o = canonical_term(_relabel(q.object, mapping, minter))
-            graphs = self.contexts or (_relabel(q.graph_name, mapping, minter),)
+            s = q.subject if keep else _relabel(q.subject, mapping, minter)
+            o = canonical_term(q.object if keep else _relabel(q.object, mapping, minter))
+            graphs = self.contexts or (
+                q.graph_name if keep else _relabel(q.graph_name, mapping, minter),)
             for g in graphs:
                 out.add(ox.Quad(s, q.predicate, o, g))
         return _changeset(store, added=[q for q in out if q not in store])
@@ -925,7 +930,7 @@ def _fields(item: Mapping[str, Any], required: tuple[str, ...],
 
 
 def _parse_add(item: Mapping[str, Any]) -> AddOperation:
-    _fields(item, ("data", "format"), ("contexts", "base_iri"))
+    _fields(item, ("data", "format"), ("contexts", "base_iri", "preserve_node_ids"))
     data, fmt_text = item["data"], item["format"]
     if not isinstance(data, str):
         raise UpdateSyntaxError("'data' must be a string")
@@ -938,12 +943,15 @@ def _parse_add(item: Mapping[str, Any]) -> AddOperation:
     if base_iri is not None:
         _check_absolute_iri(base_iri, "base_iri")
     contexts = _parse_contexts(item.get("contexts"))
+    preserve = item.get("preserve_node_ids", False)
+    if not isinstance(preserve, bool):
+        raise UpdateSyntaxError("'preserve_node_ids' must be true or false")
     try:
-        # Labels as written: they are only scope markers, replaced by minted ones.
+        # Labels as written: scope markers, replaced by minted ones unless preserved.
         quads = tuple(ox.parse(data, format=fmt, base_iri=base_iri))
     except (SyntaxError, ValueError) as exc:
         raise UpdateSyntaxError(f"invalid {fmt.name} data: {exc}") from None
-    return AddOperation(data, fmt.media_type, contexts, base_iri, quads)
+    return AddOperation(data, fmt.media_type, contexts, base_iri, quads, preserve)
 
 
 def _parse_remove(item: Mapping[str, Any]) -> RemoveOperation:

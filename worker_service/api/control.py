@@ -10,6 +10,8 @@
     POST /cluster/backups/{name}     write a named image
     GET  /cluster/backups/{name}     stream a named image
     POST /cluster/restore            {"name": ...} or {"source": url}: install an image
+    PUT  /cluster/bulk-load/{id}/parts/{n}, POST|DELETE /cluster/bulk-load/{id}
+                                     initial bulk load of an empty worker (bulk_load.py)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from txcluster.auth import HmacAuth, Verifier
 from txcluster.http_auth import require_credential
 from worker_service import fingerprint
+from worker_service.bulk_load import BulkLoader
 from worker_service.changeset import Changeset
 from worker_service.image import ImageError
 from worker_service.repository import ApplyEntry, Repository, WorkerError
@@ -258,5 +261,44 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         except ImageError as exc:
             raise HTTPException(422, str(exc)) from None
         return _state_summary(new_state)
+
+    # ---- initial bulk load (txcluster load --initial; the master forwards the calls) ----
+
+    bulk = BulkLoader()
+
+    @router.put("/bulk-load/{load_id}/parts/{part}")
+    async def bulk_load_part(load_id: str, part: int, request: Request):
+        """Stage one part (N-Quads body) of a bulk load; parts are numbered from 0."""
+        repo = await guard(request)
+        body = await request.body()
+        try:
+            return await run_in_threadpool(bulk.add_part, repo, load_id, part, body)
+        except WorkerError as exc:
+            raise fail(exc) from None
+
+    @router.post("/bulk-load/{load_id}")
+    async def bulk_load_commit(load_id: str, request: Request):
+        """{"fingerprint", "quads"}: install the staged data if it is exactly that."""
+        repo = await guard(request)
+        data = await _json_body(request)
+        try:
+            expected = fingerprint.from_hex(_field(data, "fingerprint", str))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        try:
+            new_state = await run_in_threadpool(bulk.commit, repo, load_id, expected,
+                                                _field(data, "quads", int))
+        except WorkerError as exc:
+            raise fail(exc) from None
+        return _state_summary(new_state)
+
+    @router.delete("/bulk-load/{load_id}")
+    async def bulk_load_abort(load_id: str, request: Request):
+        await guard(request)
+        try:
+            await run_in_threadpool(bulk.abort, load_id)
+        except WorkerError as exc:
+            raise fail(exc) from None
+        return {"aborted": load_id}
 
     return router

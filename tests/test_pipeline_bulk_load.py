@@ -1,0 +1,172 @@
+"""What the pipeline needs from workers and masters, without Spark:
+
+* a worker's initial bulk load (worker_service/bulk_load.py, /cluster/bulk-load): only
+  into an empty repository, only with the cluster credential, only when the staged data
+  is exactly what the loader computed, atomically, surviving a restart;
+* RDF4J's ``preserveNodeId`` on adds (the loader's transactions keep its labels).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pyoxigraph as ox
+import pytest
+
+with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we have
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from txcluster import rdf4j
+from txcluster.auth import HmacAuth
+from worker_service import fingerprint
+from worker_service.app import create_app
+from worker_service.repository import Repository
+from worker_service.transaction import parse_operations
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+NQ = {"content-type": "application/n-quads"}
+DATA = (
+    '<http://e/a> <http://e/p> "01"^^<http://www.w3.org/2001/XMLSchema#integer> .\n'
+    "_:b1 <http://e/p> _:b2 <http://e/g> .\n"
+    '<http://e/a> <http://e/name> "A"@en .\n'
+)
+MORE = "<http://e/c> <http://e/p> <http://e/d> .\n"
+
+
+def canonical(text: str) -> set[ox.Quad]:
+    """The quads as a store holds them (an in-memory store: another path than the
+    worker's canonical_term)."""
+    store = ox.Store()
+    store.extend(ox.parse(text, format=ox.RdfFormat.N_QUADS))
+    return set(store)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = Repository("repo", tmp_path / "data", verify_on_start=False)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def client(repo):
+    with TestClient(create_app(repo, SECRET), base_url="http://testserver") as c:
+        c.auth = HmacAuth(SECRET)
+        yield c
+
+
+def put(client, load_id, part, text):
+    return client.put(f"/cluster/bulk-load/{load_id}/parts/{part}", content=text.encode(),
+                      headers=NQ)
+
+
+def commit(client, load_id, quads):
+    return client.post(f"/cluster/bulk-load/{load_id}", json={
+        "fingerprint": fingerprint.to_hex(fingerprint.sum_hashes(quads)),
+        "quads": len(quads)})
+
+
+def test_bulk_load_into_an_empty_worker(client, repo, tmp_path):
+    assert put(client, "L1", 0, DATA).json() == {"load": "L1", "parts": 1, "quads": 3}
+    assert put(client, "L1", 1, MORE).status_code == 200
+    # Nothing is visible before the commit.
+    assert len(repo.store) == 0 and repo.state().seq == 0
+    expected = canonical(DATA + MORE)
+    r = commit(client, "L1", expected)
+    assert r.status_code == 200, r.text
+    st = repo.state()
+    assert (st.seq, st.txid, st.quads) == (0, "L1", 4)
+    assert st.fingerprint == fingerprint.sum_hashes(expected)
+    assert set(repo.store) == expected  # labels as sent: _:b1, _:b2
+    assert ox.BlankNode("b1") in {q.subject for q in repo.store}
+    assert repo.verify()["matches"]
+    # The state and the store survive a restart together.
+    repo.close()
+    again = Repository("repo", tmp_path / "data")
+    try:
+        assert again.state() == st and set(again.store) == expected
+        assert again.verify()["matches"]
+    finally:
+        again.close()
+
+
+def test_a_worker_holding_data_refuses_a_bulk_load(client, repo):
+    assert put(client, "L1", 0, MORE).status_code == 200
+    assert commit(client, "L1", canonical(MORE)).status_code == 200
+    r = put(client, "L2", 0, DATA)
+    assert r.status_code == 409
+    assert "needs an empty repository" in r.json()["detail"]
+    assert repo.state().txid == "L1" and len(repo.store) == 1
+
+
+def test_parts_must_come_in_order_and_be_valid(client, repo):
+    assert put(client, "L1", 1, DATA).status_code == 404  # no load L1 was started
+    assert put(client, "L1", 0, DATA).status_code == 200
+    r = put(client, "L1", 2, MORE)
+    assert r.status_code == 409 and "expected part 1" in r.json()["detail"]
+    r = put(client, "L1", 1, "<http://e/a> <http://e/p> .\n")
+    assert r.status_code == 400 and "not valid N-Quads" in r.json()["detail"]
+    # The bad part changed nothing: part 1 is still the next one.
+    assert put(client, "L1", 1, MORE).status_code == 200
+    assert commit(client, "L1", canonical(DATA + MORE)).status_code == 200
+
+
+def test_a_commit_that_does_not_match_the_loaders_fingerprint_is_refused(client, repo):
+    assert put(client, "L1", 0, DATA).status_code == 200
+    assert put(client, "L1", 1, DATA).status_code == 200  # the same quads twice
+    r = commit(client, "L1", canonical(DATA))
+    assert r.status_code == 409 and "discarded" in r.json()["detail"]
+    assert repo.state().seq == 0 and repo.state().quads == 0 and len(repo.store) == 0
+    assert commit(client, "L1", canonical(DATA)).status_code == 404
+    assert not list((repo.data_dir / "tmp").iterdir())  # the staging store is gone
+
+
+def test_abort_drops_the_staging(client, repo):
+    assert put(client, "L1", 0, DATA).status_code == 200
+    assert client.delete("/cluster/bulk-load/L1").status_code == 200
+    assert not list((repo.data_dir / "tmp").iterdir())
+    assert commit(client, "L1", canonical(DATA)).status_code == 404
+
+
+def test_bulk_load_needs_the_cluster_credential(client, repo):
+    client.auth = None
+    r = put(client, "L1", 0, DATA)
+    assert r.status_code == 403
+    assert client.post("/cluster/bulk-load/L1", json={}).status_code == 403
+    assert repo.state().quads == 0
+
+
+def test_a_bad_load_id_is_refused(client):
+    assert put(client, "..%2Fx", 0, DATA).status_code in (400, 404)
+    assert put(client, "-x", 0, DATA).status_code == 400
+
+
+# ---- preserveNodeId ----
+
+
+def _added(repo: Repository, params: str) -> set[str]:
+    ops = rdf4j.statements_write("POST", rdf4j.parse_params(params.encode()),
+                                 b"_:b1 <http://e/p> _:b2 .\n", "application/n-quads")
+    result = repo.execute_local(parse_operations(ops))
+    return {f"{q} ." for q in result.changeset.added}
+
+
+def test_preserve_node_id_keeps_the_labels_of_an_add(repo):
+    assert _added(repo, "preserveNodeId=true") == {"_:b1 <http://e/p> _:b2 ."}
+    # Sent again: the same nodes, nothing new (a re-run of a load is harmless).
+    assert _added(repo, "preserveNodeId=true") == set()
+    # Without it each document's blank nodes are fresh nodes (RDF4J's default).
+    [minted] = _added(repo, "")
+    assert "_:b1" not in minted and minted.startswith("_:t")
+
+
+def test_preserve_node_id_must_be_a_boolean():
+    with pytest.raises(rdf4j.ProtocolError):
+        rdf4j.statements_write("POST", rdf4j.parse_params(b"preserveNodeId=maybe"),
+                               b"<http://e/a> <http://e/p> <http://e/o> .",
+                               "application/n-quads")
+    with pytest.raises(Exception, match="preserve_node_ids"):
+        parse_operations([{"type": "add", "data": "", "format": "application/n-quads",
+                           "preserve_node_ids": "yes"}])
