@@ -1,16 +1,17 @@
 """Admin JSON API of a master (OpenAPI at /docs): status, workers, backup, restore, mode,
-parameters. Changes take effect at once and persist to cluster.properties."""
+parameters, initial bulk load. Changes take effect at once and persist to
+cluster.properties."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, Field
 
 from master_service.api.client import ClientAuth
-from master_service.cluster.core import Cluster, NoWorkerAvailable
+from master_service.cluster.core import BulkLoadRefused, Cluster, NoWorkerAvailable
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from txcluster.properties import ConfigError
 
@@ -22,6 +23,16 @@ class WorkerIn(BaseModel):
 
 class BackupIn(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class BulkLoadIn(BaseModel):
+    worker: str = Field(description="the worker holding the staged parts")
+    fingerprint: str = Field(pattern=r"^[0-9a-fA-F]{32}$",
+                             description="fingerprint of the data (32 hex digits)")
+    quads: int = Field(ge=0, description="number of distinct quads")
+
+
+LOAD_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
 class ModeIn(BaseModel):
@@ -148,6 +159,57 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
     async def backups(request: Request) -> list[dict]:
         cluster = guard(request, write=False)
         return [dataclasses.asdict(b) for b in await cluster.db(cluster.txlog.backups)]
+
+    # ---- initial bulk load (txcluster load --initial; worker_service/bulk_load.py) ----
+
+    def bulk_worker(cluster: Cluster, url: str):
+        w = cluster.workers.get(url.rstrip("/"))
+        if w is None:
+            raise HTTPException(404, f"unknown worker {url}")
+        return w
+
+    def worker_failed(exc: Exception) -> HTTPException:
+        if isinstance(exc, WorkerRefused):
+            return HTTPException(exc.status, str(exc))
+        return HTTPException(502, f"worker unavailable: {exc}")
+
+    @router.put("/bulk-load/{load_id}/parts/{part}",
+                summary="Initial bulk load: stage one part (N-Quads) on a worker")
+    async def bulk_load_part(request: Request, worker: str,
+                             load_id: str = Path(pattern=LOAD_ID),
+                             part: int = Path(ge=0)) -> dict:
+        cluster = guard(request, write=True)
+        if problem := cluster.bulk_load_problem():
+            raise HTTPException(409, problem)
+        w = bulk_worker(cluster, worker)
+        try:
+            return await w.client.bulk_load_part(load_id, part, await request.body())
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            raise worker_failed(exc) from None
+
+    @router.post("/bulk-load/{load_id}", summary="Initial bulk load: commit the staged "
+                 "parts; the log adopts the worker's state, the others are replicated")
+    async def bulk_load_commit(body: BulkLoadIn, request: Request,
+                               load_id: str = Path(pattern=LOAD_ID)) -> dict:
+        cluster = guard(request, write=True)
+        bulk_worker(cluster, body.worker)
+        try:
+            return await cluster.commit_bulk_load(body.worker, load_id,
+                                                  body.fingerprint.lower(), body.quads)
+        except BulkLoadRefused as exc:
+            raise HTTPException(409, str(exc)) from None
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            raise worker_failed(exc) from None
+
+    @router.delete("/bulk-load/{load_id}", summary="Initial bulk load: abort, dropping "
+                   "the staged parts")
+    async def bulk_load_abort(request: Request, worker: str,
+                              load_id: str = Path(pattern=LOAD_ID)) -> dict:
+        cluster = guard(request, write=True)
+        try:
+            return await bulk_worker(cluster, worker).client.bulk_load_abort(load_id)
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            raise worker_failed(exc) from None
 
     @router.put("/mode", summary="Mode (NORMAL or MUTE) and read-only flag")
     async def set_mode(body: ModeIn, request: Request) -> dict:

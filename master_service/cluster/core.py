@@ -59,6 +59,10 @@ class NoWorkerAvailable(Exception):
     status = 503
 
 
+class BulkLoadRefused(Exception):
+    status = 409
+
+
 @dataclass
 class Worker:
     url: str
@@ -129,6 +133,7 @@ class Cluster:
         self._adopting = asyncio.Lock()
         self._stopping = False
         self.events: list[tuple[float, str]] = []  # recent recovery messages, for status
+        self.bulk_load_target: str | None = None  # worker whose bulk load is being committed
 
     # ---- lifecycle ----
 
@@ -227,6 +232,8 @@ class Cluster:
             return "this master is read-only"
         if self.mode == "MUTE":
             return "this master is muted: it takes transactions only from its peers"
+        if self.bulk_load_target:
+            return f"an initial bulk load is being committed on {self.bulk_load_target}"
         n = len(self.in_sync())
         if n == 0:
             return "no worker is in sync"
@@ -260,6 +267,8 @@ class Cluster:
 
     async def poll(self, w: Worker) -> None:
         """Health check; starts recovery of a worker that is not in sync."""
+        if w.url == self.bulk_load_target:
+            return  # its state changes on purpose; commit_bulk_load takes it over
         try:
             st = await w.client.state()
         except (WorkerUnavailable, WorkerRefused) as exc:
@@ -622,6 +631,57 @@ class Cluster:
         if dropped:
             log.info("pruned %d transactions from the log", dropped)
         return dropped
+
+    # ---- initial bulk load (txcluster load --initial) ----
+
+    def bulk_load_problem(self) -> str | None:
+        """Why this cluster cannot take an initial bulk load now, or None."""
+        if not self._log_is_new():
+            return (f"the transaction log is not new (head at seq {self.head_seq} with "
+                    f"{self.head_quads} quads): an initial bulk load needs a cluster that "
+                    f"never committed a transaction; load without --initial")
+        full = [w.url for w in self.workers.values() if w.quads > 0]
+        if full:
+            return f"workers hold data already: {', '.join(full)}"
+        return None
+
+    async def commit_bulk_load(self, url: str, load_id: str, fingerprint: str,
+                               quads: int) -> dict:
+        """Commit a bulk load staged on worker ``url`` and make its state the base of
+        the new log (``_adopt_existing_data``); the other workers are then replicated
+        from it ("Replicating (empty)").
+
+        Client writes are refused while it runs, and the worker installs the data only
+        if it is still empty, so no transaction can come between the worker's new state
+        and the log's adoption of it (worker_service/bulk_load.py)."""
+        w = self.workers.get(url.rstrip("/"))
+        if w is None:
+            raise KeyError(f"unknown worker {url}")
+        if problem := self.bulk_load_problem():
+            raise BulkLoadRefused(problem)
+        self.bulk_load_target = w.url
+        try:
+            # Writes that passed the writable check before it changed finish first.
+            deadline = time.monotonic() + self.request_timeout
+            while self.counters.running_writes and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            problem = self.bulk_load_problem() or (
+                "client writes are still running" if self.counters.running_writes else None)
+            if problem:
+                raise BulkLoadRefused(problem)
+            result = await self._while_alive(
+                w, w.client.bulk_load_commit(load_id, fingerprint, quads))
+            w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], \
+                result["quads"]
+            await self._adopt_existing_data()
+        finally:
+            self.bulk_load_target = None
+        if (self.head_seq, self.head_fingerprint) != (w.seq, w.fingerprint):
+            raise BulkLoadRefused(f"the log did not adopt the state of {w.url}")
+        self.note(f"initial bulk load '{load_id}': {w.quads} quads on {w.url} "
+                  f"(fingerprint {w.fingerprint}) are the base of the log")
+        return {"seq": self.head_seq, "fingerprint": self.head_fingerprint,
+                "quads": self.head_quads, "worker": w.url}
 
     # ---- backup / restore ----
 

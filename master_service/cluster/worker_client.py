@@ -60,11 +60,14 @@ class WorkerClient:
             self._session = None
 
     async def _call(self, method: str, path: str, payload: Any = None,
-                    timeout: float | None = None) -> Any:
-        body = b"" if payload is None else jsonlib.dumps(payload).encode()
+                    timeout: float | None = None, nquads: bytes | None = None) -> Any:
+        body = nquads if nquads is not None else \
+            b"" if payload is None else jsonlib.dumps(payload).encode()
         headers = {"authorization": sign(self._secret, method, path, body)}
         if payload is not None:
             headers["content-type"] = "application/json"
+        elif nquads is not None:
+            headers["content-type"] = "application/n-quads"
         try:
             async with self.session.request(
                 method, self.url + path, data=body or None, headers=headers,
@@ -122,3 +125,17 @@ class WorkerClient:
     async def restore(self, name: str | None = None, source: str | None = None) -> dict:
         body = {"source": source} if source else {"name": name}
         return await self._call("POST", "/cluster/restore", body, timeout=3600)
+
+    # Initial bulk load (worker_service/bulk_load.py): parts, then commit or abort.
+
+    async def bulk_load_part(self, load_id: str, part: int, data: bytes) -> dict:
+        return await self._call("PUT", f"/cluster/bulk-load/{load_id}/parts/{part}",
+                                nquads=data, timeout=WORK_CALL_TIMEOUT_S)
+
+    async def bulk_load_commit(self, load_id: str, fingerprint: str, quads: int) -> dict:
+        return await self._call("POST", f"/cluster/bulk-load/{load_id}",
+                                {"fingerprint": fingerprint, "quads": quads},
+                                timeout=WORK_CALL_TIMEOUT_S)
+
+    async def bulk_load_abort(self, load_id: str) -> dict:
+        return await self._call("DELETE", f"/cluster/bulk-load/{load_id}")
