@@ -6,14 +6,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_DIR ?= run
 # Debian packages the tests need (installed when running as root; see deps-debian).
-DEBIAN_PACKAGES ?=
+# openjdk-17-jre-headless: Java for Spark (the pipeline tests).
+DEBIAN_PACKAGES ?= openjdk-17-jre-headless
 
 .PHONY: venv deps-debian test lint run stop bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,pipeline]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,1 +1,29 @@
-"""Bulk load and audit jobs on Spark (issue: data pipeline) — not built yet."""
+"""Bulk load and audit on Spark (issue "data pipeline"): ``txcluster load``, ``txcluster audit``.
+
+Theory of operation
+-------------------
+A job is extract (IO) -> pure transforms (DataFrame in, DataFrame out) -> load (IO);
+configuration is passed in (``jobs.LoadConfig``, ``jobs.AuditConfig``, ``ParseConfig``).
+
+    extract.py    input files walked on the driver; line formats read by Spark's text
+                  source as raw bytes, split by line across tasks; documents one per
+                  task; a replica's content exported as N-Quads from a worker's API
+    rdf.py        the per-record work, plain Python: line-exact validation, canonical
+                  terms (the worker's canonical_term), per-file blank node scopes
+    transform.py  the pure transforms: parse (mapInArrow), rejects with line numbers
+                  across splits, deduplication, fingerprint sums in 32-bit pieces (ANSI
+                  mode on), differences between replicas, N-Quads documents to send
+    load.py       the cluster: transactions through the master (RDF4J adds with
+                  preserveNodeId), or --initial's bulk load of one worker that the
+                  master's new log adopts; waiting for every worker; the check
+    jobs.py       the two jobs wired together, and their reports
+    session.py    the SparkSession: local[*] by default, any cluster by its URL
+    progress.py   the progress line (files, lines/quads, rate, ETA)
+
+The proof of a load is the repository fingerprint (worker_service/fingerprint.py: the
+sum mod 2**128 of xxh3-128 of each canonical N-Quads line), computed by the job over the
+data set and by every worker over its store: after ``--initial`` every worker must hold
+the job's fingerprint; after a load into a repository that held data, the fingerprint
+must have moved by exactly the sum over the quads that were not there before (the job
+reads the repository from an up-to-date worker to know them, and sends only those).
+"""

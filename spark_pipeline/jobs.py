@@ -1,0 +1,433 @@
+"""The two jobs: ``txcluster load`` and ``txcluster audit``, wired from extract, the pure
+transforms and load. Configuration comes in as frozen dataclasses (the CLI builds them);
+reports go out as dataclasses the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_pipeline import extract, load, rdf, transform
+from spark_pipeline.progress import CountsParam, Progress
+from worker_service.fingerprint import MOD, to_hex
+
+# Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
+PART_QUADS = 100_000
+SHOWN = 10  # rejects / differences printed in the summary
+# Errors that are the user's or the cluster's, not the program's: the CLI prints them.
+USER_ERRORS = (ValueError, extract.InputError, extract.ExportError, load.LoadError)
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    master: str
+    inputs: tuple[str, ...]
+    repository: str | None = None
+    graph: str | None = None
+    initial: bool = False
+    batch_quads: int = 20_000
+    rejects_dir: str | None = None  # default: ./txcluster-rejects-<time>, when there are any
+    work_dir: str | None = None  # exports of the repository (shared with executors)
+    auth: tuple[str, str] | None = None
+    parallel: int = 4  # transactions in flight
+    sync_timeout_s: float | None = None  # default: from the amount of data
+
+    def __post_init__(self) -> None:
+        if self.batch_quads < 1:
+            raise ValueError("--batch-quads must be at least 1")
+        if not self.inputs:
+            raise ValueError("give at least one file or directory to load")
+        if self.graph is not None:
+            rdf.Canonicaliser(self.graph)  # ValueError unless an absolute IRI
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    workers: tuple[str, ...]
+    out_dir: str | None = None  # default: ./txcluster-audit-<time>, when they differ
+    work_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        urls = [w.rstrip("/") for w in self.workers]
+        if len(urls) != 2 or urls[0] == urls[1]:
+            raise ValueError("give two different workers: --worker URL --worker URL")
+
+
+# ---- preparing a data set ----
+
+
+@dataclass
+class Prepared:
+    distinct: DataFrame  # quad, graph, h0..h3 (persisted)
+    rejects: DataFrame  # file, line, text, message
+    files: int
+    lines: int
+    statements: int
+    line_rejects: int
+    file_rejects: int
+    quads: int
+    fingerprint: int
+    seconds: float
+
+    @property
+    def reject_count(self) -> int:
+        return self.line_rejects + self.file_rejects
+
+
+def _sum_row(df: DataFrame) -> tuple[int, int]:
+    row = transform.fingerprint_sums(df).collect()[0]
+    return rdf.combine([row[f"s{i}"] for i in range(rdf.PIECES)]), row["quads"]
+
+
+def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
+                 config: transform.ParseConfig) -> DataFrame:
+    """PARSED records of every input file (line formats split across tasks)."""
+    lines = [f for f in files if f.line_based]
+    docs = [f for f in files if not f.line_based]
+    parts = []
+    if lines:
+        parts.append(transform.parse_lines(extract.read_lines(spark, lines), config))
+    if docs:
+        parts.append(transform.parse_documents(extract.documents(spark, docs), config))
+    parsed = parts[0]
+    for p in parts[1:]:
+        parsed = parsed.unionByName(p)
+    return parsed
+
+
+def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
+            progress: Progress, scope_blank_nodes: bool = True) -> Prepared:
+    """Parse, validate, canonicalise, deduplicate and fingerprint the inputs."""
+    started = time.monotonic()
+    counts = spark.sparkContext.accumulator({}, CountsParam())
+    config = transform.ParseConfig(graph, scope_blank_nodes, counts)
+    parsed = parse_inputs(spark, files, config).persist(StorageLevel.MEMORY_AND_DISK)
+    with progress.watch_parse(counts, {f.path: f.size for f in files}):
+        kinds = {r["kind"]: r for r in transform.kind_counts(parsed).collect()}
+    progress.line("deduplicating and fingerprinting ...", force=True)
+    distinct = transform.distinct_quads(transform.quads(parsed)).persist(
+        StorageLevel.MEMORY_AND_DISK)
+    fingerprint, quads = _sum_row(distinct)
+    progress.done()
+
+    def n(kind: int, column: str = "n") -> int:
+        return kinds[kind][column] if kind in kinds else 0
+
+    return Prepared(distinct, transform.rejects(parsed), len(files),
+                    n(rdf.SPLIT_LINES, "lines"), n(rdf.QUAD), n(rdf.LINE_REJECT),
+                    n(rdf.FILE_REJECT), quads, fingerprint, time.monotonic() - started)
+
+
+def _blobs(df: DataFrame, size: int):
+    for row in transform.nquads_blobs(df, size).toLocalIterator(prefetchPartitions=True):
+        yield row["data"], row["quads"]
+
+
+def _output_dir(given: str | None, default_prefix: str) -> Path:
+    if given is None:
+        return Path(f"{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    path = Path(given).expanduser().resolve()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ValueError(f"{given} exists and is not an empty directory")
+    return path
+
+
+def _write_json(df: DataFrame, path: Path) -> None:
+    if path.exists():
+        path.rmdir()  # empty (checked before): Spark wants to create it
+    df.coalesce(1).write.json(str(path))
+
+
+# ---- txcluster load ----
+
+
+@dataclass
+class LoadReport:
+    prepared: Prepared
+    repository: str
+    initial: bool
+    present: int = 0  # distinct quads the repository held already
+    added: int = 0  # quads sent to be added
+    transactions: int = 0
+    expected: int = 0  # the fingerprint the cluster must end at
+    head: dict = field(default_factory=dict)
+    workers: dict[str, dict] = field(default_factory=dict)
+    rejects_dir: Path | None = None
+    shown_rejects: list = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        p = self.prepared
+        total = sum(self.seconds.values())
+        lines = [
+            f"files           {p.files:,}",
+            f"lines           {p.lines:,}",
+            f"rejects         {p.line_rejects:,} lines, {p.file_rejects:,} files"
+            + (f" -> {self.rejects_dir}" if self.rejects_dir else ""),
+        ]
+        lines += [f"  {r['file']}:{r['line'] if r['line'] is not None else '?'}: "
+                  f"{r['message']}\n    {r['text'][:200]}" for r in self.shown_rejects]
+        lines += [
+            f"statements      {p.statements:,}",
+            f"distinct quads  {p.quads:,}",
+            f"fingerprint     {to_hex(p.fingerprint)}",
+        ]
+        if self.initial:
+            lines.append(f"loaded          {self.added:,} quads: initial bulk load")
+        else:
+            lines.append(f"loaded          {self.added:,} quads in {self.transactions:,} "
+                         f"transactions ({self.present:,} were present already)")
+        lines.append(f"rate            {p.quads / total if total else 0:,.0f} quads/s end to "
+                     "end (" + ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
+                     + ")")
+        lines.append(f"cluster         head seq {self.head.get('seq')}, fingerprint "
+                     f"{self.head.get('fingerprint')}, expected {to_hex(self.expected)}")
+        for url, st in self.workers.items():
+            lines.append(f"  {url}: " + (f"seq {st['seq']}, fingerprint {st['fingerprint']},"
+                                         f" {st['quads']:,} quads" if "seq" in st
+                                         else st.get("error", "?")))
+        lines.append("OK: every worker holds the expected fingerprint" if self.ok
+                     else "MISMATCH: " + "; ".join(self.problems))
+        return "\n".join(lines)
+
+
+def _sync_timeout(config: LoadConfig, quads: int) -> float:
+    if config.sync_timeout_s is not None:
+        return config.sync_timeout_s
+    return max(120.0, quads / 5_000)
+
+
+def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: Progress
+             ) -> LoadReport:
+    """The whole load; ``session`` is called (Spark started) once the inputs and the
+    cluster have been checked, so a wrong path or an unfit cluster fails at once."""
+    files = extract.list_inputs(config.inputs)
+    rejects_dir = _output_dir(config.rejects_dir, "txcluster-rejects")
+    with load.MasterAPI(config.master, config.auth) as master, \
+            tempfile.TemporaryDirectory(prefix="txcluster-load-", dir=config.work_dir) as work:
+        status = master.status()
+        repository = master.repository(config.repository)
+        target = load.initial_target(status) if config.initial else None
+        spark = session()
+        if spark.sparkContext.uiWebUrl:
+            progress.note(f"Spark UI: {spark.sparkContext.uiWebUrl}")
+        prepared = prepare(spark, files, config.graph, progress)
+        report = LoadReport(prepared, repository, config.initial)
+        report.seconds["prepare"] = prepared.seconds
+        if prepared.reject_count:
+            report.rejects_dir = rejects_dir
+            _write_json(prepared.rejects.orderBy("file", "line"), rejects_dir)
+            report.shown_rejects = [r.asDict() for r in
+                                    prepared.rejects.orderBy("file", "line").take(SHOWN)]
+
+        started = time.monotonic()
+        if config.initial:
+            to_send, added_fp, report.added = prepared.distinct, prepared.fingerprint, \
+                prepared.quads
+            report.expected = prepared.fingerprint
+        else:
+            to_send, base_fp = _missing(spark, status, prepared, Path(work))
+            added_fp, report.added = _sum_row(to_send)
+            report.present = prepared.quads - report.added
+            report.expected = (base_fp + added_fp) % MOD
+        report.seconds["compare"] = time.monotonic() - started
+
+        started = time.monotonic()
+        counter = progress.counter("load", "quads", report.added, started)
+        if report.added:
+            if target is not None:
+                load.bulk_load(master, target, _blobs(to_send, PART_QUADS),
+                               prepared.fingerprint, prepared.quads, counter)
+            else:
+                _, report.transactions = load.send_transactions(
+                    master, repository, _blobs(to_send, config.batch_quads),
+                    config.parallel, counter)
+        progress.done()
+        report.seconds["load"] = time.monotonic() - started
+
+        started = time.monotonic()
+        status, synced = load.wait_in_sync(master, _sync_timeout(config, prepared.quads),
+                                           lambda s: progress.line(_sync_line(s)))
+        progress.done()
+        report.seconds["sync"] = time.monotonic() - started
+        report.head = status["head"]
+        report.workers = load.worker_states(status)
+        _check(report, synced)
+        prepared.distinct.unpersist()
+        return report
+
+
+def _sync_line(status: dict) -> str:
+    at_head = sum(w["status"] == "ON" and w["seq"] == status["head"]["seq"]
+                  for w in status["workers"])
+    return f"sync: {at_head}/{len(status['workers'])} workers at the head of the log"
+
+
+def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
+             ) -> tuple[DataFrame, int]:
+    """(the prepared quads the repository lacks, the repository's fingerprint they are
+    added to). An empty repository lacks everything; otherwise its content is read
+    from an up-to-date worker and its fingerprint recomputed — the base of the check."""
+    _seq, fp, quads = load.head(status)
+    if quads == 0 and fp == 0:
+        return prepared.distinct, fp
+    worker = load.up_to_date_worker(status)
+    target = work / "repository.nq"
+    with httpx.Client() as client:
+        state = extract.export_worker(client, worker, target)
+    existing = transform.quads(parse_inputs(
+        spark, [extract.export_file(target)], transform.ParseConfig(scope_blank_nodes=False)))
+    content_fp, _ = _sum_row(existing)
+    kept = int(state["fingerprint"], 16)
+    if content_fp != kept:
+        raise load.LoadError(
+            f"the content of {worker} has fingerprint {to_hex(content_fp)} but the worker "
+            f"keeps {state['fingerprint']}: its store changed behind its back (see "
+            "txcluster audit); not loading")
+    missing = transform.absent_from(prepared.distinct, existing).persist(
+        StorageLevel.MEMORY_AND_DISK)
+    return missing, kept
+
+
+def _check(report: LoadReport, synced: bool) -> None:
+    expected = to_hex(report.expected)
+    if not synced:
+        report.problems.append("the workers did not reach the head of the log in time")
+    if report.head.get("fingerprint") != expected:
+        report.problems.append(f"the log's head is at {report.head.get('fingerprint')}, "
+                               f"expected {expected} (did another client write meanwhile?)")
+    for url, st in report.workers.items():
+        if st.get("fingerprint") != expected:
+            report.problems.append(f"{url} is at {st.get('fingerprint', st.get('error'))}")
+
+
+# ---- txcluster audit ----
+
+
+@dataclass
+class Replica:
+    url: str
+    state: dict  # the worker's own state during the export
+    quads: int = 0
+    fingerprint: int = 0  # recomputed from the exported content
+
+
+@dataclass
+class AuditReport:
+    replicas: list[Replica]
+    only: dict[str, int]  # side -> differing quads
+    graphs: list[dict]  # graphs whose content differs: graph, quads/fingerprint per side
+    shown: list[dict]
+    out_dir: Path | None
+    seconds: float
+
+    @property
+    def identical(self) -> bool:
+        return not any(self.only.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.identical and all(
+            to_hex(r.fingerprint) == r.state["fingerprint"] for r in self.replicas)
+
+    def summary(self) -> str:
+        out = []
+        for side, r in zip("ab", self.replicas, strict=True):
+            kept = r.state["fingerprint"]
+            note = "" if to_hex(r.fingerprint) == kept else \
+                f"  (the worker keeps {kept}: its store changed behind its back)"
+            out.append(f"{side}: {r.url}  seq {r.state['seq']}, {r.quads:,} quads, "
+                       f"fingerprint {to_hex(r.fingerprint)}{note}")
+        if self.identical:
+            out.append("identical: the two replicas hold the same quads")
+        else:
+            out.append(f"DIFFERENT: {self.only.get('a', 0):,} quads only in a, "
+                       f"{self.only.get('b', 0):,} only in b" +
+                       (f" -> {self.out_dir}" if self.out_dir else ""))
+            for g in self.graphs:
+                out.append(f"  graph {g['graph'] or '(default)'}: a {g['quads_a'] or 0:,} "
+                           f"quads {g['fp_a']}, b {g['quads_b'] or 0:,} quads {g['fp_b']}")
+            out += [f"  only in {d['side']}: {d['quad']}" for d in self.shown]
+        out.append(f"audit took {self.seconds:.1f}s")
+        return "\n".join(out)
+
+
+def _graph_fingerprints(df: DataFrame, side: str) -> DataFrame:
+    sums = transform.fingerprint_sums(df, "graph")
+    return sums.select("graph", F.col("quads").alias(f"quads_{side}"),
+                       *[F.col(f"s{i}").alias(f"s{i}_{side}") for i in range(rdf.PIECES)])
+
+
+def run_audit(session: Callable[[], SparkSession], config: AuditConfig, progress: Progress
+              ) -> AuditReport:
+    """Export both replicas, then compare them in Spark (``session`` starts it)."""
+    started = time.monotonic()
+    out_dir = _output_dir(config.out_dir, "txcluster-audit")
+    urls = [w.rstrip("/") for w in config.workers]
+    with tempfile.TemporaryDirectory(prefix="txcluster-audit-", dir=config.work_dir) as work, \
+            httpx.Client() as client:
+        replicas, frames = [], []
+        for side, url in zip("ab", urls, strict=True):
+            progress.line(f"exporting {url} ...", force=True)
+            path = Path(work) / f"{side}.nq"
+            state = extract.export_worker(client, url, path)
+            replicas.append(Replica(url, state))
+        spark = session()
+        for side in "ab":
+            path = Path(work) / f"{side}.nq"
+            df = transform.quads(parse_inputs(
+                spark, [extract.export_file(path)],
+                transform.ParseConfig(scope_blank_nodes=False))).persist()
+            frames.append(df)
+        progress.line("comparing ...", force=True)
+        for r, df in zip(replicas, frames, strict=True):
+            r.fingerprint, r.quads = _sum_row(df)
+        a, b = frames
+        diff = transform.differences(a, b).persist()
+        only = {r["side"]: r["count"] for r in diff.groupBy("side").count().collect()}
+        graphs: list[dict] = []
+        shown: list[dict] = []
+        written = None
+        if any(only.values()):
+            per_graph = _graph_fingerprints(a, "a").join(_graph_fingerprints(b, "b"), "graph",
+                                                         "full_outer")
+            for row in per_graph.collect():
+                fa = rdf.combine([row[f"s{i}_a"] for i in range(rdf.PIECES)])
+                fb = rdf.combine([row[f"s{i}_b"] for i in range(rdf.PIECES)])
+                if (fa, row["quads_a"]) != (fb, row["quads_b"]):
+                    graphs.append({"graph": row["graph"], "quads_a": row["quads_a"],
+                                   "quads_b": row["quads_b"], "fp_a": to_hex(fa),
+                                   "fp_b": to_hex(fb)})
+            graphs.sort(key=lambda g: g["graph"])
+            shown = [r.asDict() for r in diff.orderBy("side", "quad").take(SHOWN)]
+            written = out_dir
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for side in "ab":
+                (diff.filter(F.col("side") == side).select("quad").orderBy("quad")
+                 .coalesce(1).write.text(str(out_dir / f"only-in-{side}")))
+            (out_dir / "summary.json").write_text(json.dumps({
+                "a": urls[0], "b": urls[1], "only_in_a": only.get("a", 0),
+                "only_in_b": only.get("b", 0), "graphs": graphs,
+                "replicas": [{"url": r.url, "state": r.state, "quads": r.quads,
+                              "fingerprint": to_hex(r.fingerprint)} for r in replicas],
+            }, indent=2))
+        progress.done()
+        for df in (*frames, diff):
+            df.unpersist()
+    return AuditReport(replicas, only, graphs, shown, written, time.monotonic() - started)
+

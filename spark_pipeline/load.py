@@ -1,0 +1,252 @@
+"""Load: the prepared quads into the cluster, and the check that it holds them (IO only).
+
+Two paths (issue "data pipeline"):
+
+* **Transactions** (any repository): N-Quads documents of at most ``--batch-quads``
+  quads, each one RDF4J add through the master (``POST .../statements``) with
+  ``preserveNodeId=true``, so the per-file blank node labels the job gave are kept and
+  a document may be sent twice. The master logs each as a transaction (the txlog orders
+  them; every worker applies the same changeset). A few are in flight at once so the
+  master's group commit has company; a refused or lost one is sent again (harmless).
+* **Initial** (``--initial``, a cluster that never committed a transaction): the data
+  goes in parts through the master (admin API) into one worker's staging store, then the
+  master commits it there and adopts the worker's state as its log's base; the other
+  workers are replicated from it ("Replicating (empty)").
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+import httpx
+
+from worker_service.fingerprint import ZERO, to_hex
+
+
+class LoadError(Exception):
+    """The load cannot go on; the message says why."""
+
+
+RETRY_STATUSES = {502, 503, 504}
+
+
+class MasterAPI:
+    """The calls the loader makes to a master (client auth when it is on)."""
+
+    def __init__(self, url: str, auth: tuple[str, str] | None = None,
+                 timeout: float = 3600.0) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(auth=auth, timeout=httpx.Timeout(timeout, connect=10))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> MasterAPI:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            return self.http.request(method, self.url + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise LoadError(f"cannot reach the master {self.url}: {exc}") from None
+
+    @staticmethod
+    def _detail(r: httpx.Response) -> str:
+        try:
+            return str(r.json().get("detail", r.text))
+        except ValueError:
+            return r.text
+
+    def _json(self, method: str, path: str, **kwargs) -> dict:
+        r = self._request(method, path, **kwargs)
+        if r.status_code >= 400:
+            raise LoadError(f"{method} {path} answered {r.status_code}: {self._detail(r)}")
+        return r.json()
+
+    def status(self) -> dict:
+        return self._json("GET", "/admin/status", timeout=30)
+
+    def repository(self, wanted: str | None) -> str:
+        """The master's repository id (checked against ``wanted`` when given)."""
+        r = self._request("GET", "/repositories", timeout=30,
+                          headers={"accept": "application/sparql-results+json"})
+        if r.status_code != 200:
+            raise LoadError(f"GET /repositories answered {r.status_code}: {r.text[:300]}")
+        ids = [b["id"]["value"] for b in r.json()["results"]["bindings"]]
+        if wanted is None:
+            if len(ids) != 1:
+                raise LoadError(f"the master serves {ids}: give --repository")
+            return ids[0]
+        if wanted not in ids:
+            raise LoadError(f"the master serves {ids}, not '{wanted}'")
+        return wanted
+
+    def add(self, repository: str, data: bytes, attempts: int = 8) -> None:
+        """One transaction adding an N-Quads document, labels kept. Sent again while the
+        cluster is not writable or unreachable (a recovering worker, a busy master)."""
+        path = f"/repositories/{repository}/statements"
+        delay = 0.5
+        for attempt in range(attempts):
+            try:
+                r = self.http.post(self.url + path, content=data,
+                                   params={"preserveNodeId": "true"},
+                                   headers={"content-type": "application/n-quads"})
+            except httpx.HTTPError as exc:
+                problem = f"cannot reach the master {self.url}: {exc}"
+            else:
+                if r.status_code < 300:
+                    return
+                problem = f"the master answered {r.status_code}: {r.text[:500]}"
+                if r.status_code not in RETRY_STATUSES:
+                    raise LoadError(problem)
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+                delay = min(delay * 2, 10)
+        raise LoadError(f"{problem} (after {attempts} attempts)")
+
+    def bulk_part(self, load_id: str, part: int, worker: str, data: bytes) -> dict:
+        return self._json("PUT", f"/admin/bulk-load/{load_id}/parts/{part}",
+                          params={"worker": worker}, content=data,
+                          headers={"content-type": "application/n-quads"})
+
+    def bulk_commit(self, load_id: str, worker: str, fingerprint: int, quads: int) -> dict:
+        return self._json("POST", f"/admin/bulk-load/{load_id}",
+                          json={"worker": worker, "fingerprint": to_hex(fingerprint),
+                                "quads": quads})
+
+    def bulk_abort(self, load_id: str, worker: str) -> None:
+        r = self._request("DELETE", f"/admin/bulk-load/{load_id}",
+                          params={"worker": worker}, timeout=60)
+        if r.status_code >= 400 and r.status_code != 404:
+            raise LoadError(f"aborting bulk load {load_id} answered {r.status_code}: "
+                            f"{self._detail(r)}")
+
+
+# ---- the cluster as the loader needs it ----
+
+
+def head(status: dict) -> tuple[int, int, int]:
+    """(seq, fingerprint, quads) at the head of the master's log."""
+    h = status["head"]
+    return h["seq"], int(h["fingerprint"], 16), h["quads"]
+
+
+def initial_target(status: dict) -> str:
+    """The worker an initial load goes to; LoadError when the cluster cannot take one."""
+    seq, fp, quads = head(status)
+    if seq != 0 or fp != ZERO or quads != 0:
+        raise LoadError(f"--initial needs an empty cluster whose log never committed a "
+                        f"transaction; this one is at seq {seq} with {quads} quads: load "
+                        f"without --initial")
+    full = [w["url"] for w in status["workers"] if w["quads"]]
+    if full:
+        raise LoadError(f"--initial needs empty workers; these hold data: {', '.join(full)}")
+    ready = [w["url"] for w in status["workers"] if w["status"] == "ON"]
+    if not ready:
+        raise LoadError("no worker is ON: nothing can take the initial load")
+    return ready[0]
+
+
+def up_to_date_worker(status: dict) -> str:
+    """A worker at the head of the log, to export the repository's content from."""
+    seq, fp, _ = head(status)
+    for w in status["workers"]:
+        if w["status"] == "ON" and w["seq"] == seq and int(w["fingerprint"], 16) == fp \
+                and not w["pending_forwards"]:
+            return w["url"]
+    raise LoadError("no worker is at the head of the log to read the repository from")
+
+
+def send_transactions(master: MasterAPI, repository: str,
+                      blobs: Iterable[tuple[bytes, int]], parallel: int = 4,
+                      on_sent: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """Send every (N-Quads document, quad count) as one transaction, ``parallel`` at a
+    time; returns (quads, transactions) sent. The first failure stops the load."""
+    sent = transactions = 0
+    with ThreadPoolExecutor(parallel, thread_name_prefix="load") as pool:
+        running: dict[Future, int] = {}
+
+        def settle(futures) -> None:
+            nonlocal sent, transactions
+            for f in futures:
+                n = running.pop(f)
+                f.result()  # raises the batch's LoadError
+                sent += n
+                transactions += 1
+                if on_sent:
+                    on_sent(sent)
+
+        try:
+            for data, n in blobs:
+                if len(running) >= parallel:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    settle(done)
+                running[pool.submit(master.add, repository, data)] = n
+            settle(list(running))
+        except BaseException:
+            for f in running:
+                f.cancel()
+            raise
+    return sent, transactions
+
+
+def bulk_load(master: MasterAPI, worker: str, blobs: Iterable[tuple[bytes, int]],
+              fingerprint: int, quads: int,
+              on_sent: Callable[[int], None] | None = None) -> dict:
+    """The initial load: parts into ``worker``'s staging store, then the commit (the
+    master adopts the worker's state). Aborted, leaving the worker empty, on any error."""
+    load_id = uuid.uuid4().hex
+    sent = 0
+    try:
+        for part, (data, n) in enumerate(blobs):
+            master.bulk_part(load_id, part, worker, data)
+            sent += n
+            if on_sent:
+                on_sent(sent)
+        return master.bulk_commit(load_id, worker, fingerprint, quads)
+    except BaseException:
+        try:
+            master.bulk_abort(load_id, worker)
+        except LoadError:
+            pass  # the worker drops its staging when it restarts anyway
+        raise
+
+
+def in_sync(status: dict) -> bool:
+    seq, fp, _ = head(status)
+    return all(w["status"] == "ON" and w["seq"] == seq and w["fingerprint"] == to_hex(fp)
+               and not w["pending_forwards"] for w in status["workers"])
+
+
+def wait_in_sync(master: MasterAPI, timeout: float,
+                 on_progress: Callable[[dict], None] | None = None) -> tuple[dict, bool]:
+    """Poll the master until every worker is ON at the head of the log (or timeout);
+    returns the last status and whether it was in sync."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = master.status()
+        if on_progress:
+            on_progress(status)
+        if in_sync(status):
+            return status, True
+        if time.monotonic() > deadline:
+            return status, False
+        time.sleep(0.25)
+
+
+def worker_states(status: dict) -> dict[str, dict]:
+    """Each worker's own state (its /health), independent of the master's view."""
+    out = {}
+    with httpx.Client(timeout=30) as client:
+        for w in status["workers"]:
+            try:
+                out[w["url"]] = client.get(f"{w['url']}/health").json()
+            except (httpx.HTTPError, ValueError) as exc:
+                out[w["url"]] = {"error": str(exc)}
+    return out

@@ -1,0 +1,293 @@
+"""The RDF work done inside the pipeline's tasks: plain Python over pyoxigraph, no Spark.
+
+Everything here is pure (bytes and paths in, records out) so it is tested without a
+SparkSession; ``transform`` wraps it in ``mapInArrow``.
+
+Rules it implements (issue "data pipeline"):
+
+* A line format (N-Triples, N-Quads) is validated **line by line**: a chunk of lines is
+  parsed at once, and only when that fails (or yields another number of statements than
+  it has statement lines) is each line parsed alone. pyoxigraph reports a missing dot on
+  the *next* line and an unterminated string swallows the following one (FACTS.md), so
+  the chunk's error position is never used to blame a line: every line is judged alone,
+  and exactly the lines that fail alone are rejects. Invalid UTF-8 is such a failure.
+* Other formats (Turtle, TriG, RDF/XML, JSON-LD) are validated **per file**: a file with
+  an error is rejected as a whole (its statements are not loaded), with the line of the
+  error, that line's text and the parser's message.
+* Terms are canonicalised as the store holds them (``canonical_term``, the worker's own
+  function: ``"01"^^xsd:integer`` -> ``"1"``); language tags come lowercased from the
+  parser. The canonical N-Quads line is ``str(quad) + " ."`` — what ``dump`` writes and
+  what ``worker_service.fingerprint`` hashes.
+* Blank node labels are scoped per source file: in a line-format file ``_:b1`` becomes
+  ``_:<scope>b1``, the scope being derived from the file's absolute path, so the same
+  label in two files is two nodes while all lines of one file (in any Spark split) agree;
+  in a document, every blank node (anonymous ones included, which pyoxigraph labels at
+  random) is numbered by first appearance, ``_:<scope>1``, ``_:<scope>2`` ... Labels are
+  deterministic, so a re-run of the same files adds nothing.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyoxigraph as ox
+import xxhash
+
+from worker_service.fingerprint import MOD, line_hash
+from worker_service.transaction import canonical_term
+
+# Kinds of the records a parse produces (one schema for all, see transform.PARSED).
+QUAD = 0  # a canonical quad
+LINE_REJECT = 1  # a line of a line-format file that does not parse alone
+SPLIT_LINES = 2  # how many lines one split (a Spark file split) of a file has
+FILE_REJECT = 3  # a document with an error: the whole file is rejected
+
+LINE_FORMATS = {"nt": ox.RdfFormat.N_TRIPLES, "nq": ox.RdfFormat.N_QUADS}
+DOCUMENT_FORMATS = {
+    "ttl": ox.RdfFormat.TURTLE, "trig": ox.RdfFormat.TRIG, "rdf": ox.RdfFormat.RDF_XML,
+    "owl": ox.RdfFormat.RDF_XML, "xml": ox.RdfFormat.RDF_XML,
+    "jsonld": ox.RdfFormat.JSON_LD,
+}
+COMPRESSIONS = {"gz": gzip.open, "bz2": bz2.open}
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: absolute path, format extension (``nt``, ``ttl``...), compression."""
+
+    path: str
+    format: str
+    compression: str | None
+    size: int
+
+    @property
+    def line_based(self) -> bool:
+        return self.format in LINE_FORMATS
+
+    @property
+    def rdf_format(self) -> ox.RdfFormat:
+        return LINE_FORMATS.get(self.format) or DOCUMENT_FORMATS[self.format]
+
+
+def detect(path: str | Path) -> tuple[str, str | None] | None:
+    """(format extension, compression) from a file name, or None if not an RDF file."""
+    parts = Path(path).name.lower().split(".")
+    compression = None
+    if len(parts) > 2 and parts[-1] in COMPRESSIONS:
+        compression = parts.pop()
+    if len(parts) < 2:
+        return None
+    ext = parts[-1]
+    if ext in LINE_FORMATS or ext in DOCUMENT_FORMATS:
+        return ext, compression
+    return None
+
+
+def scope_of(path: str) -> str:
+    """The blank node scope of a file: a label prefix valid as the start of a label."""
+    return f"f{xxhash.xxh3_64_hexdigest(path.encode())}x"
+
+
+# A blank node label in N-Triples/N-Quads text: a ``_:`` that is not inside a string
+# literal or an IRI (group 1 matches those, and they are kept as they are). Comments may
+# be rewritten too, which changes nothing.
+_TOKENS = re.compile(rb'("(?:[^"\\\n]|\\.)*"|<[^<>"{}|^`\\\x00-\x20]*>)|_:')
+
+
+def scope_line(line: bytes, prefix: bytes) -> bytes:
+    """``_:label`` -> ``_:<scope>label`` in one N-Triples/N-Quads line."""
+    return _TOKENS.sub(lambda m: m.group(1) or prefix, line)
+
+
+def _statement(line: bytes) -> bool:
+    """A line that must hold one statement (not blank, not only a comment)."""
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith(b"#")
+
+
+def _message(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", errors="backslashreplace")
+
+
+@dataclass
+class Parsed:
+    """What one chunk (or one document) gave: canonical quads and rejects."""
+
+    quads: list[str] = field(default_factory=list)  # canonical N-Quads lines, no newline
+    graphs: list[str] = field(default_factory=list)  # graph term per quad ("" = default)
+    rejects: list[tuple[int, str, str]] = field(default_factory=list)  # (index, text, msg)
+    lines: int = 0
+
+    def hashes(self) -> list[int]:
+        return [line_hash(q.encode()) for q in self.quads]
+
+
+class Canonicaliser:
+    """Quads -> canonical lines, with an optional graph that replaces every quad's graph
+    (``--graph``, as RDF4J's ``context`` parameter does for an add)."""
+
+    def __init__(self, graph: str | None = None) -> None:
+        self.graph = ox.NamedNode(graph) if graph else None
+
+    def add(self, out: Parsed, quads: Sequence[ox.Quad]) -> None:
+        graph = self.graph
+        default = ox.DefaultGraph
+        for q in quads:
+            if graph is not None:
+                q = ox.Quad(q.subject, q.predicate, q.object, graph)
+            line = f"{q} ."
+            # Only typed literals other than xsd:string can change (FACTS.md); the text
+            # test keeps attribute access (slow in pyoxigraph) off the common path.
+            if '"^^<' in line:
+                o = q.object
+                c = canonical_term(o)
+                if c != o:
+                    q = ox.Quad(q.subject, q.predicate, c, q.graph_name)
+                    line = f"{q} ."
+            g = q.graph_name
+            out.quads.append(line)
+            out.graphs.append("" if type(g) is default else str(g))
+
+
+def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,
+                canon: Canonicaliser) -> Parsed:
+    """Parse consecutive lines of one file. Reject indexes are positions in ``lines``."""
+    out = Parsed(lines=len(lines))
+    prefix = b"_:" + scope.encode() if scope else None
+    work = [scope_line(x, prefix) if prefix and b"_:" in x else x for x in lines]
+    statements = [i for i, x in enumerate(work) if _statement(x)]
+    try:
+        quads = list(ox.parse(b"\n".join(work), format=fmt))
+        if len(quads) == len(statements):
+            canon.add(out, quads)
+            return out
+    except SyntaxError:
+        pass
+    for i in statements:  # the slow path: every statement line alone
+        try:
+            quads = list(ox.parse(work[i], format=fmt))
+        except SyntaxError as exc:
+            message = _message(exc)
+            if work[i] is not lines[i]:  # report against the text as written
+                try:
+                    list(ox.parse(lines[i], format=fmt))
+                except SyntaxError as original:
+                    message = _message(original)
+            out.rejects.append((i, _text(lines[i]), message))
+            continue
+        canon.add(out, quads)
+    return out
+
+
+class _CountingReader(io.RawIOBase):
+    """A binary reader that counts the newlines passing through (the file's lines)."""
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+        self.newlines = 0
+        self.last = b"\n"
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.raw.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        if n:
+            self.newlines += data.count(b"\n")
+            self.last = data[-1:]
+        return n
+
+    @property
+    def lines(self) -> int:
+        return self.newlines + (self.last != b"\n")
+
+
+def open_input(path: str, compression: str | None):
+    return COMPRESSIONS[compression](path, "rb") if compression else open(path, "rb")
+
+
+def _line_of(path: str, compression: str | None, number: int | None) -> tuple[str, int]:
+    """(the text of line ``number``, the file's number of lines): for a rejected file."""
+    text, count = "", 0
+    with open_input(path, compression) as fh:
+        for count, line in enumerate(fh, 1):
+            if count == number:
+                text = _text(line.rstrip(b"\r\n"))
+    return text, count
+
+
+def _scoped(term, labels: dict[str, ox.BlankNode], scope: str):
+    kind = type(term)
+    if kind is ox.BlankNode:
+        node = labels.get(term.value)
+        if node is None:
+            node = labels[term.value] = ox.BlankNode(f"{scope}{len(labels) + 1}")
+        return node
+    if kind is ox.Triple:
+        return ox.Triple(_scoped(term.subject, labels, scope), term.predicate,
+                         _scoped(term.object, labels, scope))
+    return term
+
+
+def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000
+                   ) -> Iterator[Parsed]:
+    """Parse one document, ``batch`` quads at a time; on an error the last Parsed holds
+    the reject (index = line number - 1, or -1 when the parser gives none) and the
+    caller drops everything the file gave."""
+    scope = scope_of(file.path)
+    labels: dict[str, ox.BlankNode] = {}
+    try:
+        with open_input(file.path, file.compression) as raw:
+            reader = _CountingReader(raw)
+            buffered = io.BufferedReader(reader, 1 << 20)
+            pending: list[ox.Quad] = []
+            for q in ox.parse(buffered, format=file.rdf_format):
+                if "_:" in str(q):
+                    q = ox.Quad(_scoped(q.subject, labels, scope), q.predicate,
+                                _scoped(q.object, labels, scope),
+                                _scoped(q.graph_name, labels, scope))
+                pending.append(q)
+                if len(pending) >= batch:
+                    out = Parsed()
+                    canon.add(out, pending)
+                    pending = []
+                    yield out
+            out = Parsed(lines=reader.lines)
+            canon.add(out, pending)
+            yield out
+    except (SyntaxError, ValueError, OSError, EOFError) as exc:
+        line = getattr(exc, "lineno", None)
+        try:
+            text, lines = _line_of(file.path, file.compression, line)
+        except (OSError, EOFError):
+            text, lines = "", 0
+        yield Parsed(rejects=[((line or 0) - 1, text, f"file rejected: {_message(exc)}")],
+                     lines=lines)
+
+
+# ---- the fingerprint in 32-bit pieces (Spark sums them; FACTS.md: ANSI mode) ----
+
+PIECES = 4
+
+
+def pieces(h: int) -> tuple[int, int, int, int]:
+    """A 128-bit hash as four 32-bit pieces, least significant first."""
+    m = 0xFFFFFFFF
+    return h & m, (h >> 32) & m, (h >> 64) & m, h >> 96
+
+
+def combine(sums: Sequence[int | None]) -> int:
+    """Recombine per-piece sums (of any size) into the fingerprint: sum mod 2**128."""
+    return sum((int(s or 0) << (32 * i)) for i, s in enumerate(sums)) % MOD

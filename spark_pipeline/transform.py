@@ -1,0 +1,264 @@
+"""Pure transforms of the pipeline: DataFrame in, DataFrame out, configuration passed in.
+
+Nothing here reads files or talks to the cluster (``extract`` and ``load`` do); the
+per-record RDF work is ``rdf``'s, run in ``mapInArrow`` (2-4x faster than RDD pickling,
+FACTS.md).
+
+The parsed records of every input share one schema, ``PARSED``; ``kind`` says what a
+record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
+
+    kind  file  split  idx                quad                  graph  message  h0..h3
+    QUAD  path  split  -                  canonical line        graph  -        hash pieces
+    LINE  path  split  line index in the  the line as written   -      parser   -
+                       split (0-based)
+    SPLIT path  split  lines in the split -                     -      -        -
+    FILE  path  0      line - 1 (or -1)   the error's line      -      parser   -
+
+A Spark split of a line-format file starts anywhere in the file, so a line's number is
+its index in the split plus the lines of the splits before it (``rejects``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_pipeline import rdf
+
+PARSED = ("kind int, file string, split long, idx long, quad string, graph string, "
+          "message string, h0 long, h1 long, h2 long, h3 long")
+PIECE_COLUMNS = [f"h{i}" for i in range(rdf.PIECES)]
+_ARROW = pa.schema([
+    ("kind", pa.int32()), ("file", pa.string()), ("split", pa.int64()), ("idx", pa.int64()),
+    ("quad", pa.string()), ("graph", pa.string()), ("message", pa.string()),
+    *[(c, pa.int64()) for c in PIECE_COLUMNS],
+])
+
+
+@dataclass(frozen=True)
+class ParseConfig:
+    """How input records become quads."""
+
+    graph: str | None = None  # every quad goes to this graph (--graph)
+    scope_blank_nodes: bool = True  # per-file labels (off for exports of a store)
+    # A Spark accumulator (progress.CountsParam) told {"lines": n, path: bytes} as
+    # splits and documents are read: the progress line only, never a result.
+    counts: Any = None
+
+
+def local_path(uri: str) -> str:
+    """A Spark file URI (``file:/tmp/a%20b.nt``) as the local path it names."""
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+
+
+# ---- parsed records as Arrow batches ----
+
+
+def _quad_batch(file: str, split: int, parsed: rdf.Parsed) -> pa.RecordBatch:
+    n = len(parsed.quads)
+    raw = b"".join(h.to_bytes(16, "little") for h in parsed.hashes())
+    cols = np.frombuffer(raw, dtype="<u4").reshape(n, rdf.PIECES).astype(np.int64)
+    return pa.RecordBatch.from_arrays([
+        pa.array(np.full(n, rdf.QUAD, dtype=np.int32)), pa.array([file] * n, pa.string()),
+        pa.array(np.full(n, split, dtype=np.int64)), pa.nulls(n, pa.int64()),
+        pa.array(parsed.quads, pa.string()), pa.array(parsed.graphs, pa.string()),
+        pa.nulls(n, pa.string()),
+        *[pa.array(cols[:, i]) for i in range(rdf.PIECES)],
+    ], schema=_ARROW)
+
+
+def _records(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=_ARROW)
+
+
+def _parse_line_batches(config: ParseConfig):
+    canon = rdf.Canonicaliser(config.graph)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        formats: dict[str, tuple[str, object, str | None]] = {}
+        current: tuple[str, int] | None = None  # (file, split) being read
+        seen = split_bytes = 0  # lines of the current split so far, its size
+
+        def finish() -> pa.RecordBatch:
+            if config.counts is not None:
+                config.counts.add({"lines": seen, current[0]: split_bytes})
+            return _records([{"kind": rdf.SPLIT_LINES, "file": current[0],
+                              "split": current[1], "idx": seen}])
+
+        for batch in batches:
+            values = batch.column("value").to_pylist()
+            uris = batch.column("uri").to_pylist()
+            splits = batch.column("split").to_pylist()
+            sizes = batch.column("split_bytes").to_pylist()
+            start = 0
+            while start < len(values):
+                key = (uris[start], splits[start])
+                end = start
+                while end < len(values) and (uris[end], splits[end]) == key:
+                    end += 1
+                uri, split = key
+                if uri not in formats:
+                    path = local_path(uri)
+                    ext, _ = rdf.detect(path) or ("nq", None)
+                    scope = rdf.scope_of(path) if config.scope_blank_nodes else None
+                    formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)
+                path, fmt, scope = formats[uri]
+                if current != (path, split):
+                    if current is not None:
+                        yield finish()
+                    current, seen, split_bytes = (path, split), 0, sizes[start]
+                lines = [v if v is not None else b"" for v in values[start:end]]
+                parsed = rdf.parse_lines(lines, fmt, scope, canon)
+                if parsed.quads:
+                    yield _quad_batch(path, split, parsed)
+                if parsed.rejects:
+                    yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
+                                     "idx": seen + i, "quad": text, "message": message}
+                                    for i, text, message in parsed.rejects])
+                seen += end - start
+                start = end
+        if current is not None:
+            yield finish()
+
+    return run
+
+
+def _parse_document_batches(config: ParseConfig):
+    canon = rdf.Canonicaliser(config.graph)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for row in batch.to_pylist():
+                file = rdf.InputFile(row["path"], row["format"], row["compression"], 0)
+                lines = 0
+                for parsed in rdf.parse_document(file, canon):
+                    lines += parsed.lines
+                    if parsed.quads:
+                        yield _quad_batch(file.path, 0, parsed)
+                    for idx, text, message in parsed.rejects:
+                        yield _records([{"kind": rdf.FILE_REJECT, "file": file.path,
+                                         "split": 0, "idx": idx, "quad": text,
+                                         "message": message}])
+                if config.counts is not None:
+                    config.counts.add({"lines": lines, file.path: row["size"]})
+                yield _records([{"kind": rdf.SPLIT_LINES, "file": file.path, "split": 0,
+                                 "idx": lines}])
+
+    return run
+
+
+def parse_lines(lines: DataFrame, config: ParseConfig) -> DataFrame:
+    """Lines of line-format files (columns ``value`` binary, ``uri``, ``split``,
+    ``split_bytes``, in file order within each split) -> PARSED records."""
+    return lines.select("value", "uri", "split", "split_bytes").mapInArrow(
+        _parse_line_batches(config), PARSED)
+
+
+def parse_documents(documents: DataFrame, config: ParseConfig) -> DataFrame:
+    """Documents (columns ``path``, ``format``, ``compression``, ``size``; one per
+    partition) -> PARSED records. A rejected document's quads are dropped by ``quads``."""
+    return documents.select("path", "format", "compression", "size").mapInArrow(
+        _parse_document_batches(config), PARSED)
+
+
+# ---- what the parsed records say ----
+
+
+def quads(parsed: DataFrame) -> DataFrame:
+    """The quads of every input that is not rejected as a whole (columns quad, graph,
+    h0..h3; duplicates kept)."""
+    rejected = parsed.filter(F.col("kind") == rdf.FILE_REJECT).select("file").distinct()
+    return (parsed.filter(F.col("kind") == rdf.QUAD)
+            .join(F.broadcast(rejected), "file", "left_anti")
+            .select("quad", "graph", *PIECE_COLUMNS))
+
+
+def distinct_quads(quads: DataFrame) -> DataFrame:
+    """Duplicates removed (canonical lines: one line per quad)."""
+    return quads.dropDuplicates(["quad"])
+
+
+def rejects(parsed: DataFrame) -> DataFrame:
+    """Rejected lines and files with their 1-based line number (null when the parser gave
+    none): columns file, line, text, message."""
+    stats = (parsed.filter(F.col("kind") == rdf.SPLIT_LINES)
+             .groupBy("file", "split").agg(F.sum("idx").alias("lines")))
+    before = Window.partitionBy("file").orderBy("split").rowsBetween(
+        Window.unboundedPreceding, -1)
+    offsets = stats.select("file", "split",
+                           F.coalesce(F.sum("lines").over(before), F.lit(0)).alias("offset"))
+    bad = parsed.filter(F.col("kind").isin(rdf.LINE_REJECT, rdf.FILE_REJECT))
+    return (bad.join(offsets, ["file", "split"], "left")
+            .select("file",
+                    F.when(F.col("idx") >= 0,
+                           F.coalesce(F.col("offset"), F.lit(0)) + F.col("idx") + 1)
+                    .alias("line"),
+                    F.col("quad").alias("text"), "message"))
+
+
+def kind_counts(parsed: DataFrame) -> DataFrame:
+    """Per kind: records (column n) and the sum of idx (column lines: for SPLIT_LINES,
+    the lines read)."""
+    return parsed.groupBy("kind").agg(F.count(F.lit(1)).alias("n"),
+                                      F.coalesce(F.sum("idx"), F.lit(0)).alias("lines"))
+
+
+def fingerprint_sums(quads: DataFrame, *by: str) -> DataFrame:
+    """Quad count and per-piece sums (``rdf.combine`` makes the fingerprint of a row).
+
+    Spark 4 runs with ANSI mode on, where a SUM of longs that overflows fails (FACTS.md):
+    each 32-bit piece is summed as DECIMAL(20,0), exact for up to ~2e10 quads (more
+    raises, never wraps). Grouped by ``by`` (e.g. graph), else one row."""
+    aggs = [F.count(F.lit(1)).alias("quads"),
+            *[F.sum(F.col(c).cast("decimal(10,0)")).alias(f"s{i}")
+              for i, c in enumerate(PIECE_COLUMNS)]]
+    return quads.groupBy(*by).agg(*aggs) if by else quads.agg(*aggs)
+
+
+def absent_from(quads: DataFrame, existing: DataFrame) -> DataFrame:
+    """The quads not already in ``existing`` (a store's export): what a load really adds."""
+    return quads.join(existing.select("quad"), "quad", "left_anti")
+
+
+def differences(a: DataFrame, b: DataFrame) -> DataFrame:
+    """Quads of two replicas that are in one only: columns quad, graph, side ('a'|'b')."""
+    left = a.select("quad", "graph").withColumn("a", F.lit(True))
+    right = b.select("quad", F.col("graph").alias("graph_b")).withColumn("b", F.lit(True))
+    joined = left.join(right, "quad", "full_outer")
+    return (joined.filter(F.col("a").isNull() | F.col("b").isNull())
+            .select("quad", F.coalesce("graph", "graph_b").alias("graph"),
+                    F.when(F.col("a").isNull(), F.lit("b")).otherwise(F.lit("a"))
+                    .alias("side")))
+
+
+def nquads_blobs(quads: DataFrame, max_quads: int) -> DataFrame:
+    """The quads as N-Quads documents of at most ``max_quads`` lines (columns data
+    binary, quads long): what is sent to the cluster, built in the tasks."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending: list[str] = []
+
+        def blob() -> pa.RecordBatch:
+            data = ("\n".join(pending) + "\n").encode()
+            return pa.RecordBatch.from_pydict(
+                {"data": pa.array([data], pa.binary()),
+                 "quads": pa.array([len(pending)], pa.int64())})
+
+        for batch in batches:
+            for line in batch.column("quad").to_pylist():
+                pending.append(line)
+                if len(pending) >= max_quads:
+                    yield blob()
+                    pending = []
+        if pending:
+            yield blob()
+
+    return quads.select("quad").mapInArrow(run, "data binary, quads long")

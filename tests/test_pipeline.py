@@ -1,0 +1,381 @@
+"""The pipeline on real Spark (one local[2] session for the whole run) and against real
+clusters (processes on loopback, started and stopped by the fixtures).
+
+* one prepared data set holds every hard case — reject attribution across Spark splits,
+  duplicates, blank node scoping, documents — and the tests read its real outputs;
+* the pure transforms on small inline DataFrames (assertDataFrameEqual);
+* ``txcluster load`` into a running 3-worker cluster, ``--initial`` then incremental
+  then again, checked against each worker's own full recomputation;
+* ``txcluster audit`` finds exactly the quads changed behind the master's back.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pyoxigraph as ox
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("pyspark")
+
+from pyspark.testing import assertDataFrameEqual
+
+from spark_pipeline import extract, jobs, load, rdf, session, transform
+from spark_pipeline.progress import Progress
+from tests.procs import signed_client
+from tests.test_pipeline_rdf import HARD
+from txcluster.cli import main
+from worker_service import fingerprint
+
+XSD = "http://www.w3.org/2001/XMLSchema#"
+QUIET = Progress(enabled=False)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    s = session.spark_session("local[2]", app_name="txcluster-tests", ui=False)
+    yield s
+    s.stop()
+
+
+# ---- one data set with every hard case ----
+
+BLOCKS = 20  # the hard lines, repeated: the file spans several Spark splits
+SPLIT_BYTES = 2048
+
+
+def write(path: Path, text: str | bytes, gz: bool = False) -> Path:
+    data = text.encode() if isinstance(text, str) else text
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dataset(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("dataset")
+    hard = b"\n".join(line for _ in range(BLOCKS) for line, _ in HARD) + b"\n"
+    write(d / "hard.nt", hard)
+    # Blank nodes: _:b1 in two files is two nodes; within a file one node, even across
+    # splits (the first and the last line of a multi-split file).
+    filler = "".join(f"<http://e/f{i}> <http://e/p> \"filler {i}\" .\n" for i in range(150))
+    write(d / "a.nt", f'_:b1 <http://e/name> "first of a" .\n{filler}'
+                      f'_:b1 <http://e/name> "last of a" .\n')
+    write(d / "b.nq.gz", '_:b1 <http://e/name> "b" <http://e/g> .\n', gz=True)
+    # Duplicates, within and across files, some only after canonicalisation.
+    write(d / "dup.nq", '<http://e/a> <http://e/p> "one" .\n'
+                        '<http://e/a> <http://e/p> "one" .\n'
+                        f'<http://e/n> <http://e/v> "01"^^<{XSD}integer> .\n'
+                        f'<http://e/n> <http://e/v> "1"^^<{XSD}integer> .\n')
+    write(d / "doc.ttl", "@prefix : <http://e/> .\n:doc :has [ :q 1 ] .\n")
+    write(d / "bad.ttl", "@prefix : <http://e/> .\n:ok :p :o .\n:broken :p .\n")
+    write(d / "notes.txt", "not RDF: ignored when walking a directory")
+    files = extract.list_inputs([d])
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
+    try:
+        prepared = jobs.prepare(spark, files, None, QUIET)
+        rejects = prepared.rejects.cache()
+        rejects.count()
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    return d, files, prepared, rejects
+
+
+def test_inputs_are_walked_by_extension(dataset):
+    _, files, _, _ = dataset
+    assert sorted(Path(f.path).name for f in files) == [
+        "a.nt", "b.nq.gz", "bad.ttl", "doc.ttl", "dup.nq", "hard.nt"]
+    assert {Path(f.path).name: (f.format, f.compression) for f in files}["b.nq.gz"] == \
+        ("nq", "gz")
+
+
+def test_rejects_are_exactly_the_bad_lines_with_their_numbers(spark, dataset):
+    d, _, prepared, rejects = dataset
+    hard = str(d / "hard.nt")
+    expected = [(hard, b * len(HARD) + i + 1, line.decode("utf-8", "backslashreplace"))
+                for b in range(BLOCKS) for i, (line, good) in enumerate(HARD) if not good]
+    expected.append((str(d / "bad.ttl"), 3, ":broken :p ."))
+    assertDataFrameEqual(rejects.select("file", "line", "text"),
+                         spark.createDataFrame(expected, "file string, line long, "
+                                                         "text string"))
+    assert prepared.line_rejects == BLOCKS * 6 and prepared.file_rejects == 1
+    messages = {r.line % len(HARD): r.message for r in rejects.collect()
+                if r.file == hard}
+    assert "dot" in messages[2] and "end of file" in messages[4]
+    assert "UTF-8" in messages[8] and "subject" in messages[9]
+
+
+def test_line_counts_span_the_splits(spark, dataset):
+    _, _, prepared, _ = dataset
+    hard_lines = BLOCKS * len(HARD)
+    assert prepared.lines == hard_lines + 152 + 1 + 4 + 2 + 3
+    # The hard file really was read in several splits (else this proves nothing).
+    lines = extract.read_lines(spark, [f for f in dataset[1] if f.path.endswith("hard.nt")])
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
+    try:
+        assert lines.select("split").distinct().count() > 2
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+
+
+def test_duplicates_are_removed_after_canonicalisation(spark, dataset):
+    _, _, prepared, _ = dataset
+    quads = prepared.distinct.filter(~prepared.distinct.quad.contains("_:")) \
+        .filter(~prepared.distinct.quad.contains("filler"))
+    expected = [
+        '<http://e/a> <http://e/p> "one" .',
+        '<http://e/a> <http://e/p> "last" .',
+        "<http://e/a> <http://e/p> <http://e/after-missing-dot> .",
+        "<http://e/a> <http://e/p> <http://e/after-unterminated> .",
+        f'<http://e/n> <http://e/v> "1"^^<{XSD}integer> .',
+    ]
+    assertDataFrameEqual(quads.select("quad"),
+                         spark.createDataFrame([(q,) for q in expected], "quad string"))
+    # bad.ttl is rejected whole: its good first statement is not loaded either.
+    assert prepared.distinct.filter(prepared.distinct.quad.contains("http://e/ok")).count() \
+        == 0
+    assert prepared.quads == len(expected) + 150 + 2 + 1 + 2
+
+
+def test_blank_nodes_are_scoped_per_file(dataset):
+    d, _, prepared, _ = dataset
+    rows = prepared.distinct.filter(prepared.distinct.quad.contains("_:")).collect()
+    by_object = {re.search(r'"([^"]+)"', r.quad).group(1): r.quad.split(" ")[0] for r in rows
+                 if "name" in r.quad}
+    # _:b1 of a.nt is one node from its first line to its last (another split) ...
+    assert by_object["first of a"] == by_object["last of a"]
+    # ... and another node than _:b1 of b.nq; the document's anonymous node is a third.
+    assert by_object["b"] != by_object["first of a"]
+    assert by_object["first of a"] == f"_:{rdf.scope_of(str(d / 'a.nt'))}b1"
+    doc = [r.quad for r in rows if "http://e/q" in r.quad]
+    assert doc == [f'_:{rdf.scope_of(str(d / "doc.ttl"))}1 <http://e/q> "1"^^<{XSD}integer> .']
+
+
+def test_fingerprint_of_the_job_equals_the_store_and_a_full_recomputation(dataset, tmp_path):
+    _, _, prepared, _ = dataset
+    lines = [r.quad for r in prepared.distinct.select("quad").collect()]
+    store = ox.Store(str(tmp_path / "store"))
+    store.bulk_extend(ox.parse("\n".join(lines), format=ox.RdfFormat.N_QUADS))
+    store.flush()
+    recomputed, count = fingerprint.recompute(store)
+    assert count == prepared.quads == len(store)
+    assert recomputed == prepared.fingerprint
+    assert fingerprint.sum_hashes(store) == prepared.fingerprint
+
+
+def test_spark_runs_with_ansi_mode(spark):
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+
+
+# ---- the transforms on inline data ----
+
+
+def _quads(spark, lines: list[str], graph: str = "") -> object:
+    rows = []
+    for line in lines:
+        h = fingerprint.line_hash(line.encode())
+        rows.append((line, graph, *rdf.pieces(h)))
+    return spark.createDataFrame(rows, "quad string, graph string, h0 long, h1 long, "
+                                       "h2 long, h3 long")
+
+
+def test_differences_and_absent_from(spark):
+    a = _quads(spark, ["<x:1> <x:p> <x:o> .", "<x:2> <x:p> <x:o> ."])
+    b = _quads(spark, ["<x:2> <x:p> <x:o> .", "<x:3> <x:p> <x:o> <x:g> ."], "<x:g>")
+    assertDataFrameEqual(transform.differences(a, b), spark.createDataFrame(
+        [("<x:1> <x:p> <x:o> .", "", "a"), ("<x:3> <x:p> <x:o> <x:g> .", "<x:g>", "b")],
+        "quad string, graph string, side string"))
+    assertDataFrameEqual(transform.absent_from(b, a).select("quad"),
+                         spark.createDataFrame([("<x:3> <x:p> <x:o> <x:g> .",)],
+                                               "quad string"))
+
+
+def test_fingerprint_sums_per_graph_never_wrap(spark):
+    top = "<x:s> <x:p> <x:o> ."
+    rows = [(f"<x:{i}> <x:p> <x:o> .", "g1" if i % 2 else "g2", *(2**32 - 1,) * 4)
+            for i in range(1000)]
+    df = spark.createDataFrame(rows, "quad string, graph string, h0 long, h1 long, h2 long, "
+                                     "h3 long")
+    sums = {r.graph: r for r in transform.fingerprint_sums(df, "graph").collect()}
+    assert sums["g1"].quads == 500
+    assert rdf.combine([sums["g1"][f"s{i}"] for i in range(4)]) == \
+        500 * (2**128 - 1) % fingerprint.MOD
+    [one] = transform.fingerprint_sums(_quads(spark, [top])).collect()
+    assert rdf.combine([one[f"s{i}"] for i in range(4)]) == fingerprint.line_hash(top.encode())
+
+
+def test_nquads_blobs_hold_at_most_the_batch(spark):
+    df = _quads(spark, [f"<x:{i}> <x:p> <x:o> ." for i in range(25)]).coalesce(1)
+    blobs = transform.nquads_blobs(df, 10).collect()
+    assert [b.quads for b in blobs] == [10, 10, 5]
+    text = b"".join(b.data for b in blobs).decode()
+    assert sorted(text.splitlines()) == sorted(f"<x:{i}> <x:p> <x:o> ." for i in range(25))
+
+
+# ---- a real cluster ----
+
+
+def _data(d: Path, name: str, start: int, count: int, bnode_hub: str) -> Path:
+    """count quads: plain, typed (non-canonical), language-tagged, named-graph ones, and
+    one blank node (``bnode_hub``) linked from every line (it spans every batch)."""
+    lines = []
+    for i in range(start, start + count):
+        kind = i % 4
+        if kind == 0:
+            lines.append(f"<http://e/s{i}> <http://e/v> \"0{i}\"^^<{XSD}integer> .")
+        elif kind == 1:
+            lines.append(f'<http://e/s{i}> <http://e/label> "Label {i}"@EN .')
+        elif kind == 2:
+            lines.append(f"<http://e/s{i}> <http://e/in> <http://e/o{i}> <http://e/g{i % 3}> .")
+        else:
+            lines.append(f"{bnode_hub} <http://e/link> <http://e/s{i}> .")
+    return write(d / name, "\n".join(lines) + "\n")
+
+
+def _verify(cluster, secret: bytes) -> dict[str, dict]:
+    """Each worker's full recomputation of its content (/cluster/verify)."""
+    out = {}
+    for node in cluster.workers:
+        with signed_client(node, secret) as c:
+            r = c.post("/cluster/verify")
+            assert r.status_code == 200, r.text
+            out[node.url] = r.json()
+    return out
+
+
+def _hub_subjects(cluster) -> int:
+    rows = cluster.select("SELECT (COUNT(DISTINCT ?s) AS ?n) WHERE { ?s <http://e/link> ?o }")
+    return int(rows[0]["n"])
+
+
+def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_path, monkeypatch,
+                                                  secret):
+    c = cluster_factory(3)
+    first = tmp_path / "first"
+    first.mkdir()
+    _data(first, "one.nq", 0, 1200, "_:hub")
+    _data(first, "two.nq", 1000, 400, "_:hub")  # 200 quads shared with one.nq
+    write(first / "bad.nt", "<http://e/x> <http://e/p> .\n")
+    monkeypatch.setattr(jobs, "PART_QUADS", 500)  # several parts into the worker
+
+    # --initial: one worker bulk-loads, the others are replicated from it.
+    report = jobs.run_load(lambda: spark, jobs.LoadConfig(
+        c.master.url, (str(first),), initial=True, rejects_dir=str(tmp_path / "rejects")),
+        QUIET)
+    assert report.ok, report.summary()
+    assert (report.prepared.lines, report.prepared.reject_count) == (1601, 1)
+    # 1200 + 400 lines, 200 in both files: the 150 without a blank node are one quad
+    # each, the 50 linking "_:hub" are not (each file has its own _:hub).
+    assert report.prepared.quads == report.added == 1450
+    job_fp = fingerprint.to_hex(report.prepared.fingerprint)
+    checks = _verify(c, c.secret)
+    assert {url: (v["matches"], v["fingerprint"], v["quads"]) for url, v in checks.items()} \
+        == {w.url: (True, job_fp, 1450) for w in c.workers}
+    log = c.master.log_path.read_text()
+    assert "initial bulk load" in log
+    assert sum(f"Replicating (empty): worker {w.url}" in log for w in c.workers) == 2
+    assert _hub_subjects(c) == 2  # _:hub of one.nq and _:hub of two.nq
+    [rejected] = [json.loads(line) for p in (tmp_path / "rejects").glob("part-*.json")
+                  for line in p.read_text().splitlines()]
+    assert rejected == {"file": str(first / "bad.nt"), "line": 1,
+                        "text": "<http://e/x> <http://e/p> .",
+                        "message": rejected["message"]}
+
+    # Without --initial, through the CLI: transactions of at most --batch-quads; the
+    # fingerprint moves by exactly the quads that were not there yet.
+    second = tmp_path / "second"
+    second.mkdir()
+    _data(second, "three.nq", 1200, 600, "_:hub")  # 200 shared with two.nq, new hub
+    before = c.status()["head"]
+    result = CliRunner().invoke(main, ["load", "--master", c.master.url, "--batch-quads",
+                                       "100", str(second)])
+    assert result.exit_code == 0, result.output
+    assert "OK: every worker holds the expected fingerprint" in result.output
+    # Lines 1200..1799: 150 quads of two.nq are there already; the 150 linking this
+    # file's own _:hub are new like the other 300.
+    loaded = re.search(r"loaded +(\d+) quads in (\d+) transactions \((\d+) were present",
+                       result.output)
+    assert loaded, result.output
+    added, transactions, present = map(int, loaded.groups())
+    assert (added, present) == (450, 150) and transactions >= 5  # <= 100 quads each
+    head = c.wait_in_sync()["head"]
+    assert (head["seq"], head["quads"]) == (before["seq"] + transactions, 1900)
+    checks = _verify(c, c.secret)
+    assert {(v["matches"], v["fingerprint"], v["quads"]) for v in checks.values()} == \
+        {(True, head["fingerprint"], 1900)}
+    assert _hub_subjects(c) == 3  # one node per file, across every batch
+
+    # Again: nothing is added, nothing moves.
+    again = jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(second),),
+                                                         batch_quads=100), QUIET)
+    assert again.ok, again.summary()
+    assert (again.added, again.transactions) == (0, 0)
+    assert c.status()["head"] == head
+
+    # --initial into a cluster holding data is refused before Spark is even asked for.
+    def no_spark():
+        raise AssertionError("Spark started for a load that must be refused")
+
+    with pytest.raises(load.LoadError, match="--initial needs an empty cluster"):
+        jobs.run_load(no_spark, jobs.LoadConfig(c.master.url, (str(first),), initial=True),
+                      QUIET)
+    # ... and by the master itself.
+    r = httpx.put(f"{c.master.url}/admin/bulk-load/x1/parts/0",
+                  params={"worker": c.workers[0].url}, content=b"")
+    assert r.status_code == 409 and "not new" in r.json()["detail"]
+
+
+def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
+        spark, cluster_factory, tmp_path):
+    c = cluster_factory(2)
+    r = c.update("INSERT DATA { <http://e/a> <http://e/p> 1 . <http://e/b> <http://e/p> 2 . "
+                 "GRAPH <http://e/g> { <http://e/c> <http://e/p> 3 } }")
+    assert r.status_code == 204, r.text
+    c.wait_in_sync()
+    a, b = c.workers
+
+    result = CliRunner().invoke(main, ["audit", "--worker", a.url, "--worker", b.url,
+                                       "--out", str(tmp_path / "same")])
+    assert result.exit_code == 0, result.output
+    assert "identical" in result.output
+
+    # Change b's store directly, and keep b from noticing (no verification at start).
+    b.stop()
+    store = ox.Store(str(Path(b.properties["data-dir"]) / "current" / "store"))
+    removed = ox.Quad(ox.NamedNode("http://e/a"), ox.NamedNode("http://e/p"),
+                      ox.Literal("1", datatype=ox.NamedNode(XSD + "integer")))
+    added = [ox.Quad(ox.NamedNode("http://e/rogue"), ox.NamedNode("http://e/p"),
+                     ox.Literal("x"), ox.NamedNode("http://e/g")),
+             ox.Quad(ox.BlankNode("r1"), ox.NamedNode("http://e/p"), ox.Literal("y"))]
+    assert removed in store
+    store.remove(removed)
+    store.extend(added)
+    store.flush()
+    del store
+    b.properties["verify-on-start"] = "false"
+    b.write_config()
+    b.start()
+    c.wait_in_sync()  # the master sees nothing wrong
+
+    out = tmp_path / "diff"
+    report = jobs.run_audit(lambda: spark, jobs.AuditConfig((a.url, b.url), str(out)), QUIET)
+    assert not report.ok and not report.identical
+    assert report.only == {"a": 1, "b": 2}
+
+    def lines(side: str) -> list[str]:
+        return sorted(line for p in (out / f"only-in-{side}").glob("part-*")
+                      for line in p.read_text().splitlines())
+
+    assert lines("a") == [f"{removed} ."]
+    assert lines("b") == sorted(f"{q} ." for q in added)
+    assert {g["graph"] for g in report.graphs} == {"", "<http://e/g>"}
+    kept = [r.state["fingerprint"] == fingerprint.to_hex(r.fingerprint)
+            for r in report.replicas]
+    assert kept == [True, False]  # b's kept fingerprint is not its content's
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["a"], summary["b"], summary["only_in_a"], summary["only_in_b"]) == \
+        (a.url, b.url, 1, 2)

@@ -1,0 +1,213 @@
+"""The pipeline's per-record RDF work (spark_pipeline.rdf), without Spark: reject
+attribution on the hard cases, canonical terms, blank node scoping, documents, the
+fingerprint's 32-bit pieces."""
+
+from __future__ import annotations
+
+import gzip
+import random
+
+import pyoxigraph as ox
+import pytest
+
+from spark_pipeline import rdf
+from worker_service.fingerprint import MOD, line_hash
+
+NT = ox.RdfFormat.N_TRIPLES
+NQ = ox.RdfFormat.N_QUADS
+XSD = "http://www.w3.org/2001/XMLSchema#"
+
+# Line, and whether it is good: each bad one is a classic way a chunk parse blames the
+# wrong line (FACTS.md): the error of a missing dot is reported on the next line, an
+# unterminated string swallows the next line.
+HARD = [
+    (b'<http://e/a> <http://e/p> "one" .', True),
+    (b"<http://e/a> <http://e/p> <http://e/b>", False),  # missing dot
+    (b"<http://e/a> <http://e/p> <http://e/after-missing-dot> .", True),
+    (b'<http://e/a> <http://e/p> "unterminated', False),
+    (b"<http://e/a> <http://e/p> <http://e/after-unterminated> .", True),
+    (b'<http://e/a> <http://e/p> "bad \\q escape" .', False),
+    (b"<relative> <http://e/p> <http://e/c> .", False),
+    (b'<http://e/a> <http://e/p> "caf\xe9" .', False),  # latin-1, not UTF-8
+    (b'"literal" <http://e/p> <http://e/c> .', False),  # literal as subject
+    (b"", True),
+    (b"# a comment", True),
+    (b'<http://e/a> <http://e/p> "last" .', True),
+]
+
+
+def _parse(lines, fmt=NT, scope=None, graph=None):
+    return rdf.parse_lines(lines, fmt, scope, rdf.Canonicaliser(graph))
+
+
+def test_rejects_are_exactly_the_bad_lines():
+    out = _parse([line for line, _ in HARD])
+    bad = [i for i, (_, good) in enumerate(HARD) if not good]
+    assert [i for i, _, _ in out.rejects] == bad
+    assert [text for _, text, _ in out.rejects] == [
+        "<http://e/a> <http://e/p> <http://e/b>",
+        '<http://e/a> <http://e/p> "unterminated',
+        '<http://e/a> <http://e/p> "bad \\q escape" .',
+        "<relative> <http://e/p> <http://e/c> .",
+        '<http://e/a> <http://e/p> "caf\\xe9" .',
+        '"literal" <http://e/p> <http://e/c> .',
+    ]
+    messages = [m for _, _, m in out.rejects]
+    for fragment, message in zip(["dot", "end of file", "escape", "IRI", "UTF-8",
+                                  "subject"], messages, strict=True):
+        assert fragment in message, message
+    # No good line is lost with the bad ones.
+    assert out.quads == [
+        '<http://e/a> <http://e/p> "one" .',
+        "<http://e/a> <http://e/p> <http://e/after-missing-dot> .",
+        "<http://e/a> <http://e/p> <http://e/after-unterminated> .",
+        '<http://e/a> <http://e/p> "last" .',
+    ]
+    assert out.lines == len(HARD)
+
+
+def test_a_chunk_of_good_lines_gives_one_quad_per_line_in_order():
+    lines = [f'<http://e/s{i}> <http://e/p> "{i}"^^<{XSD}integer> .'.encode()
+             for i in range(500)]
+    out = _parse(lines)
+    assert out.rejects == []
+    assert out.quads == [line.decode() for line in lines]
+
+
+def test_a_quad_in_an_n_triples_file_is_a_reject():
+    out = _parse([b"<http://e/a> <http://e/p> <http://e/o> <http://e/g> ."])
+    assert out.quads == [] and len(out.rejects) == 1
+
+
+def test_terms_are_canonicalised_as_the_store_holds_them():
+    lines = [
+        f'<http://e/a> <http://e/p> "01"^^<{XSD}integer> .'.encode(),
+        f'<http://e/a> <http://e/p> "1.50"^^<{XSD}decimal> .'.encode(),
+        f'<http://e/a> <http://e/p> "1E3"^^<{XSD}double> .'.encode(),
+        b'<http://e/a> <http://e/p> "Hallo"@DE-at .',
+        f'<http://e/a> <http://e/p> "01"^^<{XSD}string> .'.encode(),
+    ]
+    out = _parse(lines)
+    assert out.quads == [
+        f'<http://e/a> <http://e/p> "1"^^<{XSD}integer> .',
+        f'<http://e/a> <http://e/p> "1.5"^^<{XSD}decimal> .',
+        f'<http://e/a> <http://e/p> "1000"^^<{XSD}double> .',
+        '<http://e/a> <http://e/p> "Hallo"@de-at .',
+        '<http://e/a> <http://e/p> "01" .',
+    ]
+    # ... which is exactly what a store gives back for them.
+    store = ox.Store()
+    store.extend(ox.parse(b"\n".join(lines), format=NT))
+    assert sorted(f"{q} ." for q in store) == sorted(out.quads)
+
+
+def test_graph_option_puts_every_quad_in_that_graph():
+    out = _parse([b"<http://e/a> <http://e/p> <http://e/o> <http://e/g1> .",
+                  b"<http://e/a> <http://e/p> <http://e/o2> ."], NQ, graph="http://e/G")
+    assert out.quads == ["<http://e/a> <http://e/p> <http://e/o> <http://e/G> .",
+                         "<http://e/a> <http://e/p> <http://e/o2> <http://e/G> ."]
+    assert out.graphs == ["<http://e/G>", "<http://e/G>"]
+
+
+def test_blank_node_labels_get_the_files_scope_and_nothing_else_changes():
+    line = b'_:b1 <http://e/_:x> "text _:b2 \\" _:b3" _:b1 .'
+    scoped = rdf.scope_line(line, b"_:fSx")
+    assert scoped == b'_:fSxb1 <http://e/_:x> "text _:b2 \\" _:b3" _:fSxb1 .'
+    out = _parse([line, b"_:b1 <http://e/p> _:other ."], NQ, scope="fSx")
+    assert out.quads == ['_:fSxb1 <http://e/_:x> "text _:b2 \\" _:b3" _:fSxb1 .',
+                         "_:fSxb1 <http://e/p> _:fSxother ."]
+
+
+def test_scopes_differ_between_files_and_are_stable():
+    a, b = rdf.scope_of("/data/a.nt"), rdf.scope_of("/data/b.nt")
+    assert a != b and a == rdf.scope_of("/data/a.nt")
+    # A scoped label is a valid label, and never one pyoxigraph would mint (hex only).
+    assert ox.BlankNode(a + "b1").value == a + "b1"
+
+
+def test_reject_of_a_scoped_line_reports_the_text_as_written():
+    out = _parse([b"_:b1 <http://e/p> _:b2"], NT, scope="fSx")
+    [(index, text, message)] = out.rejects
+    assert (index, text) == (0, "_:b1 <http://e/p> _:b2")
+    assert "dot" in message
+
+
+def test_detect_formats_and_compression():
+    assert rdf.detect("a/b.nt") == ("nt", None)
+    assert rdf.detect("x.NQ.gz") == ("nq", "gz")
+    assert rdf.detect("x.ttl.bz2") == ("ttl", "bz2")
+    assert rdf.detect("x.jsonld") == ("jsonld", None)
+    assert rdf.detect("x.txt") is None
+    assert rdf.detect("gz") is None and rdf.detect("x.gz") is None
+
+
+# ---- documents ----
+
+
+def _doc(tmp_path, name, text, compression=None):
+    path = tmp_path / name
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if compression == "gz" else data)
+    fmt, comp = rdf.detect(path)
+    return rdf.InputFile(str(path), fmt, comp, path.stat().st_size)
+
+
+TURTLE = """@prefix : <http://e/> .
+:a :p [ :q 1 ] .
+:a :p [ :q 2 ] .
+_:n :r _:n .
+"""
+
+
+def test_document_blank_nodes_are_numbered_in_the_file_scope_deterministically(tmp_path):
+    f = _doc(tmp_path, "d.ttl.gz", TURTLE, "gz")
+    runs = [[q for p in rdf.parse_document(f, rdf.Canonicaliser()) for q in p.quads]
+            for _ in range(2)]
+    assert runs[0] == runs[1]  # anonymous nodes too: a re-run adds nothing
+    s = rdf.scope_of(f.path)
+    assert sorted(runs[0]) == sorted([
+        f"<http://e/a> <http://e/p> _:{s}1 .",
+        f'_:{s}1 <http://e/q> "1"^^<{XSD}integer> .',
+        f"<http://e/a> <http://e/p> _:{s}2 .",
+        f'_:{s}2 <http://e/q> "2"^^<{XSD}integer> .',
+        f"_:{s}3 <http://e/r> _:{s}3 .",
+    ])
+
+
+def test_a_bad_document_is_rejected_whole_with_its_line(tmp_path):
+    f = _doc(tmp_path, "bad.ttl", "@prefix : <http://e/> .\n:a :b :c .\n:a :b .\n:d :e :f .\n")
+    parsed = list(rdf.parse_document(f, rdf.Canonicaliser()))
+    [(index, text, message)] = parsed[-1].rejects
+    assert (index + 1, text) == (3, ":a :b .")
+    assert message.startswith("file rejected:")
+    assert parsed[-1].lines == 4
+
+
+@pytest.mark.parametrize("name,text", [
+    ("d.jsonld", '{"@id": "http://e/a", "http://e/p": {"@id": "_:x"}}'),
+    ("d.rdf", '<?xml version="1.0"?><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-'
+              'syntax-ns#"><rdf:Description rdf:about="http://e/a"><rdf:value rdf:nodeID="x"'
+              '/></rdf:Description></rdf:RDF>'),
+])
+def test_json_ld_and_rdf_xml_documents(tmp_path, name, text):
+    f = _doc(tmp_path, name, text)
+    [parsed] = list(rdf.parse_document(f, rdf.Canonicaliser()))
+    assert len(parsed.quads) == 1 and parsed.rejects == []
+    assert parsed.quads[0].endswith(f"_:{rdf.scope_of(f.path)}1 .")
+
+
+# ---- the fingerprint in pieces ----
+
+
+def test_pieces_summed_separately_recombine_to_the_fingerprint():
+    rng = random.Random(7)
+    hashes = [rng.getrandbits(128) for _ in range(1000)] + [MOD - 1] * 5
+    sums = [sum(rdf.pieces(h)[i] for h in hashes) for i in range(rdf.PIECES)]
+    assert rdf.combine(sums) == sum(hashes) % MOD
+    assert rdf.combine([None] * 4) == 0
+    assert all(0 <= p < 2**32 for p in rdf.pieces(MOD - 1))
+
+
+def test_hashes_are_the_workers_line_hash():
+    out = _parse([b"<http://e/a> <http://e/p> <http://e/o> ."])
+    assert out.hashes() == [line_hash(b"<http://e/a> <http://e/p> <http://e/o> .")]
