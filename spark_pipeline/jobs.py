@@ -68,7 +68,8 @@ class AuditConfig:
 
 @dataclass
 class Prepared:
-    distinct: DataFrame  # quad, graph, h0..h3 (persisted)
+    records: DataFrame  # deduplicated PARSED records (persisted)
+    distinct: DataFrame  # quad, graph, h0..h3
     rejects: DataFrame  # file, line, text, message
     files: int
     lines: int
@@ -82,6 +83,9 @@ class Prepared:
     @property
     def reject_count(self) -> int:
         return self.line_rejects + self.file_rejects
+
+    def release(self) -> None:
+        self.records.unpersist()
 
 
 def _sum_row(df: DataFrame) -> tuple[int, int]:
@@ -107,25 +111,26 @@ def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
 
 def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
             progress: Progress, scope_blank_nodes: bool = True) -> Prepared:
-    """Parse, validate, canonicalise, deduplicate and fingerprint the inputs."""
+    """Parse, validate, canonicalise, deduplicate and fingerprint the inputs: one pass
+    over them and one shuffle; the result stays persisted for the load."""
     started = time.monotonic()
     counts = spark.sparkContext.accumulator({}, CountsParam())
     config = transform.ParseConfig(graph, scope_blank_nodes, counts)
-    parsed = parse_inputs(spark, files, config).persist(StorageLevel.MEMORY_AND_DISK)
-    with progress.watch_parse(counts, {f.path: f.size for f in files}):
-        kinds = {r["kind"]: r for r in transform.kind_counts(parsed).collect()}
-    progress.line("deduplicating and fingerprinting ...", force=True)
-    distinct = transform.distinct_quads(transform.quads(parsed)).persist(
+    records = transform.deduplicated(parse_inputs(spark, files, config)).persist(
         StorageLevel.MEMORY_AND_DISK)
-    fingerprint, quads = _sum_row(distinct)
+    with progress.watch_parse(counts, {f.path: f.size for f in files}):
+        kinds = {r["kind"]: r for r in transform.summary(records).collect()}
     progress.done()
 
     def n(kind: int, column: str = "n") -> int:
         return kinds[kind][column] if kind in kinds else 0
 
-    return Prepared(distinct, transform.rejects(parsed), len(files),
-                    n(rdf.SPLIT_LINES, "lines"), n(rdf.QUAD), n(rdf.LINE_REJECT),
-                    n(rdf.FILE_REJECT), quads, fingerprint, time.monotonic() - started)
+    fingerprint = rdf.combine([kinds[rdf.QUAD][f"s{i}"] for i in range(rdf.PIECES)]) \
+        if rdf.QUAD in kinds else 0
+    return Prepared(records, transform.quads(records), transform.rejects(records),
+                    len(files), n(rdf.SPLIT_LINES, "lines"), n(rdf.SPLIT_LINES, "statements"),
+                    n(rdf.LINE_REJECT), n(rdf.FILE_REJECT), n(rdf.QUAD), fingerprint,
+                    time.monotonic() - started)
 
 
 def _blobs(df: DataFrame, size: int):
@@ -268,7 +273,7 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         report.head = status["head"]
         report.workers = load.worker_states(status)
         _check(report, synced)
-        prepared.distinct.unpersist()
+        prepared.release()
         return report
 
 

@@ -11,9 +11,10 @@ Rules it implements (issue "data pipeline"):
   the *next* line and an unterminated string swallows the following one (FACTS.md), so
   the chunk's error position is never used to blame a line: every line is judged alone,
   and exactly the lines that fail alone are rejects. Invalid UTF-8 is such a failure.
-* Other formats (Turtle, TriG, RDF/XML, JSON-LD) are validated **per file**: a file with
-  an error is rejected as a whole (its statements are not loaded), with the line of the
-  error, that line's text and the parser's message.
+* Other formats (Turtle, TriG, RDF/XML, JSON-LD) are validated **per file**, one file
+  per task, in a first pass: a file with an error is rejected as a whole (none of its
+  statements is loaded), with the line of the error, that line's text and the parser's
+  message; a good one is parsed again to give its quads.
 * Terms are canonicalised as the store holds them (``canonical_term``, the worker's own
   function: ``"01"^^xsd:integer`` -> ``"1"``); language tags come lowercased from the
   parser. The canonical N-Quads line is ``str(quad) + " ."`` — what ``dump`` writes and
@@ -192,10 +193,14 @@ def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,
 class _CountingReader(io.RawIOBase):
     """A binary reader that counts the newlines passing through (the file's lines)."""
 
-    def __init__(self, raw) -> None:
-        self.raw = raw
+    def __init__(self) -> None:
+        self.raw = None
         self.newlines = 0
         self.last = b"\n"
+
+    def wrap(self, raw) -> _CountingReader:
+        self.raw = raw
+        return self
 
     def readable(self) -> bool:
         return True
@@ -218,16 +223,6 @@ def open_input(path: str, compression: str | None):
     return COMPRESSIONS[compression](path, "rb") if compression else open(path, "rb")
 
 
-def _line_of(path: str, compression: str | None, number: int | None) -> tuple[str, int]:
-    """(the text of line ``number``, the file's number of lines): for a rejected file."""
-    text, count = "", 0
-    with open_input(path, compression) as fh:
-        for count, line in enumerate(fh, 1):
-            if count == number:
-                text = _text(line.rstrip(b"\r\n"))
-    return text, count
-
-
 def _scoped(term, labels: dict[str, ox.BlankNode], scope: str):
     kind = type(term)
     if kind is ox.BlankNode:
@@ -241,40 +236,61 @@ def _scoped(term, labels: dict[str, ox.BlankNode], scope: str):
     return term
 
 
-def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000
-                   ) -> Iterator[Parsed]:
-    """Parse one document, ``batch`` quads at a time; on an error the last Parsed holds
-    the reject (index = line number - 1, or -1 when the parser gives none) and the
-    caller drops everything the file gave."""
-    scope = scope_of(file.path)
-    labels: dict[str, ox.BlankNode] = {}
+def _document_quads(file: InputFile, reader: _CountingReader | None = None
+                    ) -> Iterator[ox.Quad]:
+    """The document's quads as pyoxigraph parses them (streaming)."""
+    with open_input(file.path, file.compression) as raw:
+        source = io.BufferedReader(reader.wrap(raw) if reader else raw, 1 << 20)
+        yield from ox.parse(source, format=file.rdf_format)
+
+
+def _document_error(file: InputFile) -> Parsed | None:
+    """None for a good document, else its reject: (line index, text of that line,
+    message), with the file's line count."""
     try:
-        with open_input(file.path, file.compression) as raw:
-            reader = _CountingReader(raw)
-            buffered = io.BufferedReader(reader, 1 << 20)
-            pending: list[ox.Quad] = []
-            for q in ox.parse(buffered, format=file.rdf_format):
-                if "_:" in str(q):
-                    q = ox.Quad(_scoped(q.subject, labels, scope), q.predicate,
-                                _scoped(q.object, labels, scope),
-                                _scoped(q.graph_name, labels, scope))
-                pending.append(q)
-                if len(pending) >= batch:
-                    out = Parsed()
-                    canon.add(out, pending)
-                    pending = []
-                    yield out
-            out = Parsed(lines=reader.lines)
-            canon.add(out, pending)
-            yield out
+        for _ in _document_quads(file):
+            pass
     except (SyntaxError, ValueError, OSError, EOFError) as exc:
         line = getattr(exc, "lineno", None)
+        text, count = "", 0
         try:
-            text, lines = _line_of(file.path, file.compression, line)
+            with open_input(file.path, file.compression) as fh:
+                for count, raw in enumerate(fh, 1):
+                    if count == line:
+                        text = _text(raw.rstrip(b"\r\n"))
         except (OSError, EOFError):
-            text, lines = "", 0
-        yield Parsed(rejects=[((line or 0) - 1, text, f"file rejected: {_message(exc)}")],
-                     lines=lines)
+            pass
+        return Parsed(rejects=[((line or 0) - 1, text, f"file rejected: {_message(exc)}")],
+                      lines=count)
+    return None
+
+
+def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000
+                   ) -> Iterator[Parsed]:
+    """Parse one document, ``batch`` quads at a time (the last Parsed has the file's
+    line count). A document is validated whole first: one with an error gives only its
+    reject (index = line number - 1, or -1 when the parser gives none) and no quads."""
+    rejected = _document_error(file)
+    if rejected is not None:
+        yield rejected
+        return
+    scope = scope_of(file.path)
+    labels: dict[str, ox.BlankNode] = {}
+    reader = _CountingReader()
+    pending: list[ox.Quad] = []
+    for q in _document_quads(file, reader):
+        if "_:" in str(q):
+            q = ox.Quad(_scoped(q.subject, labels, scope), q.predicate,
+                        _scoped(q.object, labels, scope), _scoped(q.graph_name, labels, scope))
+        pending.append(q)
+        if len(pending) >= batch:
+            out = Parsed()
+            canon.add(out, pending)
+            pending = []
+            yield out
+    out = Parsed(lines=reader.lines)
+    canon.add(out, pending)
+    yield out
 
 
 # ---- the fingerprint in 32-bit pieces (Spark sums them; FACTS.md: ANSI mode) ----

@@ -7,15 +7,19 @@ FACTS.md).
 The parsed records of every input share one schema, ``PARSED``; ``kind`` says what a
 record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
 
-    kind  file  split  idx                quad                  graph  message  h0..h3
-    QUAD  path  split  -                  canonical line        graph  -        hash pieces
-    LINE  path  split  line index in the  the line as written   -      parser   -
-                       split (0-based)
-    SPLIT path  split  lines in the split -                     -      -        -
-    FILE  path  0      line - 1 (or -1)   the error's line      -      parser   -
+    kind  file  split  idx                 quad                 graph  message  h0..h3
+    QUAD  -     -      -                   canonical line       graph  -        pieces
+    LINE  path  split  index in the split  the line as written  -      parser   -
+    SPLIT path  split  lines of the split  -                    -      -        -
+    FILE  path  0      line - 1 (or -1)    the error's line     -      parser   -
 
-A Spark split of a line-format file starts anywhere in the file, so a line's number is
-its index in the split plus the lines of the splits before it (``rejects``).
+(SPLIT records also count the split's statements, in ``statements``.) A Spark split of
+a line-format file starts anywhere in the file, so a line's number is its index in the
+split plus the lines of the splits before it (``rejects``).
+
+The job needs one pass over the input: ``deduplicated`` removes duplicate quads in one
+shuffle and keeps every other record, and everything else — counts, fingerprint,
+rejects, the quads to send — is read from that (persisted) result.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from pyspark.sql import functions as F
 
 from spark_pipeline import rdf
 
-PARSED = ("kind int, file string, split long, idx long, quad string, graph string, "
-          "message string, h0 long, h1 long, h2 long, h3 long")
+PARSED = ("kind int, file string, split long, idx long, statements long, quad string, "
+          "graph string, message string, h0 long, h1 long, h2 long, h3 long")
 PIECE_COLUMNS = [f"h{i}" for i in range(rdf.PIECES)]
 _ARROW = pa.schema([
     ("kind", pa.int32()), ("file", pa.string()), ("split", pa.int64()), ("idx", pa.int64()),
-    ("quad", pa.string()), ("graph", pa.string()), ("message", pa.string()),
+    ("statements", pa.int64()), ("quad", pa.string()), ("graph", pa.string()),
+    ("message", pa.string()),
     *[(c, pa.int64()) for c in PIECE_COLUMNS],
 ])
 
@@ -62,15 +67,16 @@ def local_path(uri: str) -> str:
 # ---- parsed records as Arrow batches ----
 
 
-def _quad_batch(file: str, split: int, parsed: rdf.Parsed) -> pa.RecordBatch:
+def _quad_batch(parsed: rdf.Parsed) -> pa.RecordBatch:
+    # No file or split: a quad is the same quad whichever file gave it (deduplicated).
     n = len(parsed.quads)
     raw = b"".join(h.to_bytes(16, "little") for h in parsed.hashes())
     cols = np.frombuffer(raw, dtype="<u4").reshape(n, rdf.PIECES).astype(np.int64)
     return pa.RecordBatch.from_arrays([
-        pa.array(np.full(n, rdf.QUAD, dtype=np.int32)), pa.array([file] * n, pa.string()),
-        pa.array(np.full(n, split, dtype=np.int64)), pa.nulls(n, pa.int64()),
-        pa.array(parsed.quads, pa.string()), pa.array(parsed.graphs, pa.string()),
-        pa.nulls(n, pa.string()),
+        pa.array(np.full(n, rdf.QUAD, dtype=np.int32)), pa.nulls(n, pa.string()),
+        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+        pa.nulls(n, pa.int64()), pa.array(parsed.quads, pa.string()),
+        pa.array(parsed.graphs, pa.string()), pa.nulls(n, pa.string()),
         *[pa.array(cols[:, i]) for i in range(rdf.PIECES)],
     ], schema=_ARROW)
 
@@ -85,13 +91,13 @@ def _parse_line_batches(config: ParseConfig):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         formats: dict[str, tuple[str, object, str | None]] = {}
         current: tuple[str, int] | None = None  # (file, split) being read
-        seen = split_bytes = 0  # lines of the current split so far, its size
+        seen = statements = split_bytes = 0  # lines and quads of it so far, its size
 
         def finish() -> pa.RecordBatch:
             if config.counts is not None:
                 config.counts.add({"lines": seen, current[0]: split_bytes})
             return _records([{"kind": rdf.SPLIT_LINES, "file": current[0],
-                              "split": current[1], "idx": seen}])
+                              "split": current[1], "idx": seen, "statements": statements}])
 
         for batch in batches:
             values = batch.column("value").to_pylist()
@@ -114,11 +120,13 @@ def _parse_line_batches(config: ParseConfig):
                 if current != (path, split):
                     if current is not None:
                         yield finish()
-                    current, seen, split_bytes = (path, split), 0, sizes[start]
+                    current, seen, statements, split_bytes = (path, split), 0, 0, \
+                        sizes[start]
                 lines = [v if v is not None else b"" for v in values[start:end]]
                 parsed = rdf.parse_lines(lines, fmt, scope, canon)
+                statements += len(parsed.quads)
                 if parsed.quads:
-                    yield _quad_batch(path, split, parsed)
+                    yield _quad_batch(parsed)
                 if parsed.rejects:
                     yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
                                      "idx": seen + i, "quad": text, "message": message}
@@ -138,11 +146,12 @@ def _parse_document_batches(config: ParseConfig):
         for batch in batches:
             for row in batch.to_pylist():
                 file = rdf.InputFile(row["path"], row["format"], row["compression"], 0)
-                lines = 0
+                lines = statements = 0
                 for parsed in rdf.parse_document(file, canon):
                     lines += parsed.lines
+                    statements += len(parsed.quads)
                     if parsed.quads:
-                        yield _quad_batch(file.path, 0, parsed)
+                        yield _quad_batch(parsed)
                     for idx, text, message in parsed.rejects:
                         yield _records([{"kind": rdf.FILE_REJECT, "file": file.path,
                                          "split": 0, "idx": idx, "quad": text,
@@ -150,7 +159,7 @@ def _parse_document_batches(config: ParseConfig):
                 if config.counts is not None:
                     config.counts.add({"lines": lines, file.path: row["size"]})
                 yield _records([{"kind": rdf.SPLIT_LINES, "file": file.path, "split": 0,
-                                 "idx": lines}])
+                                 "idx": lines, "statements": statements}])
 
     return run
 
@@ -164,7 +173,7 @@ def parse_lines(lines: DataFrame, config: ParseConfig) -> DataFrame:
 
 def parse_documents(documents: DataFrame, config: ParseConfig) -> DataFrame:
     """Documents (columns ``path``, ``format``, ``compression``, ``size``; one per
-    partition) -> PARSED records. A rejected document's quads are dropped by ``quads``."""
+    partition) -> PARSED records (a rejected document gives no quads)."""
     return documents.select("path", "format", "compression", "size").mapInArrow(
         _parse_document_batches(config), PARSED)
 
@@ -172,30 +181,29 @@ def parse_documents(documents: DataFrame, config: ParseConfig) -> DataFrame:
 # ---- what the parsed records say ----
 
 
-def quads(parsed: DataFrame) -> DataFrame:
-    """The quads of every input that is not rejected as a whole (columns quad, graph,
-    h0..h3; duplicates kept)."""
-    rejected = parsed.filter(F.col("kind") == rdf.FILE_REJECT).select("file").distinct()
-    return (parsed.filter(F.col("kind") == rdf.QUAD)
-            .join(F.broadcast(rejected), "file", "left_anti")
-            .select("quad", "graph", *PIECE_COLUMNS))
+def deduplicated(parsed: DataFrame) -> DataFrame:
+    """PARSED records with duplicate quads removed (one shuffle; canonical lines: one
+    line per quad); every other record is kept."""
+    # A quad record has no file, split or idx: its key is its canonical line. Every
+    # other record is one of a kind at its (file, split, idx).
+    return parsed.dropDuplicates(["kind", "file", "split", "idx", "quad"])
 
 
-def distinct_quads(quads: DataFrame) -> DataFrame:
-    """Duplicates removed (canonical lines: one line per quad)."""
-    return quads.dropDuplicates(["quad"])
+def quads(records: DataFrame) -> DataFrame:
+    """The quads of PARSED records (columns quad, graph, h0..h3)."""
+    return records.filter(F.col("kind") == rdf.QUAD).select("quad", "graph", *PIECE_COLUMNS)
 
 
-def rejects(parsed: DataFrame) -> DataFrame:
+def rejects(records: DataFrame) -> DataFrame:
     """Rejected lines and files with their 1-based line number (null when the parser gave
     none): columns file, line, text, message."""
-    stats = (parsed.filter(F.col("kind") == rdf.SPLIT_LINES)
+    stats = (records.filter(F.col("kind") == rdf.SPLIT_LINES)
              .groupBy("file", "split").agg(F.sum("idx").alias("lines")))
     before = Window.partitionBy("file").orderBy("split").rowsBetween(
         Window.unboundedPreceding, -1)
     offsets = stats.select("file", "split",
                            F.coalesce(F.sum("lines").over(before), F.lit(0)).alias("offset"))
-    bad = parsed.filter(F.col("kind").isin(rdf.LINE_REJECT, rdf.FILE_REJECT))
+    bad = records.filter(F.col("kind").isin(rdf.LINE_REJECT, rdf.FILE_REJECT))
     return (bad.join(offsets, ["file", "split"], "left")
             .select("file",
                     F.when(F.col("idx") >= 0,
@@ -204,11 +212,17 @@ def rejects(parsed: DataFrame) -> DataFrame:
                     F.col("quad").alias("text"), "message"))
 
 
-def kind_counts(parsed: DataFrame) -> DataFrame:
-    """Per kind: records (column n) and the sum of idx (column lines: for SPLIT_LINES,
-    the lines read)."""
-    return parsed.groupBy("kind").agg(F.count(F.lit(1)).alias("n"),
-                                      F.coalesce(F.sum("idx"), F.lit(0)).alias("lines"))
+def summary(records: DataFrame) -> DataFrame:
+    """One row per kind: records (n), lines and statements (of SPLIT records) and the
+    fingerprint sums (of QUAD records, see ``fingerprint_sums``)."""
+    return records.groupBy("kind").agg(
+        F.count(F.lit(1)).alias("n"), F.coalesce(F.sum("idx"), F.lit(0)).alias("lines"),
+        F.coalesce(F.sum("statements"), F.lit(0)).alias("statements"), *_piece_sums())
+
+
+def _piece_sums() -> list:
+    return [F.sum(F.col(c).cast("decimal(10,0)")).alias(f"s{i}")
+            for i, c in enumerate(PIECE_COLUMNS)]
 
 
 def fingerprint_sums(quads: DataFrame, *by: str) -> DataFrame:
@@ -217,9 +231,7 @@ def fingerprint_sums(quads: DataFrame, *by: str) -> DataFrame:
     Spark 4 runs with ANSI mode on, where a SUM of longs that overflows fails (FACTS.md):
     each 32-bit piece is summed as DECIMAL(20,0), exact for up to ~2e10 quads (more
     raises, never wraps). Grouped by ``by`` (e.g. graph), else one row."""
-    aggs = [F.count(F.lit(1)).alias("quads"),
-            *[F.sum(F.col(c).cast("decimal(10,0)")).alias(f"s{i}")
-              for i, c in enumerate(PIECE_COLUMNS)]]
+    aggs = [F.count(F.lit(1)).alias("quads"), *_piece_sums()]
     return quads.groupBy(*by).agg(*aggs) if by else quads.agg(*aggs)
 
 
