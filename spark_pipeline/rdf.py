@@ -15,7 +15,7 @@ Rules it implements (issue "data pipeline"):
   per task, in a first pass: a file with an error is rejected as a whole (none of its
   statements is loaded), with the line of the error, that line's text and the parser's
   message; a good one is parsed again to give its quads.
-* Terms are canonicalised as the store holds them (``canonical_term``, the worker's own
+* Terms are canonicalised as the store holds them (``canonical_quad``, the worker's own
   function: ``"01"^^xsd:integer`` -> ``"1"``); language tags come lowercased from the
   parser. The canonical N-Quads line is ``str(quad) + " ."`` — what ``dump`` writes and
   what ``worker_service.fingerprint`` hashes.
@@ -41,7 +41,7 @@ import pyoxigraph as ox
 import xxhash
 
 from worker_service.fingerprint import MOD, line_hash
-from worker_service.transaction import canonical_term
+from worker_service.transaction import canonical_quad
 
 # Kinds of the records a parse produces (one schema for all, see transform.PARSED).
 QUAD = 0  # a canonical quad
@@ -146,15 +146,7 @@ class Canonicaliser:
         for q in quads:
             if graph is not None:
                 q = ox.Quad(q.subject, q.predicate, q.object, graph)
-            line = f"{q} ."
-            # Only typed literals other than xsd:string can change (FACTS.md); the text
-            # test keeps attribute access (slow in pyoxigraph) off the common path.
-            if '"^^<' in line:
-                o = q.object
-                c = canonical_term(o)
-                if c != o:
-                    q = ox.Quad(q.subject, q.predicate, c, q.graph_name)
-                    line = f"{q} ."
+            q, line = canonical_quad(q)
             g = q.graph_name
             out.quads.append(line)
             out.graphs.append("" if type(g) is default else str(g))

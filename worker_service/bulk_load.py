@@ -12,7 +12,7 @@ of its new transaction log; the other workers are replicated from it ("Replicati
 
 Safety: parts go into a staging store under ``data-dir/tmp`` (removed at start), never
 into the live store. Each quad is hashed here in the form the store holds it
-(``canonical_term``, as an RDF4J add does), so the commit checks that the staged content
+(``canonical_quad``, as an RDF4J add does), so the commit checks that the staged content
 is exactly what the loader computed (fingerprint and count; a part sent twice or a quad
 in two parts fails it). The staged store is then installed as a new generation with
 state (seq 0, txid = load id, fingerprint, quads), atomically and only while the
@@ -34,7 +34,7 @@ import pyoxigraph as ox
 from worker_service import fingerprint
 from worker_service.repository import Repository, WorkerError
 from worker_service.state import WorkerState
-from worker_service.transaction import canonical_term
+from worker_service.transaction import canonical_quad
 
 LOAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # bulk_extend holds the GIL for its whole call (measured: ~6 s for 300k quads); slices
@@ -113,12 +113,9 @@ class BulkLoader:
             quads = []
             total = 0
             for q in parsed:
-                obj = q.object
-                o = canonical_term(obj)
-                if o is not obj:
-                    q = ox.Quad(q.subject, q.predicate, o, q.graph_name)
+                q, line = canonical_quad(q)
                 quads.append(q)
-                total += fingerprint.quad_hash(q)
+                total += fingerprint.line_hash(line.encode())
             assert staging.store is not None
             for i in range(0, len(quads), SLICE):
                 staging.store.bulk_extend(quads[i:i + SLICE])

@@ -156,6 +156,21 @@ def canonical_term(term: Any) -> Any:
     return term
 
 
+def canonical_quad(q: ox.Quad) -> tuple[ox.Quad, str]:
+    """``q`` as the store holds it, and its canonical N-Quads line (``str(q) + " ."``,
+    what the fingerprint hashes). Only typed literals other than xsd:string can change:
+    testing the text first keeps pyoxigraph's attribute access, ~5x slower than the rest,
+    off the common path (bulk loads: worker_service/bulk_load.py, spark_pipeline)."""
+    line = f"{q} ."
+    if '"^^<' in line:
+        obj = q.object
+        canon = canonical_term(obj)
+        if canon != obj:
+            q = ox.Quad(q.subject, q.predicate, canon, q.graph_name)
+            line = f"{q} ."
+    return q, line
+
+
 # ---------------------------------------------------------------------------------------
 # Steps
 # ---------------------------------------------------------------------------------------
