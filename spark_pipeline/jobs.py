@@ -397,7 +397,7 @@ def run_audit(session: Callable[[], SparkSession], config: AuditConfig, progress
             path = Path(work) / f"{side}.nq"
             df = transform.quads(parse_inputs(
                 spark, [extract.export_file(path)],
-                transform.ParseConfig(scope_blank_nodes=False))).persist()
+                transform.ParseConfig(scope_blank_nodes=False, with_graphs=True))).persist()
             frames.append(df)
         progress.line("comparing ...", force=True)
         for r, df in zip(replicas, frames, strict=True):

@@ -125,7 +125,7 @@ class Parsed:
     """What one chunk (or one document) gave: canonical quads and rejects."""
 
     quads: list[str] = field(default_factory=list)  # canonical N-Quads lines, no newline
-    graphs: list[str] = field(default_factory=list)  # graph term per quad ("" = default)
+    graphs: list[str] = field(default_factory=list)  # graph per quad ("" = default), or []
     rejects: list[tuple[int, str, str]] = field(default_factory=list)  # (index, text, msg)
     lines: int = 0
 
@@ -137,8 +137,9 @@ class Canonicaliser:
     """Quads -> canonical lines, with an optional graph that replaces every quad's graph
     (``--graph``, as RDF4J's ``context`` parameter does for an add)."""
 
-    def __init__(self, graph: str | None = None) -> None:
+    def __init__(self, graph: str | None = None, with_graphs: bool = True) -> None:
         self.graph = ox.NamedNode(graph) if graph else None
+        self.with_graphs = with_graphs  # fill Parsed.graphs (costs an attribute access)
 
     def add(self, out: Parsed, quads: Sequence[ox.Quad]) -> None:
         graph = self.graph
@@ -147,9 +148,10 @@ class Canonicaliser:
             if graph is not None:
                 q = ox.Quad(q.subject, q.predicate, q.object, graph)
             q, line = canonical_quad(q)
-            g = q.graph_name
             out.quads.append(line)
-            out.graphs.append("" if type(g) is default else str(g))
+            if self.with_graphs:
+                g = q.graph_name
+                out.graphs.append("" if type(g) is default else str(g))
 
 
 def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,

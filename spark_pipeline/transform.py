@@ -53,6 +53,7 @@ class ParseConfig:
 
     graph: str | None = None  # every quad goes to this graph (--graph)
     scope_blank_nodes: bool = True  # per-file labels (off for exports of a store)
+    with_graphs: bool = False  # fill the graph column (per-graph fingerprints)
     # A Spark accumulator (progress.CountsParam) told {"lines": n, path: bytes} as
     # splits and documents are read: the progress line only, never a result.
     counts: Any = None
@@ -76,7 +77,8 @@ def _quad_batch(parsed: rdf.Parsed) -> pa.RecordBatch:
         pa.array(np.full(n, rdf.QUAD, dtype=np.int32)), pa.nulls(n, pa.string()),
         pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
         pa.nulls(n, pa.int64()), pa.array(parsed.quads, pa.string()),
-        pa.array(parsed.graphs, pa.string()), pa.nulls(n, pa.string()),
+        pa.array(parsed.graphs, pa.string()) if parsed.graphs else pa.nulls(n, pa.string()),
+        pa.nulls(n, pa.string()),
         *[pa.array(cols[:, i]) for i in range(rdf.PIECES)],
     ], schema=_ARROW)
 
@@ -86,7 +88,7 @@ def _records(rows: list[dict]) -> pa.RecordBatch:
 
 
 def _parse_line_batches(config: ParseConfig):
-    canon = rdf.Canonicaliser(config.graph)
+    canon = rdf.Canonicaliser(config.graph, config.with_graphs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         formats: dict[str, tuple[str, object, str | None]] = {}
@@ -140,7 +142,7 @@ def _parse_line_batches(config: ParseConfig):
 
 
 def _parse_document_batches(config: ParseConfig):
-    canon = rdf.Canonicaliser(config.graph)
+    canon = rdf.Canonicaliser(config.graph, config.with_graphs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
