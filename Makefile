@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_DIR ?= run
 # Debian packages the tests need (installed when running as root; see deps-debian).
+# systemd-container debootstrap nftables openssh-client: Molecule's systemd-nspawn hosts.
 # openjdk-17-jre-headless: Java for Spark (the pipeline tests).
-DEBIAN_PACKAGES ?= openjdk-17-jre-headless
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless
 
-.PHONY: venv deps-debian test lint run stop bench clean
+.PHONY: venv deps-debian test test-deploy lint run stop bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +31,18 @@ deps-debian:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) deps-debian lint
+test: $(STAMP) $(VENV)/.installed-deploy deps-debian lint
 	$(BIN)/pytest -q
+
+# The Ansible roles: ansible-lint, and Molecule's two-data-centre scenario on
+# systemd-nspawn hosts (needs root; `make test` runs it too, or skips it with the reason).
+$(VENV)/.installed-deploy: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,deploy]'
+	touch $@
+
+test-deploy: $(VENV)/.installed-deploy deps-debian
+	TXCLUSTER_DEPLOY_TESTS=required $(BIN)/pytest -q tests/test_deploy_plugins.py \
+	  tests/test_deploy_lint.py tests/test_deploy_molecule.py
 
 # Starts a local cluster in the background on loopback, loads sample data, prints endpoints.
 run: $(STAMP)

@@ -59,8 +59,12 @@ cmd_down() {
     if mountpoint -q "$dir/root"; then
       umount "$dir/root" 2>/dev/null || umount -l "$dir/root"
     fi
-    rm -rf "$dir"
   done
+  # Each upper dir holds an installed virtualenv: delete them side by side.
+  for dir in "$state"/instances/*/; do
+    [ -d "$dir" ] && ! mountpoint -q "$dir/root" && rm -rf "$dir" &
+  done
+  wait
   # SSH connection masters (ControlPersist) that Ansible and testinfra left to our hosts.
   local sock
   for sock in "$state"/cp/*; do

@@ -1,0 +1,98 @@
+"""The Ansible roles and playbooks on real systemd hosts: Molecule's two-data-centre
+scenario (molecule/two_dc) on systemd-nspawn instances, step by step as its
+test_sequence lists them, each step timed; destroy always runs last.
+
+It needs root, systemd-nspawn, debootstrap, nftables and ssh (Makefile DEBIAN_PACKAGES)
+and the deploy extra (molecule, ansible-core, pytest-testinfra). Without them it is
+skipped with the reason; `make test-deploy` sets TXCLUSTER_DEPLOY_TESTS=required, which
+turns the skip into a failure. One scenario at a time per machine (a lock): the bridge,
+subnet and instance names are fixed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO = "two_dc"
+BIN = Path(sys.executable).parent
+LOG = REPO / "build" / f"molecule-{SCENARIO}.log"
+LOCK = Path("/run/txcluster-molecule.lock")
+STEP_TIMEOUT_S = 1200
+
+
+def _cannot_run() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (systemd-nspawn instances, a bridge, overlay mounts)"
+    missing = [t for t in ("systemd-nspawn", "debootstrap", "nft", "ssh", "ssh-keygen", "ip")
+               if shutil.which(t) is None]
+    if missing:
+        return f"missing {', '.join(missing)} (Debian systemd-container debootstrap nftables)"
+    if not (BIN / "molecule").exists():
+        return "molecule is not installed (pip install -e '.[deploy]')"
+    if not Path("/sys/fs/cgroup").is_dir():
+        return "no cgroup filesystem for systemd inside the instances"
+    return None
+
+
+def _sequence() -> list[str]:
+    """The scenario's own test_sequence (CLI spelling: side_effect -> side-effect)."""
+    config = yaml.safe_load((REPO / "molecule" / SCENARIO / "molecule.yml").read_text())
+    return [s.replace("_", "-") for s in config["scenario"]["test_sequence"]]
+
+
+def _molecule(step: str, log, env: dict) -> int:
+    log.write(f"\n===== molecule {step} -s {SCENARIO}\n")
+    log.flush()
+    return subprocess.run([str(BIN / "molecule"), step, "-s", SCENARIO], cwd=REPO, env=env,
+                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                          timeout=STEP_TIMEOUT_S).returncode
+
+
+@pytest.mark.slow
+def test_molecule_two_datacentres(capsys):
+    reason = _cannot_run()
+    if reason:
+        if os.environ.get("TXCLUSTER_DEPLOY_TESTS") == "required":
+            pytest.fail(f"make test-deploy cannot run here: {reason}")
+        pytest.skip(f"Molecule scenario {SCENARIO}: {reason}")
+    steps = _sequence()
+    assert steps[-1] == "destroy", "the sequence must end with destroy"
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+           "ANSIBLE_PIPELINING": "1", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+           "NO_COLOR": "1", "PY_COLORS": "0"}
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    failed = None
+    with open(LOCK, "w") as lock, open(LOG, "w") as log:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run's instances use the same bridge
+        # A run killed before its destroy leaves Molecule's state saying "created".
+        _molecule("destroy", log, env)
+        try:
+            for step in steps[:-1]:
+                start = time.monotonic()
+                rc = _molecule(step, log, env)
+                timings[step] = time.monotonic() - start
+                if rc != 0:
+                    failed = step
+                    break
+        finally:
+            start = time.monotonic()
+            destroyed = _molecule("destroy", log, env)
+            timings["destroy"] = time.monotonic() - start
+    summary = ", ".join(f"{s} {t:.0f} s" for s, t in timings.items())
+    with capsys.disabled():
+        print(f"\nMolecule {SCENARIO}: {summary} (total {sum(timings.values()):.0f} s; "
+              f"log {LOG.relative_to(REPO)})")
+    if failed or destroyed:
+        tail = "\n".join(LOG.read_text(errors="replace").splitlines()[-200:])
+        pytest.fail(f"molecule {failed or 'destroy'} failed ({summary}); end of {LOG}:\n{tail}")
