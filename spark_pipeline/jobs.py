@@ -110,15 +110,24 @@ def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
 
 
 def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
-            progress: Progress, scope_blank_nodes: bool = True) -> Prepared:
+            progress: Progress, scope_blank_nodes: bool = True,
+            stream: Callable[[DataFrame, Callable[[str], None]], None] | None = None
+            ) -> Prepared:
     """Parse, validate, canonicalise, deduplicate and fingerprint the inputs: one pass
-    over them and one shuffle; the result stays persisted for the load."""
+    over them and one shuffle; the result stays persisted for the load.
+
+    ``stream``, when given, gets the deduplicated quads before the counts and the
+    fingerprint are taken (from the persisted result, at the end): the initial load sends
+    them to the worker while Spark computes them. Its second argument puts a word on the
+    progress line."""
     started = time.monotonic()
     counts = spark.sparkContext.accumulator({}, CountsParam())
     config = transform.ParseConfig(graph, scope_blank_nodes, counts)
     records = transform.deduplicated(parse_inputs(spark, files, config)).persist(
         StorageLevel.MEMORY_AND_DISK)
-    with progress.watch_parse(counts, {f.path: f.size for f in files}):
+    with progress.watch_parse(counts, {f.path: f.size for f in files}) as watcher:
+        if stream is not None:
+            stream(transform.quads(records), watcher.say)
         kinds = {r["kind"]: r for r in transform.summary(records).collect()}
     progress.done()
 
@@ -159,7 +168,6 @@ def _write_json(df: DataFrame, path: Path) -> None:
 @dataclass
 class LoadReport:
     prepared: Prepared
-    repository: str
     initial: bool
     present: int = 0  # distinct quads the repository held already
     added: int = 0  # quads sent to be added
@@ -231,39 +239,17 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         spark = session()
         if spark.sparkContext.uiWebUrl:
             progress.note(f"Spark UI: {spark.sparkContext.uiWebUrl}")
-        prepared = prepare(spark, files, config.graph, progress)
-        report = LoadReport(prepared, repository, config.initial)
-        report.seconds["prepare"] = prepared.seconds
+        if target is not None:
+            report = _load_initial(spark, files, config, master, target, progress)
+        else:
+            report = _load_transactions(spark, files, config, master, repository, status,
+                                        Path(work), progress)
+        prepared = report.prepared
         if prepared.reject_count:
             report.rejects_dir = rejects_dir
-            _write_json(prepared.rejects.orderBy("file", "line"), rejects_dir)
-            report.shown_rejects = [r.asDict() for r in
-                                    prepared.rejects.orderBy("file", "line").take(SHOWN)]
-
-        started = time.monotonic()
-        if config.initial:
-            to_send, added_fp, report.added = prepared.distinct, prepared.fingerprint, \
-                prepared.quads
-            report.expected = prepared.fingerprint
-        else:
-            to_send, base_fp = _missing(spark, status, prepared, Path(work))
-            added_fp, report.added = _sum_row(to_send)
-            report.present = prepared.quads - report.added
-            report.expected = (base_fp + added_fp) % MOD
-        report.seconds["compare"] = time.monotonic() - started
-
-        started = time.monotonic()
-        counter = progress.counter("load", "quads", report.added, started)
-        if report.added:
-            if target is not None:
-                load.bulk_load(master, target, _blobs(to_send, PART_QUADS),
-                               prepared.fingerprint, prepared.quads, counter)
-            else:
-                _, report.transactions = load.send_transactions(
-                    master, repository, _blobs(to_send, config.batch_quads),
-                    config.parallel, counter)
-        progress.done()
-        report.seconds["load"] = time.monotonic() - started
+            ordered = prepared.rejects.orderBy("file", "line")
+            _write_json(ordered, rejects_dir)
+            report.shown_rejects = [r.asDict() for r in ordered.take(SHOWN)]
 
         started = time.monotonic()
         status, synced = load.wait_in_sync(master, _sync_timeout(config, prepared.quads),
@@ -275,6 +261,54 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         _check(report, synced)
         prepared.release()
         return report
+
+
+def _load_initial(spark: SparkSession, files: list[rdf.InputFile], config: LoadConfig,
+                  master: load.MasterAPI, target: str, progress: Progress) -> LoadReport:
+    """The quads go to ``target`` while Spark deduplicates them; the commit carries the
+    job's fingerprint, which the worker's staged content must have."""
+    bulk = load.BulkLoad(master, target)
+
+    def stream(quads: DataFrame, say: Callable[[str], None]) -> None:
+        bulk.send(_blobs(quads, PART_QUADS), lambda n: say(f"sent {n:,} quads to {target}"))
+
+    try:
+        prepared = prepare(spark, files, config.graph, progress, stream=stream)
+        started = time.monotonic()
+        if prepared.quads:
+            bulk.commit(prepared.fingerprint, prepared.quads)
+        else:
+            bulk.abort()
+    except BaseException:
+        bulk.abort()
+        raise
+    report = LoadReport(prepared, True, added=prepared.quads, expected=prepared.fingerprint)
+    report.seconds = {"prepare and send": prepared.seconds,
+                      "commit": time.monotonic() - started}
+    return report
+
+
+def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: LoadConfig,
+                       master: load.MasterAPI, repository: str, status: dict, work: Path,
+                       progress: Progress) -> LoadReport:
+    """The quads the repository lacks, in transactions of at most --batch-quads."""
+    prepared = prepare(spark, files, config.graph, progress)
+    report = LoadReport(prepared, False)
+    report.seconds["prepare"] = prepared.seconds
+    started = time.monotonic()
+    missing, base_fp = _missing(spark, status, prepared, work)
+    added_fp, report.added = _sum_row(missing)
+    report.present = prepared.quads - report.added
+    report.expected = (base_fp + added_fp) % MOD
+    report.seconds["compare"] = time.monotonic() - started
+    started = time.monotonic()
+    if report.added:
+        _, report.transactions = load.send_transactions(
+            master, repository, _blobs(missing, config.batch_quads),
+            config.parallel, progress.counter("load", "quads", report.added, started))
+    progress.done()
+    report.seconds["load"] = time.monotonic() - started
+    return report
 
 
 def _sync_line(status: dict) -> str:

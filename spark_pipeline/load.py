@@ -163,59 +163,72 @@ def up_to_date_worker(status: dict) -> str:
     raise LoadError("no worker is at the head of the log to read the repository from")
 
 
-def send_transactions(master: MasterAPI, repository: str,
-                      blobs: Iterable[tuple[bytes, int]], parallel: int = 4,
-                      on_sent: Callable[[int], None] | None = None) -> tuple[int, int]:
-    """Send every (N-Quads document, quad count) as one transaction, ``parallel`` at a
-    time; returns (quads, transactions) sent. The first failure stops the load."""
-    sent = transactions = 0
+def send_all(blobs: Iterable[tuple[bytes, int]], send: Callable[[int, bytes], object],
+             parallel: int, on_sent: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """``send(index, data)`` every (N-Quads document, quad count), ``parallel`` at a time;
+    returns (quads, documents) sent. The first failure stops it."""
+    sent = documents = 0
     with ThreadPoolExecutor(parallel, thread_name_prefix="load") as pool:
         running: dict[Future, int] = {}
 
         def settle(futures) -> None:
-            nonlocal sent, transactions
+            nonlocal sent, documents
             for f in futures:
                 n = running.pop(f)
-                f.result()  # raises the batch's LoadError
+                f.result()  # raises the document's LoadError
                 sent += n
-                transactions += 1
+                documents += 1
                 if on_sent:
                     on_sent(sent)
 
         try:
-            for data, n in blobs:
+            for index, (data, n) in enumerate(blobs):
                 if len(running) >= parallel:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     settle(done)
-                running[pool.submit(master.add, repository, data)] = n
+                running[pool.submit(send, index, data)] = n
             settle(list(running))
         except BaseException:
             for f in running:
                 f.cancel()
             raise
-    return sent, transactions
+    return sent, documents
 
 
-def bulk_load(master: MasterAPI, worker: str, blobs: Iterable[tuple[bytes, int]],
-              fingerprint: int, quads: int,
-              on_sent: Callable[[int], None] | None = None) -> dict:
-    """The initial load: parts into ``worker``'s staging store, then the commit (the
-    master adopts the worker's state). Aborted, leaving the worker empty, on any error."""
-    load_id = uuid.uuid4().hex
-    sent = 0
-    try:
-        for part, (data, n) in enumerate(blobs):
-            master.bulk_part(load_id, part, worker, data)
-            sent += n
-            if on_sent:
-                on_sent(sent)
-        return master.bulk_commit(load_id, worker, fingerprint, quads)
-    except BaseException:
+def send_transactions(master: MasterAPI, repository: str,
+                      blobs: Iterable[tuple[bytes, int]], parallel: int = 4,
+                      on_sent: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """Every document as one transaction; returns (quads, transactions)."""
+    return send_all(blobs, lambda _, data: master.add(repository, data), parallel, on_sent)
+
+
+class BulkLoad:
+    """The initial load into one worker: parts, then the commit (the master adopts the
+    worker's state) or an abort, which leaves the worker empty."""
+
+    # Two in flight: the next part travels while the worker loads one.
+    PARALLEL = 2
+
+    def __init__(self, master: MasterAPI, worker: str) -> None:
+        self.master, self.worker = master, worker
+        self.id = uuid.uuid4().hex
+
+    def send(self, blobs: Iterable[tuple[bytes, int]],
+             on_sent: Callable[[int], None] | None = None) -> int:
+        """Stage every document as a part; returns the quads sent."""
+        sent, _ = send_all(
+            blobs, lambda part, data: self.master.bulk_part(self.id, part, self.worker, data),
+            self.PARALLEL, on_sent)
+        return sent
+
+    def commit(self, fingerprint: int, quads: int) -> dict:
+        return self.master.bulk_commit(self.id, self.worker, fingerprint, quads)
+
+    def abort(self) -> None:
         try:
-            master.bulk_abort(load_id, worker)
+            self.master.bulk_abort(self.id, self.worker)
         except LoadError:
             pass  # the worker drops its staging when it restarts anyway
-        raise
 
 
 def in_sync(status: dict) -> bool:

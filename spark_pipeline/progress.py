@@ -90,6 +90,7 @@ class _Watcher:
         self.progress, self.acc, self.files = progress, accumulator, files
         self.total = max(1, sum(files.values()))
         self.started = time.monotonic()
+        self.extra = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="progress")
 
@@ -104,6 +105,10 @@ class _Watcher:
             self._thread.join()
         self.draw()
 
+    def say(self, text: str) -> None:
+        """Something else going on meanwhile, shown at the end of the line."""
+        self.extra = text
+
     def draw(self) -> None:
         counts = dict(self.acc.value)
         lines = counts.pop("lines", 0)
@@ -114,8 +119,8 @@ class _Watcher:
         eta = elapsed * (1 - frac) / frac if frac > 0 else 0
         self.progress.line(
             f"parse [{'#' * int(frac * 20):<20}] files {done}/{len(self.files)}  "
-            f"lines {lines:,}  {lines / elapsed:,.0f} lines/s  ETA {_duration(eta)}",
-            force=True)
+            f"lines {lines:,}  {lines / elapsed:,.0f} lines/s  ETA {_duration(eta)}"
+            + (f"  {self.extra}" if self.extra else ""), force=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):

@@ -101,21 +101,28 @@ def test_a_worker_holding_data_refuses_a_bulk_load(client, repo):
     assert repo.state().txid == "L1" and len(repo.store) == 1
 
 
-def test_parts_must_come_in_order_and_be_valid(client, repo):
-    assert put(client, "L1", 1, DATA).status_code == 404  # no load L1 was started
-    assert put(client, "L1", 0, DATA).status_code == 200
-    r = put(client, "L1", 2, MORE)
-    assert r.status_code == 409 and "expected part 1" in r.json()["detail"]
-    r = put(client, "L1", 1, "<http://e/a> <http://e/p> .\n")
-    assert r.status_code == 400 and "not valid N-Quads" in r.json()["detail"]
-    # The bad part changed nothing: part 1 is still the next one.
+def test_parts_come_in_any_order_once_each_and_valid(client, repo):
     assert put(client, "L1", 1, MORE).status_code == 200
+    assert put(client, "L1", 0, DATA).status_code == 200
+    r = put(client, "L1", 1, MORE)
+    assert r.status_code == 409 and "staged already" in r.json()["detail"]
+    r = put(client, "L1", 2, "<http://e/a> <http://e/p> .\n")
+    assert r.status_code == 400 and "not valid N-Quads" in r.json()["detail"]
+    # Neither changed the staging.
     assert commit(client, "L1", canonical(DATA + MORE)).status_code == 200
+    assert repo.state().quads == 4
+
+
+def test_a_part_of_another_load_replaces_an_abandoned_one(client, repo):
+    assert put(client, "L1", 0, DATA).status_code == 200
+    assert put(client, "L2", 0, MORE).status_code == 200
+    assert commit(client, "L1", canonical(DATA)).status_code == 404
+    assert commit(client, "L2", canonical(MORE)).status_code == 200
 
 
 def test_a_commit_that_does_not_match_the_loaders_fingerprint_is_refused(client, repo):
     assert put(client, "L1", 0, DATA).status_code == 200
-    assert put(client, "L1", 1, DATA).status_code == 200  # the same quads twice
+    assert put(client, "L1", 1, DATA).status_code == 200  # the same quads in two parts
     r = commit(client, "L1", canonical(DATA))
     assert r.status_code == 409 and "discarded" in r.json()["detail"]
     assert repo.state().seq == 0 and repo.state().quads == 0 and len(repo.store) == 0

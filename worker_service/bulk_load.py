@@ -6,18 +6,18 @@ transactions, changesets or journal — and the master makes that worker's state
 of its new transaction log; the other workers are replicated from it ("Replicating
 (empty)"). The master forwards the loader's calls (cluster credential):
 
-    PUT    /cluster/bulk-load/{id}/parts/{n}   N-Quads; n = 0, 1, 2 ... in order
+    PUT    /cluster/bulk-load/{id}/parts/{n}   N-Quads; n = 0, 1, 2 ..., each once
     POST   /cluster/bulk-load/{id}             {"fingerprint", "quads"}: commit
     DELETE /cluster/bulk-load/{id}             abort
 
 Safety: parts go into a staging store under ``data-dir/tmp`` (removed at start), never
 into the live store. Each quad is hashed here in the form the store holds it
 (``canonical_quad``, as an RDF4J add does), so the commit checks that the staged content
-is exactly what the loader computed (fingerprint and count; a part sent twice or a quad
-in two parts fails it). The staged store is then installed as a new generation with
-state (seq 0, txid = load id, fingerprint, quads), atomically and only while the
-repository is still empty (``Repository.install_store``). A worker that holds anything
-is refused (409) at every step.
+is exactly what the loader computed (fingerprint and count: a missing part or a quad in
+two parts fails it; a part number sent twice is refused). The staged store is then
+installed as a new generation with state (seq 0, txid = load id, fingerprint, quads),
+atomically and only while the repository is still empty (``Repository.install_store``).
+A worker that holds anything is refused (409) at every step.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import gc
 import re
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -53,14 +53,13 @@ class _Staging:
     load_id: str
     folder: Path
     store: ox.Store | None
-    parts: int = 0
+    parts: set[int] = field(default_factory=set)
     quads: int = 0
     fingerprint: int = fingerprint.ZERO
 
 
 class BulkLoader:
-    """The one bulk load a worker stages at a time; a new load (part 0) replaces an
-    abandoned one."""
+    """The one bulk load a worker stages at a time."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -93,36 +92,38 @@ class BulkLoader:
             shutil.rmtree(staging.folder, ignore_errors=True)
 
     def add_part(self, repo: Repository, load_id: str, part: int, data: bytes) -> dict:
+        """Stage one part. Parts may come in any order (the loader sends the next while
+        this one loads), each once; a part of another load id replaces an abandoned
+        staging."""
         self._check_id(load_id)
-        with self._lock:
-            self._require_empty(repo)
-            if part == 0:
-                self._discard()
-                folder = repo.data_dir / "tmp" / f"bulk-{load_id}"
-                shutil.rmtree(folder, ignore_errors=True)
-                folder.mkdir(parents=True)
-                self._staging = _Staging(load_id, folder, ox.Store(str(folder / "store")))
-            staging = self._current(load_id)
-            if part != staging.parts:
-                raise BulkLoadError(f"part {part} of bulk load '{load_id}' is out of order: "
-                                    f"expected part {staging.parts}")
-            try:
-                parsed = list(ox.parse(data, format=ox.RdfFormat.N_QUADS))
-            except SyntaxError as exc:  # the staging is left as it was
-                raise BulkLoadError(f"part {part} is not valid N-Quads: {exc}", 400) from None
-            quads = []
-            total = 0
+        try:
+            parsed = ox.parse(data, format=ox.RdfFormat.N_QUADS)
+            quads, total = [], 0
             for q in parsed:
                 q, line = canonical_quad(q)
                 quads.append(q)
                 total += fingerprint.line_hash(line.encode())
+        except SyntaxError as exc:  # nothing is staged
+            raise BulkLoadError(f"part {part} is not valid N-Quads: {exc}", 400) from None
+        with self._lock:
+            self._require_empty(repo)
+            staging = self._staging
+            if staging is None or staging.load_id != load_id:
+                self._discard()
+                folder = repo.data_dir / "tmp" / f"bulk-{load_id}"
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir(parents=True)
+                staging = self._staging = _Staging(load_id, folder,
+                                                   ox.Store(str(folder / "store")))
+            if part in staging.parts:
+                raise BulkLoadError(f"part {part} of bulk load '{load_id}' is staged already")
             assert staging.store is not None
             for i in range(0, len(quads), SLICE):
                 staging.store.bulk_extend(quads[i:i + SLICE])
-            staging.parts += 1
+            staging.parts.add(part)
             staging.quads += len(quads)
             staging.fingerprint = (staging.fingerprint + total) % fingerprint.MOD
-            return {"load": load_id, "parts": staging.parts, "quads": staging.quads}
+            return {"load": load_id, "parts": len(staging.parts), "quads": staging.quads}
 
     def commit(self, repo: Repository, load_id: str, expected_fingerprint: int,
                expected_quads: int) -> WorkerState:

@@ -268,7 +268,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
 
     @router.put("/bulk-load/{load_id}/parts/{part}")
     async def bulk_load_part(load_id: str, part: int, request: Request):
-        """Stage one part (N-Quads body) of a bulk load; parts are numbered from 0."""
+        """Stage one part (N-Quads body) of a bulk load: numbered from 0, each once."""
         repo = await guard(request)
         body = await request.body()
         try:
