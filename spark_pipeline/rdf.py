@@ -6,11 +6,11 @@ SparkSession; ``transform`` wraps it in ``mapInArrow``.
 Rules it implements (issue "data pipeline"):
 
 * A line format (N-Triples, N-Quads) is validated **line by line**: a chunk of lines is
-  parsed at once, and only when that fails (or yields another number of statements than
-  it has statement lines) is each line parsed alone. pyoxigraph reports a missing dot on
-  the *next* line and an unterminated string swallows the following one (FACTS.md), so
-  the chunk's error position is never used to blame a line: every line is judged alone,
-  and exactly the lines that fail alone are rejects. Invalid UTF-8 is such a failure.
+  parsed at once, and a group that fails (or yields another number of statements than
+  it has statement lines) is halved down to single lines. pyoxigraph reports a missing
+  dot on the *next* line and an unterminated string swallows the following one
+  (FACTS.md), so an error position is never used to blame a line: exactly the lines that
+  fail on their own are rejects. Invalid UTF-8 is such a failure.
 * Other formats (Turtle, TriG, RDF/XML, JSON-LD) are validated **per file**, one file
   per task, in a first pass: a file with an error is rejected as a whole (none of its
   statements is loaded), with the line of the error, that line's text and the parser's
@@ -98,7 +98,10 @@ def scope_of(path: str) -> str:
 # A blank node label in N-Triples/N-Quads text: a ``_:`` that is not inside a string
 # literal or an IRI (group 1 matches those, and they are kept as they are). Comments may
 # be rewritten too, which changes nothing.
-_TOKENS = re.compile(rb'("(?:[^"\\\n]|\\.)*"|<[^<>"{}|^`\\\x00-\x20]*>)|_:')
+_TOKENS = re.compile(
+    rb'("(?:[^"\\\n]|\\.)*"'  # a string literal, escapes included
+    rb'|<(?:[^<>"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*>)'  # an IRI
+    rb'|_:')
 
 
 def scope_line(line: bytes, prefix: bytes) -> bytes:
@@ -156,31 +159,45 @@ class Canonicaliser:
 
 def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,
                 canon: Canonicaliser) -> Parsed:
-    """Parse consecutive lines of one file. Reject indexes are positions in ``lines``."""
+    """Parse consecutive lines of one file. Reject indexes are positions in ``lines``.
+
+    The statement lines are parsed together; a group that fails (or gives another number
+    of quads than it has lines) is split in halves, down to single lines, so a chunk with
+    one bad line costs about twice a clean one, and a line is a reject only when it fails
+    on its own."""
     out = Parsed(lines=len(lines))
     prefix = b"_:" + scope.encode() if scope else None
     work = [scope_line(x, prefix) if prefix and b"_:" in x else x for x in lines]
-    statements = [i for i, x in enumerate(work) if _statement(x)]
-    try:
-        quads = list(ox.parse(b"\n".join(work), format=fmt))
-        if len(quads) == len(statements):
-            canon.add(out, quads)
-            return out
-    except SyntaxError:
-        pass
-    for i in statements:  # the slow path: every statement line alone
+
+    def judge(group: list[int]) -> None:
         try:
-            quads = list(ox.parse(work[i], format=fmt))
+            quads = list(ox.parse(b"\n".join(work[i] for i in group), format=fmt))
+            if len(quads) == len(group):
+                canon.add(out, quads)
+                return
         except SyntaxError as exc:
-            message = _message(exc)
-            if work[i] is not lines[i]:  # report against the text as written
-                try:
-                    list(ox.parse(lines[i], format=fmt))
-                except SyntaxError as original:
-                    message = _message(original)
-            out.rejects.append((i, _text(lines[i]), message))
-            continue
-        canon.add(out, quads)
+            if len(group) == 1:
+                reject(group[0], exc)
+                return
+        if len(group) == 1:  # a line of several statements: judged as pyoxigraph sees it
+            canon.add(out, quads)
+            return
+        half = len(group) // 2
+        judge(group[:half])
+        judge(group[half:])
+
+    def reject(i: int, exc: SyntaxError) -> None:
+        message = _message(exc)
+        if work[i] is not lines[i]:  # report against the text as written
+            try:
+                list(ox.parse(lines[i], format=fmt))
+            except SyntaxError as original:
+                message = _message(original)
+        out.rejects.append((i, _text(lines[i]), message))
+
+    statements = [i for i, x in enumerate(work) if _statement(x)]
+    if statements:
+        judge(statements)
     return out
 
 

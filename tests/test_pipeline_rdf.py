@@ -74,6 +74,17 @@ def test_a_chunk_of_good_lines_gives_one_quad_per_line_in_order():
     assert out.quads == [line.decode() for line in lines]
 
 
+def test_few_bad_lines_in_a_large_chunk_are_found_by_halving():
+    lines = [f"<http://e/s{i}> <http://e/p> <http://e/o> .".encode() for i in range(1000)]
+    bad = [0, 1, 500, 998]
+    for i in bad:
+        lines[i] = lines[i][:-2]  # the dot is missing: blamed on the next line by a chunk
+    out = _parse(lines)
+    assert [i for i, _, _ in out.rejects] == bad
+    assert len(out.quads) == 1000 - len(bad)
+    assert out.quads[0] == "<http://e/s2> <http://e/p> <http://e/o> ."
+
+
 def test_a_quad_in_an_n_triples_file_is_a_reject():
     out = _parse([b"<http://e/a> <http://e/p> <http://e/o> <http://e/g> ."])
     assert out.quads == [] and len(out.rejects) == 1
@@ -113,6 +124,8 @@ def test_blank_node_labels_get_the_files_scope_and_nothing_else_changes():
     line = b'_:b1 <http://e/_:x> "text _:b2 \\" _:b3" _:b1 .'
     scoped = rdf.scope_line(line, b"_:fSx")
     assert scoped == b'_:fSxb1 <http://e/_:x> "text _:b2 \\" _:b3" _:fSxb1 .'
+    escaped = b"<http://e/\\u0041_:x> <http://e/p> _:b ."
+    assert rdf.scope_line(escaped, b"_:fSx") == b"<http://e/\\u0041_:x> <http://e/p> _:fSxb ."
     out = _parse([line, b"_:b1 <http://e/p> _:other ."], NQ, scope="fSx")
     assert out.quads == ['_:fSxb1 <http://e/_:x> "text _:b2 \\" _:b3" _:fSxb1 .',
                          "_:fSxb1 <http://e/p> _:fSxother ."]
