@@ -48,7 +48,11 @@ class LoadConfig:
         if not self.inputs:
             raise ValueError("give at least one file or directory to load")
         if self.graph is not None:
-            rdf.Canonicaliser(self.graph)  # ValueError unless an absolute IRI
+            try:
+                rdf.Canonicaliser(self.graph)
+            except ValueError as exc:
+                raise ValueError(f"--graph '{self.graph}' is not an absolute IRI: {exc}"
+                                 ) from None
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,10 @@ class Progress:
         self._width = len(text)
         self.stream.flush()
 
-    def done(self, text: str | None = None) -> None:
+    def done(self) -> None:
+        """End the current line, leaving its last state on the terminal."""
         if self.enabled and self._width:
-            self.stream.write("\r" + (text or "").ljust(self._width) + "\n")
+            self.stream.write("\n")
             self.stream.flush()
             self._width = 0
 

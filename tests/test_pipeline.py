@@ -379,3 +379,30 @@ def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["a"], summary["b"], summary["only_in_a"], summary["only_in_b"]) == \
         (a.url, b.url, 1, 2)
+
+
+# ---- the progress line ----
+
+
+class _FakeAccumulator:
+    def __init__(self, value: dict) -> None:
+        self.value = value
+
+
+def test_progress_line_shows_files_lines_rate_and_eta():
+    import io
+
+    out = io.StringIO()
+    progress = Progress(out, enabled=True)
+    acc = _FakeAccumulator({"lines": 1500, "/a.nt": 100, "/b.nt": 50})
+    with progress.watch_parse(acc, {"/a.nt": 100, "/b.nt": 200}) as watcher:
+        watcher.say("sent 1,000 quads")
+    progress.done()
+    line = out.getvalue().split("\r")[-1]
+    assert "files 1/2" in line and "lines 1,500" in line and "lines/s" in line
+    assert "ETA" in line and line.rstrip().endswith("sent 1,000 quads")
+    progress.counter("load", "quads", 200, 0.0)(200)
+    assert "200/200 quads" in out.getvalue()
+    quiet = io.StringIO()
+    Progress(quiet, enabled=False).line("nothing")
+    assert quiet.getvalue() == ""
