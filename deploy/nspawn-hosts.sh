@@ -29,11 +29,28 @@ nspawn_pid_ok() {  # PID still the systemd-nspawn of machine $2?
   tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q "systemd-nspawn .*-M $machine "
 }
 
+# The instance's init, by the PID and PID namespace recorded at boot: killing it ends
+# every process of the instance (a PID namespace dies with its init), which killing
+# systemd-nspawn alone does not do.
+leader_ok() {  # $1 = instance dir: its recorded init still alive, same namespace?
+  local dir=$1 pid ns
+  read -r pid ns < "$dir/leader" 2>/dev/null || return 1
+  [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "$ns" ]
+}
+
+kill_leader() {
+  local dir=$1 pid ns
+  leader_ok "$dir" || return 0
+  read -r pid ns < "$dir/leader"
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do leader_ok "$dir" || return 0; sleep 0.1; done
+}
+
 cmd_down() {
   local state=$1
   [ -d "$state" ] || return 0
   local dir name machine pid
-  # Stop every instance first (in parallel: each waits for its own clean shutdown).
+  # Ask every instance to power off first (in parallel: each shuts down on its own).
   for dir in "$state"/instances/*/; do
     [ -d "$dir" ] || continue
     name=$(basename "$dir")
@@ -43,17 +60,23 @@ cmd_down() {
       kill -TERM "$pid" 2>/dev/null || true  # nspawn asks the container to power off
     fi
   done
+  # A test instance being thrown away needs no long goodbye: whatever is still running
+  # after 10 s (a service waiting on peers that are already gone) is killed with its init.
   for dir in "$state"/instances/*/; do
     [ -d "$dir" ] || continue
     name=$(basename "$dir")
     machine=$(machine_name "$name")
     pid=$(cat "$dir/pid" 2>/dev/null || true)
     if [ -n "$pid" ]; then
-      for _ in $(seq 1 100); do nspawn_pid_ok "$pid" "$machine" || break; sleep 0.2; done
-      if nspawn_pid_ok "$pid" "$machine"; then
-        echo "nspawn-hosts: $machine did not power off in 20 s: SIGKILL $pid" >&2
-        kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do nspawn_pid_ok "$pid" "$machine" || break; sleep 0.2; done
+    fi
+    if leader_ok "$dir" || { [ -n "$pid" ] && nspawn_pid_ok "$pid" "$machine"; }; then
+      echo "nspawn-hosts: $machine did not power off: killing its init; console ends:" >&2
+      tail -5 "$dir/console.log" >&2 || true
+      kill_leader "$dir"
+      if [ -n "$pid" ]; then
         for _ in $(seq 1 50); do nspawn_pid_ok "$pid" "$machine" || break; sleep 0.1; done
+        nspawn_pid_ok "$pid" "$machine" && kill -KILL "$pid" 2>/dev/null
       fi
     fi
     if mountpoint -q "$dir/root"; then
@@ -143,6 +166,25 @@ EOF
       --console=passive --link-journal=no --resolv-conf=off --timezone=off \
       --network-bridge="$bridge" < /dev/null > "$dir/console.log" 2>&1 &
     echo $! > "$dir/pid"
+  done
+
+  # Record each instance's init (nspawn's child) with its PID namespace, for `down`.
+  local pid leader
+  for spec in "$@"; do
+    name=${spec%%=*}
+    pid=$(cat "$state/instances/$name/pid")
+    leader=""
+    for _ in $(seq 1 100); do
+      leader=$(ps -o pid= --ppid "$pid" | head -1 | tr -d ' ')
+      # nspawn's first child only sets the namespaces up; the init is the one in a new
+      # PID namespace.
+      if [ -n "$leader" ] && [ "$(readlink "/proc/$leader/ns/pid" 2>/dev/null)" != \
+           "$(readlink /proc/self/ns/pid)" ]; then break; fi
+      leader=""
+      sleep 0.05
+    done
+    [ -n "$leader" ] || die "instance $name: no init process under systemd-nspawn $pid"
+    echo "$leader $(readlink "/proc/$leader/ns/pid")" > "$state/instances/$name/leader"
   done
 
   # Ready when sshd answers on every instance.

@@ -136,12 +136,10 @@ def test_cluster_properties_as_templated(scenario):
         assert check.rc == 0, check.stderr
 
 
-def test_add_worker_did_not_restart_the_master(scenario):
+def test_added_worker_is_part_of_its_master(scenario):
+    """dc2-b was added (and removed and added again) at runtime by side_effect.yml; the
+    master was not restarted by add_worker.yml (side_effect.yml checks that at once)."""
     master = scenario.master_of("dc2")
-    host = scenario.host(master)
-    before = host.file("/root/master-pid-before-add-worker").content_string.strip()
-    now = host.check_output("systemctl show --property MainPID --value txcluster-master")
-    assert now == before
     status = _get(f"{_master_url(scenario, master)}/admin/status")
     urls = {w["url"] for w in status["workers"]}
     assert urls == {_worker_url(scenario, w) for w in scenario.workers_of("dc2")}
