@@ -23,6 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import httpx
 
+from spark_pipeline import extract
 from worker_service.fingerprint import ZERO, to_hex
 
 
@@ -259,7 +260,7 @@ def worker_states(status: dict) -> dict[str, dict]:
     with httpx.Client(timeout=30) as client:
         for w in status["workers"]:
             try:
-                out[w["url"]] = client.get(f"{w['url']}/health").json()
-            except (httpx.HTTPError, ValueError) as exc:
+                out[w["url"]] = extract.worker_state(client, w["url"])
+            except extract.ExportError as exc:
                 out[w["url"]] = {"error": str(exc)}
     return out
