@@ -300,8 +300,7 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
     report = LoadReport(prepared, False)
     report.seconds["prepare"] = prepared.seconds
     started = time.monotonic()
-    missing, base_fp = _missing(spark, status, prepared, work)
-    added_fp, report.added = _sum_row(missing)
+    missing, base_fp, added_fp, report.added = _missing(spark, status, prepared, work)
     report.present = prepared.quads - report.added
     report.expected = (base_fp + added_fp) % MOD
     report.seconds["compare"] = time.monotonic() - started
@@ -310,6 +309,7 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
         _, report.transactions = load.send_transactions(
             master, repository, _blobs(missing, config.batch_quads),
             config.parallel, progress.counter("load", "quads", report.added, started))
+    missing.unpersist()
     progress.done()
     report.seconds["load"] = time.monotonic() - started
     return report
@@ -322,29 +322,34 @@ def _sync_line(status: dict) -> str:
 
 
 def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
-             ) -> tuple[DataFrame, int]:
+             ) -> tuple[DataFrame, int, int, int]:
     """(the prepared quads the repository lacks, the repository's fingerprint they are
-    added to). An empty repository lacks everything; otherwise its content is read
-    from an up-to-date worker and its fingerprint recomputed — the base of the check."""
+    added to, their fingerprint sum and count). An empty repository lacks everything;
+    otherwise its content is read from an up-to-date worker and its fingerprint
+    recomputed — the base of the check."""
     _seq, fp, quads = load.head(status)
     if quads == 0 and fp == 0:
-        return prepared.distinct, fp
+        return prepared.distinct, fp, prepared.fingerprint, prepared.quads
     worker = load.up_to_date_worker(status)
     target = work / "repository.nq"
     with httpx.Client() as client:
         state = extract.export_worker(client, worker, target)
     existing = transform.quads(parse_inputs(
-        spark, [extract.export_file(target)], transform.ParseConfig(scope_blank_nodes=False)))
+        spark, [extract.export_file(target)], transform.ParseConfig(scope_blank_nodes=False))
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     content_fp, _ = _sum_row(existing)
     kept = int(state["fingerprint"], 16)
     if content_fp != kept:
+        existing.unpersist()
         raise load.LoadError(
             f"the content of {worker} has fingerprint {to_hex(content_fp)} but the worker "
             f"keeps {state['fingerprint']}: its store changed behind its back (see "
             "txcluster audit); not loading")
     missing = transform.absent_from(prepared.distinct, existing).persist(
         StorageLevel.MEMORY_AND_DISK)
-    return missing, kept
+    added_fp, added = _sum_row(missing)
+    existing.unpersist()
+    return missing, kept, added_fp, added
 
 
 def _check(report: LoadReport, synced: bool) -> None:
