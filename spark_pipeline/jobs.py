@@ -306,8 +306,10 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
     report.seconds["compare"] = time.monotonic() - started
     started = time.monotonic()
     if report.added:
+        # Few quads in many partitions would make many small transactions.
+        batches = missing.coalesce(-(-report.added // config.batch_quads))
         _, report.transactions = load.send_transactions(
-            master, repository, _blobs(missing, config.batch_quads),
+            master, repository, _blobs(batches, config.batch_quads),
             config.parallel, progress.counter("load", "quads", report.added, started))
     missing.unpersist()
     progress.done()

@@ -332,10 +332,13 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
 def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
         spark, cluster_factory, tmp_path):
     c = cluster_factory(2)
-    r = c.update("INSERT DATA { <http://e/a> <http://e/p> 1 . <http://e/b> <http://e/p> 2 . "
-                 "GRAPH <http://e/g> { <http://e/c> <http://e/p> 3 } }")
-    assert r.status_code == 204, r.text
-    c.wait_in_sync()
+    # Loaded into the empty cluster without --initial: one transaction.
+    data = write(tmp_path / "data.nq", "".join(
+        f'<http://e/{s}> <http://e/p> "{n}"^^<{XSD}integer>{g} .\n'
+        for s, n, g in [("a", 1, ""), ("b", 2, ""), ("c", 3, " <http://e/g>")]))
+    loaded = jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(data),)), QUIET)
+    assert loaded.ok and (loaded.added, loaded.transactions) == (3, 1), loaded.summary()
+    assert c.wait_in_sync()["head"]["seq"] == 1
     a, b = c.workers
 
     result = CliRunner().invoke(main, ["audit", "--worker", a.url, "--worker", b.url,
