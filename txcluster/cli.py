@@ -140,29 +140,40 @@ def down(directory: str) -> None:
 # ---- the data pipeline on Spark (spark_pipeline/; needs the `pipeline` extra) ----
 
 
-def _pipeline():
+def _spark_options(command):
+    """Options every pipeline command has."""
+    command = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
+                           help="temporary files (must be visible to the Spark executors)"
+                           )(command)
+    return click.option("--spark-master", default=None,
+                        help="Spark master URL (default local[*]; under spark-submit, its "
+                        "own)")(command)
+
+
+def _run_job(make_config, job: str, spark_master: str | None) -> None:
+    """Build the job's configuration, run it (it starts Spark by ``start()`` once its
+    cheap checks passed), print its report; exit 1 unless the report is OK."""
     try:
+        from pyspark.errors import PySparkException
+
         from spark_pipeline import jobs
+        from spark_pipeline.progress import Progress
+        from spark_pipeline.session import LazySession
     except ImportError as exc:
         _fail(f"the pipeline needs PySpark: pip install 'txcluster[pipeline]' ({exc})")
-    return jobs
-
-
-def _run_on_spark(run, spark_master: str | None) -> object:
-    """``run(start, progress)``: the job starts Spark by ``start()`` when it needs it."""
-    from pyspark.errors import PySparkException
-
-    from spark_pipeline.jobs import USER_ERRORS
-    from spark_pipeline.progress import Progress
-    from spark_pipeline.session import LazySession
-
+    try:
+        config = make_config(jobs)
+    except ValueError as exc:
+        _fail(str(exc))
     progress = Progress()
     try:
         with LazySession(spark_master) as start:
-            return run(start, progress)
-    except (*USER_ERRORS, PySparkException) as exc:
+            report = getattr(jobs, job)(start, config, progress)
+    except (*jobs.USER_ERRORS, PySparkException) as exc:
         progress.done()
         _fail(str(exc))
+    click.echo(report.summary())
+    sys.exit(0 if report.ok else 1)
 
 
 @main.command("load")
@@ -172,60 +183,38 @@ def _run_on_spark(run, spark_master: str | None) -> object:
               help="load every statement into this named graph (an absolute IRI)")
 @click.option("--initial", is_flag=True,
               help="empty cluster only: bulk-load one worker, replicate it to the others")
-@click.option("--spark-master", default=None,
-              help="Spark master URL (default local[*]; under spark-submit, its own)")
+@_spark_options
 @click.option("--batch-quads", default=20_000, show_default=True, type=click.IntRange(1),
               help="quads per transaction")
 @click.option("--rejects", "rejects_dir", default=None, type=click.Path(file_okay=False),
               help="where rejected lines go, as JSON lines (default: "
               "./txcluster-rejects-<time> when there are any)")
-@click.option("--work-dir", default=None, type=click.Path(file_okay=False),
-              help="temporary files (must be visible to the Spark executors)")
 @click.option("--user", default=None, help="user:password when client auth is on")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 def load_command(master_url: str, repository: str | None, graph: str | None, initial: bool,
-                 spark_master: str | None, batch_quads: int, rejects_dir: str | None,
-                 work_dir: str | None, user: str | None, inputs: tuple[str, ...]) -> None:
+                 spark_master: str | None, work_dir: str | None, batch_quads: int,
+                 rejects_dir: str | None, user: str | None, inputs: tuple[str, ...]) -> None:
     """Validate, canonicalise, deduplicate and load RDF files (N-Triples, N-Quads, Turtle,
     TriG, RDF/XML, JSON-LD; .gz/.bz2; directories are walked) on Spark, then check that
     every worker holds the expected fingerprint. Exit 1 on a mismatch."""
-    jobs = _pipeline()
-    try:
-        config = jobs.LoadConfig(
-            master_url, tuple(inputs), repository, graph, initial, batch_quads, rejects_dir,
-            work_dir, tuple(user.split(":", 1)) if user else None)
-    except ValueError as exc:
-        _fail(str(exc))
-    report = _run_on_spark(lambda start, progress: jobs.run_load(start, config, progress),
-                           spark_master)
-    click.echo(report.summary())
-    sys.exit(0 if report.ok else 1)
+    _run_job(lambda jobs: jobs.LoadConfig(
+        master_url, tuple(inputs), repository, graph, initial, batch_quads, rejects_dir,
+        work_dir, tuple(user.split(":", 1)) if user else None), "run_load", spark_master)
 
 
 @main.command("audit")
 @click.option("--worker", "workers", multiple=True, required=True,
               help="URL of a worker (give two)")
-@click.option("--spark-master", default=None,
-              help="Spark master URL (default local[*]; under spark-submit, its own)")
+@_spark_options
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="where the differing quads go (default: ./txcluster-audit-<time> when "
               "the replicas differ)")
-@click.option("--work-dir", default=None, type=click.Path(file_okay=False),
-              help="temporary files (must be visible to the Spark executors)")
-def audit_command(workers: tuple[str, ...], spark_master: str | None, out_dir: str | None,
-                  work_dir: str | None) -> None:
+def audit_command(workers: tuple[str, ...], spark_master: str | None, work_dir: str | None,
+                  out_dir: str | None) -> None:
     """Compare two replicas exactly: per-graph fingerprints and the quads that differ.
     Exit 0 when they are identical."""
-    jobs = _pipeline()
-    try:
-        config = jobs.AuditConfig(tuple(workers), out_dir, work_dir)
-    except ValueError as exc:
-        _fail(str(exc))
-    report = _run_on_spark(lambda start, progress: jobs.run_audit(start, config, progress),
-                           spark_master)
-    click.echo(report.summary())
-    sys.exit(0 if report.ok else 1)
-
+    _run_job(lambda jobs: jobs.AuditConfig(tuple(workers), out_dir, work_dir), "run_audit",
+             spark_master)
 
 if __name__ == "__main__":
     main()

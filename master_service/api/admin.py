@@ -168,10 +168,14 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
             raise HTTPException(404, f"unknown worker {url}")
         return w
 
-    def worker_failed(exc: Exception) -> HTTPException:
-        if isinstance(exc, WorkerRefused):
-            return HTTPException(exc.status, str(exc))
-        return HTTPException(502, f"worker unavailable: {exc}")
+    async def on_worker(call):
+        """A worker's refusal goes to the caller with its status; no answer is a 502."""
+        try:
+            return await call
+        except WorkerRefused as exc:
+            raise HTTPException(exc.status, str(exc)) from None
+        except WorkerUnavailable as exc:
+            raise HTTPException(502, f"worker unavailable: {exc}") from None
 
     @router.put("/bulk-load/{load_id}/parts/{part}",
                 summary="Initial bulk load: stage one part (N-Quads) on a worker")
@@ -182,10 +186,7 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
         if problem := cluster.bulk_load_problem():
             raise HTTPException(409, problem)
         w = bulk_worker(cluster, worker)
-        try:
-            return await w.client.bulk_load_part(load_id, part, await request.body())
-        except (WorkerUnavailable, WorkerRefused) as exc:
-            raise worker_failed(exc) from None
+        return await on_worker(w.client.bulk_load_part(load_id, part, await request.body()))
 
     @router.post("/bulk-load/{load_id}", summary="Initial bulk load: commit the staged "
                  "parts; the log adopts the worker's state, the others are replicated")
@@ -194,22 +195,17 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
         cluster = guard(request, write=True)
         bulk_worker(cluster, body.worker)
         try:
-            return await cluster.commit_bulk_load(body.worker, load_id,
-                                                  body.fingerprint.lower(), body.quads)
+            return await on_worker(cluster.commit_bulk_load(
+                body.worker, load_id, body.fingerprint.lower(), body.quads))
         except BulkLoadRefused as exc:
             raise HTTPException(409, str(exc)) from None
-        except (WorkerUnavailable, WorkerRefused) as exc:
-            raise worker_failed(exc) from None
 
     @router.delete("/bulk-load/{load_id}", summary="Initial bulk load: abort, dropping "
                    "the staged parts")
     async def bulk_load_abort(request: Request, worker: str,
                               load_id: str = Path(pattern=LOAD_ID)) -> dict:
         cluster = guard(request, write=True)
-        try:
-            return await bulk_worker(cluster, worker).client.bulk_load_abort(load_id)
-        except (WorkerUnavailable, WorkerRefused) as exc:
-            raise worker_failed(exc) from None
+        return await on_worker(bulk_worker(cluster, worker).client.bulk_load_abort(load_id))
 
     @router.put("/mode", summary="Mode (NORMAL or MUTE) and read-only flag")
     async def set_mode(body: ModeIn, request: Request) -> dict:
