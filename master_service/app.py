@@ -17,9 +17,10 @@ from master_service.api.admin import admin_router, status_of
 from master_service.api.client import ClientAuth, client_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
-from master_service.config import MasterConfig, update_properties
+from master_service.config import MasterConfig, parse_node_id, update_properties
 from master_service.txlog.log import TxLog
 from txcluster.auth import load_secret
+from txcluster.properties import parse_url
 
 log = logging.getLogger("txcluster.master")
 
@@ -37,6 +38,46 @@ class MasterService:
     def persist(self, changes: dict[str, str | None]) -> None:
         if changes:
             self.config = update_properties(self.config.path, changes)
+
+    # ---- sync peers (addSyncPeer / removeSyncPeer; the driver in sync/driver.py) ----
+
+    async def add_sync_peer(self, peer_id: str, url: str) -> None:
+        """Peer with another master at runtime; persisted as peer.<n>.id / peer.<n>.url.
+
+        ValueError (nothing changed) for an invalid id or URL, our own id, or a known id."""
+        try:
+            peer_id, url = parse_node_id(peer_id), parse_url(url)
+        except Exception as exc:  # the parsers' messages name what is wrong
+            raise ValueError(str(exc)) from None
+        if peer_id == self.config.node_id:
+            raise ValueError(f"'{peer_id}' is this master's own node id")
+        if any(known == peer_id for known, _ in self.config.peers):
+            raise ValueError(f"'{peer_id}' is already a sync peer")
+        self.persist(self.config.add_peer_changes(peer_id, url))
+
+    async def remove_sync_peer(self, peer_id: str) -> None:
+        """Stop peering with a master; ValueError (nothing changed) for an unknown id."""
+        if not any(known == peer_id for known, _ in self.config.peers):
+            raise ValueError(f"'{peer_id}' is not a sync peer of {self.config.node_id}")
+        self.persist(self.config.remove_peer_changes(peer_id))
+
+    def sync_status(self) -> dict | None:
+        """The peering state for status pages and JMX, None when this master has no peers.
+
+        Keys: node_id, mode ("read-write" | "read-only" | "muted"), state ("connected" |
+        "waiting" | "split" | "recovering"), seq (agreed position), executed_seq,
+        merge_base, counter, activity ("busy" | "idle"), incoming (count), peers: a list of
+        {id, url, mode, reachable, last_heard_s, seq, fingerprint_match}, divergences: a
+        list of {peer, kind, detail, time}."""
+        if not self.config.peers:
+            return None
+        return {"node_id": self.config.node_id, "mode": "read-write", "state": "waiting",
+                "seq": 0, "executed_seq": 0, "merge_base": None, "counter": 0,
+                "activity": "busy", "incoming": 0,
+                "peers": [{"id": p, "url": u, "mode": "read-write", "reachable": False,
+                           "last_heard_s": None, "seq": None, "fingerprint_match": None}
+                          for p, u in self.config.peers],
+                "divergences": []}
 
     async def start(self) -> None:
         c = self.config
