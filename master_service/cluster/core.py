@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +105,8 @@ class Cluster:
                  protect_single_worker: bool = True, read_only: bool = False,
                  mode: str = "NORMAL", strict: bool = False, request_timeout: float = 30.0,
                  log_limits: tuple[int, float] = (100_000, 168.0),
-                 on_workers_changed: Callable[[list[str]], None] | None = None) -> None:
+                 on_workers_changed: Callable[[list[str]], None] | None = None,
+                 peered: bool = False) -> None:
         self.node_id = node_id
         self.txlog = txlog
         self.secret = secret
@@ -134,6 +135,12 @@ class Cluster:
         self._stopping = False
         self.events: list[tuple[float, str]] = []  # recent recovery messages, for status
         self.bulk_load_target: str | None = None  # worker whose bulk load is being committed
+        # Peering (sync/driver.py): client writes go through the TxLog sync protocol and
+        # the driver hands agreed transactions to execute_agreed. Pending transactions in
+        # the log are then payloads waiting for agreement, not writes lost by a crash.
+        self.peered = peered
+        self.sync_submit: Callable[[list[dict]], Awaitable[dict]] | None = None
+        self._write_lock = asyncio.Lock()  # one group at a time on the probe, either path
 
     # ---- lifecycle ----
 
@@ -141,7 +148,7 @@ class Cluster:
         return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
 
     async def start(self) -> None:
-        failed = await self.db(self._fail_unacknowledged)
+        failed = 0 if self.peered else await self.db(self._fail_unacknowledged)
         if failed:
             log.warning("%d transactions logged before a restart were never acknowledged: "
                         "marked failed", failed)
@@ -232,6 +239,11 @@ class Cluster:
             return "this master is read-only"
         if self.mode == "MUTE":
             return "this master is muted: it takes transactions only from its peers"
+        return self.execution_reason()
+
+    def execution_reason(self) -> str | None:
+        """None when the workers can execute transactions (a muted master still executes
+        its peers' transactions), else why not."""
         if self.bulk_load_target:
             return f"an initial bulk load is being committed on {self.bulk_load_target}"
         n = len(self.in_sync())
@@ -457,6 +469,17 @@ class Cluster:
         reason = self.writable_reason()
         if reason:
             raise NotWritable(f"cluster is not writable: {reason}")
+        if self.sync_submit is not None:
+            self.counters.running_writes += 1
+            try:
+                result = await self.sync_submit(operations)
+                self.counters.completed_writes += 1
+                return result
+            except Exception:
+                self.counters.failed_writes += 1
+                raise
+            finally:
+                self.counters.running_writes -= 1
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append((str(uuid.uuid4()), operations, fut))
         self._wake.set()
@@ -478,7 +501,8 @@ class Cluster:
                 group = self._pending[:MAX_GROUP]
                 del self._pending[:MAX_GROUP]
                 try:
-                    await self._commit_group(group)
+                    async with self._write_lock:
+                        await self._commit_group(group)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -499,32 +523,13 @@ class Cluster:
 
     async def _commit_group(self, group: list[tuple[str, list, asyncio.Future]]) -> None:
         txs = [{"txid": txid, "operations": ops} for txid, ops, _ in group]
-        response = None
-        while response is None:
-            reason = self.writable_reason()
-            probe = None if reason else self._choose_probe()
-            if probe is None and reason is None and await self._wait_for_probe():
-                # The probe was lost while every other in-sync worker still had forwards
-                # in flight (none at the head yet): the cluster is writable, so wait for
-                # one to catch up rather than refuse the group (cluster-basics.txt: with
-                # three workers the cluster stays fully functional on any node failure).
-                continue
-            if probe is None:
-                msg = reason or "no in-sync worker can act as probe"
-                for _txid, _ops, fut in group:
-                    fut.set_exception(NotWritable(f"cluster is not writable: {msg}"))
-                self.counters.failed_writes += len(group)
-                return
-            started = time.monotonic()
-            try:
-                response = await self._while_alive(probe, probe.client.execute(
-                    self.head_seq + 1, txs, self.control_queries))
-            except (WorkerUnavailable, WorkerRefused) as exc:
-                # The probe may or may not have executed the group; either way its state
-                # is now unknown to the log, so it is recovered like any other worker.
-                self._disable(probe, WorkerStatus.OFF if isinstance(exc, WorkerUnavailable)
-                              else WorkerStatus.OUT_OF_SYNC, f"probe failed: {exc}")
-                continue
+        try:
+            probe, response, started = await self._execute_on_probe(txs, self.writable_reason)
+        except NotWritable as exc:
+            for _txid, _ops, fut in group:
+                fut.set_exception(exc)
+            self.counters.failed_writes += len(group)
+            return
         self._count_task(probe, time.monotonic() - started, len(group))
         self.counters.write_groups += 1
         entries, failures = [], []
@@ -539,18 +544,7 @@ class Cluster:
         await self.db(self.txlog.record_group,
                       [(txid, now, self.node_id, ops) for txid, ops, _ in group],
                       entries, [(t, r["error"]) for t, r in failures])
-        if entries:
-            last = entries[-1]
-            # Synchronous from here to the forwarding: recovery sees either the old head
-            # (and replays) or the new one with the entries queued.
-            self.head_seq, self.head_fingerprint, self.head_quads = last[0], last[3], last[4]
-            probe.seq, probe.fingerprint, probe.quads = last[0], last[3], last[4]
-            wires = [{"seq": e[0], "txid": e[1], "changeset": e[2],
-                      "expected_fingerprint": e[3]} for e in entries]
-            for w in self.in_sync():
-                if w is not probe:
-                    w.queue.extend(wires)
-                    w.wake.set()
+        self._committed(probe, entries)
         if self.strict and entries:
             await self._wait_forwarded(self.head_seq)
         by_txid = {e[1]: e for e in entries}
@@ -565,14 +559,91 @@ class Cluster:
                 fut.set_exception(WriteFailed(res["status"], res["error"]))
                 self.counters.failed_writes += 1
 
-    async def _wait_for_probe(self) -> bool:
+    async def _execute_on_probe(self, txs: list[dict], reason_now: Callable[[], str | None]
+                                ) -> tuple[Worker, dict, float]:
+        """Execute a group on the probe: (probe, its response, start time); NotWritable
+        when ``reason_now`` says the cluster can't execute or no worker can be the probe."""
+        while True:
+            reason = reason_now()
+            probe = None if reason else self._choose_probe()
+            if probe is None and reason is None and await self._wait_for_probe(reason_now):
+                # The probe was lost while every other in-sync worker still had forwards
+                # in flight (none at the head yet): the cluster is writable, so wait for
+                # one to catch up rather than refuse the group (cluster-basics.txt: with
+                # three workers the cluster stays fully functional on any node failure).
+                continue
+            if probe is None:
+                msg = reason or "no in-sync worker can act as probe"
+                raise NotWritable(f"cluster is not writable: {msg}")
+            started = time.monotonic()
+            try:
+                response = await self._while_alive(probe, probe.client.execute(
+                    self.head_seq + 1, txs, self.control_queries))
+            except (WorkerUnavailable, WorkerRefused) as exc:
+                # The probe may or may not have executed the group; either way its state
+                # is now unknown to the log, so it is recovered like any other worker.
+                self._disable(probe, WorkerStatus.OFF if isinstance(exc, WorkerUnavailable)
+                              else WorkerStatus.OUT_OF_SYNC, f"probe failed: {exc}")
+                continue
+            return probe, response, started
+
+    def _committed(self, probe: Worker, entries: list[tuple]) -> None:
+        """The log holds ``entries`` durably: move the head, queue the forwards.
+
+        Synchronous from here to the forwarding: recovery sees either the old head (and
+        replays) or the new one with the entries queued."""
+        if not entries:
+            return
+        last = entries[-1]
+        self.head_seq, self.head_fingerprint, self.head_quads = last[0], last[3], last[4]
+        probe.seq, probe.fingerprint, probe.quads = last[0], last[3], last[4]
+        wires = [{"seq": e[0], "txid": e[1], "changeset": e[2],
+                  "expected_fingerprint": e[3]} for e in entries]
+        for w in self.in_sync():
+            if w is not probe:
+                w.queue.extend(wires)
+                w.wake.set()
+
+    async def execute_agreed(self, batch: Sequence, record: Callable[..., None]) -> dict:
+        """Execute transactions agreed by the sync protocol, in their agreed order.
+
+        ``batch``: items with pos, txid, operations (agreement.Agreed). ``record(done,
+        entries, failures, now)`` makes the outcome durable in one SQLite transaction
+        (AgreementLog.record_executed). Returns txid -> the client's answer: a dict like
+        ``write``'s, or a WriteFailed. NotWritable when no worker can execute now: the
+        transactions stay agreed and the driver retries."""
+        async with self._write_lock:
+            txs = [{"txid": a.txid, "operations": a.operations} for a in batch]
+            probe, response, started = await self._execute_on_probe(txs, self.execution_reason)
+            self._count_task(probe, time.monotonic() - started, len(batch))
+            self.counters.write_groups += 1
+            entries, failures, done, answers = [], [], [], {}
+            fp, quads = self.head_fingerprint, self.head_quads
+            for a, res in zip(batch, response["results"], strict=True):
+                if res["ok"]:
+                    fp, quads = res["fingerprint"], res["quads"]
+                    entries.append((res["seq"], a.txid, res["changeset"], fp, quads,
+                                    res["duration_s"]))
+                    answers[a.txid] = {"txid": a.txid, "seq": res["seq"], "fingerprint": fp,
+                                       "position": a.pos}
+                else:
+                    failures.append((a.txid, res["error"]))
+                    answers[a.txid] = WriteFailed(res["status"], res["error"])
+                done.append((a.pos, a.txid, fp, quads))
+            await self.db(record, done, entries, failures, time.time())
+            self._committed(probe, entries)
+        if self.strict and entries:
+            await self._wait_forwarded(self.head_seq)
+        return answers
+
+    async def _wait_for_probe(self, reason_now: Callable[[], str | None]) -> bool:
         """Wait (at most request_timeout) until an in-sync worker has applied its queued
         forwards and can be the probe, or the cluster stops being writable; False when
         neither happened in time."""
         deadline = time.monotonic() + self.request_timeout
         while time.monotonic() < deadline:
             await asyncio.sleep(0.002)
-            if self.writable_reason() is not None or any(
+            if reason_now() is not None or any(
                     not w.queue and w.seq == self.head_seq for w in self.in_sync()):
                 return True
         return False

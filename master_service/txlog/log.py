@@ -39,12 +39,13 @@ block on fsync; from asyncio run them in an executor.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -190,6 +191,13 @@ class TxLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[Database]:
+        """The connection under the lock, in one SQLite transaction: for the tables other
+        modules keep in this file (``agreement.py``: the sync protocol's queues)."""
+        with self._lock, self._db.atomic():
+            yield self._db
 
     def _create_schema(self) -> None:
         db = self._db

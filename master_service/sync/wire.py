@@ -1,0 +1,73 @@
+"""JSON forms of the protocol's messages, as masters POST them to each other.
+
+Parsing goes through the frozen message types, so whatever breaks a rule of the protocol
+is an ``InvalidMessage`` naming the rule (the peer API answers 400 with it) and the state
+machine only ever sees well-formed values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
+
+
+def tx_to_json(tx: TxMeta) -> dict[str, Any]:
+    return {"txid": tx.txid, "timestamp": tx.timestamp, "origin": tx.origin,
+            "size": tx.size, "digest": tx.digest}
+
+
+def status_to_json(st: Status) -> dict[str, Any]:
+    return {"sender": st.sender, "mode": st.mode.value, "merge_base": st.merge_base,
+            "seq": st.seq, "counter": st.counter, "chain": st.chain,
+            "queue": [tx_to_json(t) for t in st.queue]}
+
+
+def tail_to_json(seg: TailSegment) -> dict[str, Any]:
+    return {"sender": seg.sender, "after_seq": seg.after_seq, "after": seg.after,
+            "after_chain": seg.after_chain, "entries": [tx_to_json(t) for t in seg.entries]}
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{what} must be a JSON object")
+    return value
+
+
+def _field(obj: dict[str, Any], name: str, what: str) -> Any:
+    if name not in obj:
+        raise InvalidMessage(f"{what} lacks the field '{name}'")
+    return obj[name]
+
+
+def _txs(value: Any, what: str) -> tuple[TxMeta, ...]:
+    if not isinstance(value, list):
+        raise InvalidMessage(f"{what} must be a JSON array")
+    out = []
+    for i, item in enumerate(value):
+        obj = _obj(item, f"{what}[{i}]")
+        out.append(TxMeta(*(_field(obj, k, f"{what}[{i}]")
+                            for k in ("txid", "timestamp", "origin", "size", "digest"))))
+    return tuple(out)
+
+
+def status_from_json(value: Any) -> Status:
+    obj = _obj(value, "status")
+    mode = _field(obj, "mode", "status")
+    try:
+        mode = Mode(mode)
+    except ValueError:
+        raise InvalidMessage(f"mode must be one of {[m.value for m in Mode]}, got {mode!r}") \
+            from None
+    return Status(_field(obj, "sender", "status"), mode, _field(obj, "merge_base", "status"),
+                  _field(obj, "seq", "status"), _field(obj, "counter", "status"),
+                  _txs(_field(obj, "queue", "status"), "queue"), obj.get("chain", ""))
+
+
+def tail_from_json(value: Any) -> TailSegment:
+    obj = _obj(value, "tail segment")
+    return TailSegment(_field(obj, "sender", "tail segment"),
+                       _field(obj, "after_seq", "tail segment"),
+                       _field(obj, "after", "tail segment"),
+                       _txs(_field(obj, "entries", "tail segment"), "entries"),
+                       obj.get("after_chain", ""))

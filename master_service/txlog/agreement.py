@@ -1,0 +1,233 @@
+"""The sync protocol's durable state, in the master's transaction log file.
+
+The TxLog sync protocol (spec/txlog-sync-protocol.txt) agrees on one order of transactions
+among peer masters; ``master_service/sync/protocol.py`` is its pure core and this module
+keeps what its Readies ask to persist, next to the data centre's own log:
+
+- ``sync_incoming``: the incoming queue (transaction metadata; ``acquired`` when we hold
+  the payload);
+- ``sync_agreed``: the synchronised queue — position, metadata, and once this data centre
+  executed the transaction, the repository fingerprint and quad count after it (and its
+  data-centre seq, or NULL when the probe refused it: a refused transaction is refused
+  the same way everywhere, the data being the same, so it moves no fingerprint);
+- the payloads: rows of the ``transactions`` table (operations as JSON), pending until
+  executed, so a payload is durable before its id is posted (spec, "Transaction
+  exchange": only acquired transactions are posted);
+- meta: the timestamp counter's high-water mark, and the *peering base* — this data
+  centre's state when it started peering, the state at agreed position 0.
+
+Position p of the agreed queue is the same transaction on every master; "the state after
+position p" is therefore comparable across data centres: that is how a divergence between
+data centres is detected (the fingerprints after the same position differ).
+
+Durability of the counter: a posted counter is a promise never to originate a timestamp
+at or below it, so it must survive a crash. Writing it before every post would cost an
+fsync per round; instead we persist a *high-water mark* some way ahead of the counter and
+write again only when the counter passes it. A restart resumes the counter from the mark,
+which is at least every counter ever posted; timestamps only move forward, so that is safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from master_service.sync.messages import TxMeta
+from master_service.sync.protocol import Incoming, PersistentState
+from master_service.txlog.log import State, TxLog, TxLogError
+
+COUNTER_LEASE = 10_000  # persist the counter this far ahead (driver units: ms)
+
+
+def canonical_payload(operations: Sequence[dict[str, Any]]) -> bytes:
+    """The bytes that travel between masters and that a transaction's digest covers."""
+    return json.dumps(list(operations), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+
+
+def payload_digest(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """An agreed transaction waiting to be executed in this data centre."""
+
+    pos: int
+    txid: str
+    operations: list[dict[str, Any]]
+
+
+class AgreementLog:
+    """The sync protocol's tables in one master's TxLog (module docstring)."""
+
+    def __init__(self, txlog: TxLog) -> None:
+        self.txlog = txlog
+        with txlog.atomic() as db:
+            db["sync_incoming"].create(
+                {"txid": str, "timestamp": int, "origin": str, "size": int, "digest": str,
+                 "acquired": int}, pk="txid", if_not_exists=True)
+            db["sync_agreed"].create(
+                {"pos": int, "txid": str, "timestamp": int, "origin": str, "size": int,
+                 "digest": str, "seq": int, "fingerprint": str, "quads": int},
+                pk="pos", if_not_exists=True)
+            db["sync_agreed"].create_index(["txid"], unique=True, if_not_exists=True)
+        self._counter_mark = int(self._meta("sync_counter") or 0)
+
+    # ---- meta ----
+
+    def _meta(self, key: str) -> str | None:
+        with self.txlog.atomic() as db:
+            rows = list(db.query("select value from meta where key = ?", [key]))
+        return rows[0]["value"] if rows else None
+
+    @property
+    def enabled(self) -> bool:
+        """True once this master has peered: from then on every write goes through the
+        protocol, even if its peers are removed again (its agreed queue is its history)."""
+        return self._meta("sync_base_seq") is not None
+
+    def enable(self) -> State:
+        """Start peering at the data centre's current head: agreed position 0."""
+        with self.txlog.atomic() as db:
+            if self._meta("sync_base_seq") is None:
+                head = self.txlog.head()
+                db["meta"].upsert_all(
+                    [{"key": "sync_base_seq", "value": str(head.seq)},
+                     {"key": "sync_base_fingerprint", "value": head.fingerprint},
+                     {"key": "sync_base_quads", "value": str(head.quads)}], pk="key")
+        return self.base()
+
+    def base(self) -> State:
+        return State(int(self._meta("sync_base_seq") or 0),
+                     self._meta("sync_base_fingerprint") or "0" * 32,
+                     int(self._meta("sync_base_quads") or 0))
+
+    # ---- what the protocol core resumes from ----
+
+    def load(self) -> tuple[PersistentState, list[str]]:
+        """The persisted protocol state, and the agreed transactions whose payload we lack."""
+        with self.txlog.atomic() as db:
+            agreed = [(_meta_of(r), r["has"]) for r in db.query(
+                "select a.*, t.txid is not null as has from sync_agreed a "
+                "left join transactions t on t.txid = a.txid order by a.pos")]
+            incoming = [Incoming(_meta_of(r), bool(r["acquired"])) for r in db.query(
+                "select * from sync_incoming order by timestamp, txid")]
+        newest = max([t.timestamp for t, _ in agreed] + [i.tx.timestamp for i in incoming],
+                     default=0)
+        counter = max(self._counter_mark, newest)
+        state = PersistentState(tuple(t for t, _ in agreed), tuple(incoming), counter)
+        missing = [t.txid for t, has in agreed if not has]
+        return state, missing
+
+    def persist(self, *, counter: int | None, incoming: Sequence[Incoming],
+                synchronised: Sequence[TxMeta],
+                payloads: Sequence[tuple[TxMeta, Sequence[dict[str, Any]]]] = ()) -> None:
+        """One Ready (or several merged) in ONE SQLite transaction: payloads, the counter
+        mark, incoming upserts, synchronised appends (which leave the incoming queue)."""
+        mark = None
+        if counter is not None and counter > self._counter_mark:
+            mark = counter + COUNTER_LEASE
+        if mark is None and not incoming and not synchronised and not payloads:
+            return
+        with self.txlog.atomic() as db:
+            if payloads:
+                known = {r["txid"] for r in db.query(
+                    "select txid from transactions where txid in ("
+                    + ",".join("?" * len(payloads)) + ")", [t.txid for t, _ in payloads])}
+                fresh = [(t, ops) for t, ops in payloads if t.txid not in known]
+                if fresh:
+                    self.txlog.log_pending(
+                        (t.txid, t.timestamp / 1000.0, t.origin, ops) for t, ops in fresh)
+            if mark is not None:
+                db["meta"].upsert({"key": "sync_counter", "value": str(mark)}, pk="key")
+            if incoming:
+                db["sync_incoming"].upsert_all(
+                    [{**_row(i.tx), "acquired": int(i.acquired)} for i in incoming],
+                    pk="txid")
+            if synchronised:
+                row = list(db.query("select coalesce(max(pos), 0) as n from sync_agreed"))[0]
+                start = row["n"] + 1
+                db["sync_agreed"].insert_all(
+                    [{"pos": start + k, **_row(tx), "seq": None, "fingerprint": None,
+                      "quads": None} for k, tx in enumerate(synchronised)])
+                db.conn.executemany("delete from sync_incoming where txid = ?",
+                                    [(tx.txid,) for tx in synchronised])
+        if mark is not None:
+            self._counter_mark = mark
+
+    # ---- payloads ----
+
+    def payload(self, txid: str) -> bytes | None:
+        """The canonical payload of a transaction we hold (for a peer acquiring it)."""
+        tx = self.txlog.transaction(txid)
+        return canonical_payload(tx.operations) if tx is not None else None
+
+    # ---- execution in this data centre ----
+
+    def executed(self) -> tuple[int, str]:
+        """(position, fingerprint after it) of the last agreed transaction executed here."""
+        with self.txlog.atomic() as db:
+            rows = list(db.query("select pos, fingerprint from sync_agreed where "
+                                 "fingerprint is not null order by pos desc limit 1"))
+        if rows:
+            return rows[0]["pos"], rows[0]["fingerprint"]
+        return 0, self.base().fingerprint
+
+    def agreed_count(self) -> int:
+        with self.txlog.atomic() as db:
+            return list(db.query("select count(*) as n from sync_agreed"))[0]["n"]
+
+    def fingerprint_at(self, pos: int) -> str | None:
+        """This data centre's fingerprint after agreed position ``pos``, if executed."""
+        if pos == 0:
+            return self.base().fingerprint
+        with self.txlog.atomic() as db:
+            rows = list(db.query("select fingerprint from sync_agreed where pos = ?", [pos]))
+        return rows[0]["fingerprint"] if rows else None
+
+    def to_execute(self, after_pos: int, limit: int) -> list[Agreed]:
+        """Agreed transactions after ``after_pos``, in order, up to the first whose payload
+        has not arrived yet (they are executed strictly in the agreed order)."""
+        out: list[Agreed] = []
+        with self.txlog.atomic() as db:
+            for r in db.query(
+                    "select a.pos, a.txid, t.operations from sync_agreed a left join "
+                    "transactions t on t.txid = a.txid where a.pos > ? order by a.pos "
+                    "limit ?", [after_pos, limit]):
+                if r["operations"] is None or r["pos"] != after_pos + len(out) + 1:
+                    break
+                out.append(Agreed(r["pos"], r["txid"], json.loads(r["operations"])))
+        return out
+
+    def record_executed(self, done: Sequence[tuple[int, str, str, int]],
+                        entries: Sequence[tuple], failures: Sequence[tuple[str, str]],
+                        now: float) -> None:
+        """Agreed transactions executed here, in ONE SQLite transaction with the data
+        centre's log: ``entries`` go to its synchronised queue (``TxLog.commit_applied``),
+        ``failures`` are marked failed, and each ``(pos, txid, fingerprint, quads)`` of
+        ``done`` records the state after that position."""
+        with self.txlog.atomic() as db:
+            expected = self.executed()[0] + 1
+            if done and done[0][0] != expected:
+                raise TxLogError(f"agreed position {done[0][0]} executed, expected {expected}")
+            self.txlog.commit_applied(entries, now)
+            for txid, error in failures:
+                self.txlog.mark_failed(txid, error)
+            seqs = {e[1]: e[0] for e in entries}
+            db.conn.executemany(
+                "update sync_agreed set fingerprint = ?, quads = ?, seq = ? "
+                "where pos = ? and txid = ?",
+                [(fp, quads, seqs.get(txid), pos, txid) for pos, txid, fp, quads in done])
+
+
+def _row(tx: TxMeta) -> dict[str, Any]:
+    return {"txid": tx.txid, "timestamp": tx.timestamp, "origin": tx.origin, "size": tx.size,
+            "digest": tx.digest}
+
+
+def _meta_of(row: dict[str, Any]) -> TxMeta:
+    return TxMeta(row["txid"], row["timestamp"], row["origin"], row["size"], row["digest"])
