@@ -6,6 +6,7 @@ recovery) and log pruning by LogMaxSize / LogMaxDepth.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 
@@ -15,11 +16,15 @@ from fastapi import FastAPI
 
 from master_service.api.admin import admin_router, status_of
 from master_service.api.client import ClientAuth, client_router
+from master_service.api.peer import peer_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
 from master_service.config import MasterConfig, parse_node_id, update_properties
+from master_service.sync.driver import SyncDriver, mode_of
+from master_service.sync.protocol import Timing
+from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from txcluster.auth import load_secret
+from txcluster.auth import Verifier, load_secret
 from txcluster.properties import parse_url
 
 log = logging.getLogger("txcluster.master")
@@ -31,13 +36,22 @@ class MasterService:
     def __init__(self, config: MasterConfig) -> None:
         self.config = config
         self.secret = load_secret(config.cluster_secret_file)
+        self.peer_secret = load_secret(config.peer_secret_file) if config.peer_secret_file \
+            else self.secret
+        self.peer_verifier = Verifier(self.peer_secret)
         self.txlog: TxLog | None = None
+        self.agreement: AgreementLog | None = None
+        self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
         self.cluster: Cluster | None = None
         self.scheduler: AsyncIOScheduler | None = None
 
     def persist(self, changes: dict[str, str | None]) -> None:
         if changes:
             self.config = update_properties(self.config.path, changes)
+            if self.sync and ("mode" in changes or "read-only" in changes):
+                # The admin API and JMX change ReadOnly / Mode: the protocol follows.
+                asyncio.get_running_loop().create_task(self.sync.set_mode(
+                    mode_of(self.config.read_only, self.config.mode)))
 
     # ---- sync peers (addSyncPeer / removeSyncPeer; the driver in sync/driver.py) ----
 
@@ -54,12 +68,18 @@ class MasterService:
         if any(known == peer_id for known, _ in self.config.peers):
             raise ValueError(f"'{peer_id}' is already a sync peer")
         self.persist(self.config.add_peer_changes(peer_id, url))
+        if self.sync is not None:
+            await self.sync.add_peer(peer_id, url)
+        elif self.cluster is not None:
+            await self._start_sync()
 
     async def remove_sync_peer(self, peer_id: str) -> None:
         """Stop peering with a master; ValueError (nothing changed) for an unknown id."""
         if not any(known == peer_id for known, _ in self.config.peers):
             raise ValueError(f"'{peer_id}' is not a sync peer of {self.config.node_id}")
         self.persist(self.config.remove_peer_changes(peer_id))
+        if self.sync is not None:
+            await self.sync.remove_peer(peer_id)
 
     def sync_status(self) -> dict | None:
         """The peering state for status pages and JMX, None when this master has no peers.
@@ -68,21 +88,35 @@ class MasterService:
         "waiting" | "split" | "recovering"), seq (agreed position), executed_seq,
         merge_base, counter, activity ("busy" | "idle"), incoming (count), peers: a list of
         {id, url, mode, reachable, last_heard_s, seq, fingerprint_match}, divergences: a
-        list of {peer, kind, detail, time}."""
-        if not self.config.peers:
-            return None
-        return {"node_id": self.config.node_id, "mode": "read-write", "state": "waiting",
-                "seq": 0, "executed_seq": 0, "merge_base": None, "counter": 0,
-                "activity": "busy", "incoming": 0,
-                "peers": [{"id": p, "url": u, "mode": "read-write", "reachable": False,
-                           "last_heard_s": None, "seq": None, "fingerprint_match": None}
-                          for p, u in self.config.peers],
-                "divergences": []}
+        list of {peer, kind, detail, time}; also data_centre, missing_peers,
+        split_suspected, executed_fingerprint, failed."""
+        return self.sync.status() if self.sync is not None else None
+
+    async def _start_sync(self) -> None:
+        """Peer: from here on every write goes through the TxLog sync protocol. The
+        data centre's current state is agreed position 0 (the peering base)."""
+        c = self.config
+        assert self.agreement is not None and self.cluster is not None
+        await self.cluster.db(self.agreement.enable)
+        self.cluster.peered = True
+        self.sync = SyncDriver(
+            node_id=c.node_id, mode=mode_of(c.read_only, c.mode), peers=dict(c.peers),
+            secret=self.peer_secret, agreement=self.agreement, cluster=self.cluster,
+            scheduler=self.scheduler, request_timeout=c.request_timeout_s,
+            data_centre=c.data_centre,
+            timing=Timing(round_timeout=c.sync_round_timeout_ms,
+                          idle_interval=c.sync_idle_interval_ms,
+                          max_peer_lag=None if c.max_peer_lag_s is None
+                          else int(c.max_peer_lag_s * 1000)))
+        await self.sync.start()
+        self.cluster.sync_submit = self.sync.submit
 
     async def start(self) -> None:
         c = self.config
         c.data_dir.mkdir(parents=True, exist_ok=True)
         self.txlog = TxLog.open(c.data_dir / "txlog.db")
+        self.agreement = AgreementLog(self.txlog)
+        peered = self.agreement.enabled or bool(c.peers)
         self.cluster = Cluster(
             node_id=c.node_id, txlog=self.txlog, secret=self.secret,
             worker_urls=list(c.workers),
@@ -94,6 +128,7 @@ class MasterService:
             mode=c.mode, strict=c.consistency == "strict",
             request_timeout=c.request_timeout_s,
             log_limits=(c.log_max_size, float(c.log_max_depth_hours)),
+            peered=peered,
         )
         await self.cluster.start()
         self.scheduler = AsyncIOScheduler()
@@ -102,10 +137,14 @@ class MasterService:
         self.scheduler.add_job(self.cluster.prune, "interval", seconds=60, id="prune",
                                max_instances=1, coalesce=True)
         self.scheduler.start()
+        if peered:
+            await self._start_sync()
         log.info("master %s for repository '%s' at head seq %d with %d workers",
                  c.node_id, c.repository_id, self.cluster.head_seq, len(self.cluster.workers))
 
     async def stop(self) -> None:
+        if self.sync:
+            await self.sync.stop()
         if self.scheduler:
             self.scheduler.shutdown(wait=False)
         if self.cluster:
@@ -141,6 +180,7 @@ def create_app(service: MasterService) -> FastAPI:
 
     app.include_router(admin_router(cluster, auth, service.persist, lambda: service.config))
     app.include_router(client_router(cluster, c.repository_id, auth), tags=["rdf4j"])
+    app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
     return app
 
 

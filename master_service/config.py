@@ -236,6 +236,20 @@ SCHEMA = Schema(
             description="lines user:password:role (read|write); absent: no client auth"),
         Key("split-recovery", parse_choice("None", "Simple", "Smart"), default="None",
             description="SplitRecovery: strategy after a cluster split"),
+        # TxLog sync protocol between peer masters (master_service/sync/driver.py).
+        Key("data-centre", parse_node_id,
+            description="name of this master's data centre, for status pages (default: "
+            "node-id)"),
+        Key("peer-secret-file", parse_path,
+            description="secret shared by peer masters (mode 600); default: "
+            "cluster-secret-file"),
+        Key("sync-round-timeout-ms", parse_int(1), default=300,
+            description="a busy sync round ends here if some peer did not post"),
+        Key("sync-idle-interval-ms", parse_int(1), default=1000,
+            description="rounds while nothing is unsynchronised (spec: 1 s to 1 min)"),
+        Key("max-peer-lag-s", _above_zero(parse_float()),
+            description="peers unheard for this long while work waits are left out (split "
+            "detection); absent: wait for them indefinitely"),
         Key("jmx.port", _parse_port, description="JMX remote port; absent: no remote JMX"),
         Key("jmx.host", parse_nonempty, default="127.0.0.1"),
         Key("log-level", parse_choice("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
@@ -347,6 +361,11 @@ class MasterConfig:
     jmx_port: int | None
     jmx_host: str
     log_level: str
+    data_centre: str | None = None
+    peer_secret_file: Path | None = None
+    sync_round_timeout_ms: int = 300
+    sync_idle_interval_ms: int = 1000
+    max_peer_lag_s: float | None = None
     # The <n> of each worker / peer, to name their keys when they are changed at runtime.
     worker_numbers: tuple[int, ...] = field(default=(), repr=False)
     peer_numbers: tuple[int, ...] = field(default=(), repr=False)
@@ -397,6 +416,11 @@ class MasterConfig:
             jmx_port=values["jmx.port"],
             jmx_host=values["jmx.host"],
             log_level=values["log-level"],
+            data_centre=values["data-centre"],
+            peer_secret_file=values["peer-secret-file"],
+            sync_round_timeout_ms=values["sync-round-timeout-ms"],
+            sync_idle_interval_ms=values["sync-idle-interval-ms"],
+            max_peer_lag_s=values["max-peer-lag-s"],
             worker_numbers=tuple(workers),
             peer_numbers=tuple(ids),
         )

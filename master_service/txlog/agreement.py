@@ -149,7 +149,7 @@ class AgreementLog:
                     [{**_row(i.tx), "acquired": int(i.acquired)} for i in incoming],
                     pk="txid")
             if synchronised:
-                row = list(db.query("select coalesce(max(pos), 0) as n from sync_agreed"))[0]
+                row = next(iter(db.query("select coalesce(max(pos), 0) as n from sync_agreed")))
                 start = row["n"] + 1
                 db["sync_agreed"].insert_all(
                     [{"pos": start + k, **_row(tx), "seq": None, "fingerprint": None,
@@ -179,7 +179,7 @@ class AgreementLog:
 
     def agreed_count(self) -> int:
         with self.txlog.atomic() as db:
-            return list(db.query("select count(*) as n from sync_agreed"))[0]["n"]
+            return next(iter(db.query("select count(*) as n from sync_agreed")))["n"]
 
     def fingerprint_at(self, pos: int) -> str | None:
         """This data centre's fingerprint after agreed position ``pos``, if executed."""

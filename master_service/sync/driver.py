@@ -1,0 +1,563 @@
+"""The thin shell around ``SyncNode``: HTTP to peers, SQLite, the clock, APScheduler.
+
+Theory of operation
+-------------------
+Every input (a client write, a peer's message, a payload that arrived, the round
+deadline) is a synchronous call on the one ``SyncNode``, on the master's asyncio loop; each
+returns a ``Ready``. Readies queue up for one *applier* task which follows the Ready
+contract (protocol.py): it persists everything queued in ONE SQLite transaction (the
+Readies merged in order, with the payloads of new transactions) and only then acts on
+each Ready in order — posts and tail segments to the per-peer senders, payload fetches,
+the executor woken, the next round scheduled. Concurrent clients and messages are thereby
+group-committed, the same way the single data-centre write path is.
+
+The *executor* runs agreed transactions (the synchronised queue) in the agreed order on
+this data centre's workers through ``Cluster.execute_agreed`` — probe, control queries,
+changeset logged, forwarded — and answers the client that submitted one here: a client's
+write is acknowledged once it is synchronised and applied on this master's probe worker.
+A transaction the probe refuses is refused identically in every data centre (same data,
+same order) and moves no fingerprint.
+
+Peers (cluster-basics.txt, "Master peering"): statuses and tail segments are POSTed to
+``<peer>/peer/status`` and ``/peer/tail``; a payload is fetched from
+``/peer/transactions/<txid>`` and checked against the digest and size its status
+announced. Every request is signed with the peer secret (txcluster/auth.py: HMAC over the
+request with a nonce, so a captured message can't be re-sent) and a receiver refuses
+messages from nodes that are not configured peers. A sender keeps at most one unsent
+status per peer (a newer status replaces it: statuses are cumulative) and drops what a
+dead peer can't take — the protocol re-posts every round.
+
+Divergence between data centres (the spec's known issue for non-deterministic updates,
+and any store bug): every status carries the sender's last executed agreed position and
+its fingerprint after it; the receiver compares it with its own at that position and
+logs and reports a mismatch.
+
+Time: milliseconds of the wall clock (time.time), which the hybrid logical clock follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from master_service.cluster.core import MAX_GROUP, NotWritable, WriteFailed
+from master_service.sync import wire
+from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
+from master_service.sync.protocol import (
+    Acquire,
+    Activity,
+    Incoming,
+    Ready,
+    Refused,
+    SyncNode,
+    Timing,
+    UnknownPeer,
+)
+from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
+from txcluster.auth import HmacAuth
+
+log = logging.getLogger("txcluster.sync")
+
+__all__ = ["SyncDriver", "mode_of"]
+
+
+def mode_of(read_only: bool, mode: str) -> Mode:
+    """The protocol mode of a master from its ReadOnly and Mode attributes."""
+    if mode == "MUTE":
+        return Mode.MUTED
+    return Mode.READ_ONLY if read_only else Mode.READ_WRITE
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class PeerInfo:
+    url: str
+    last_heard: float | None = None  # wall clock, seconds
+    reachable: bool | None = None  # did our last send reach it
+    seq: int | None = None  # agreed position it posted
+    executed: int | None = None  # its last executed position
+    fingerprint_match: bool | None = None  # at that position, vs ours
+
+
+class _Sender:
+    """Messages to one peer, in order; an unsent status is replaced by a newer one."""
+
+    def __init__(self, driver: SyncDriver, peer: str) -> None:
+        self.driver, self.peer = driver, peer
+        self.queue: deque[tuple[str, Any]] = deque()
+        self.wake = asyncio.Event()
+        self.task = asyncio.create_task(self._run(), name=f"sync sender {peer}")
+
+    def status(self, st: Status) -> None:
+        if self.queue and self.queue[-1][0] == "status":
+            self.queue.pop()
+        self.queue.append(("status", st))
+        self.wake.set()
+
+    def tail(self, seg: TailSegment) -> None:
+        self.queue.append(("tail", seg))
+        self.wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.queue:
+                kind, msg = self.queue.popleft()
+                await self.driver._send(self.peer, kind, msg)
+
+
+class SyncDriver:
+    """Runs one master's side of the TxLog sync protocol (module docstring)."""
+
+    def __init__(self, *, node_id: str, mode: Mode, peers: Mapping[str, str], secret: bytes,
+                 agreement: AgreementLog, cluster: Any, scheduler: Any, timing: Timing,
+                 request_timeout: float = 30.0, data_centre: str | None = None) -> None:
+        self.node_id = node_id
+        self.data_centre = data_centre or node_id
+        self.mode = mode
+        self.agreement = agreement
+        self.cluster = cluster
+        self.scheduler = scheduler
+        self.timing = timing
+        self.request_timeout = request_timeout
+        self.peers: dict[str, PeerInfo] = {p: PeerInfo(u.rstrip("/")) for p, u in peers.items()}
+        self.node: SyncNode | None = None
+        self.divergences: list[dict[str, Any]] = []
+        self.split_suspected: frozenset[str] = frozenset()
+        self.executed_pos = 0
+        self.executed_fp = "0" * 32
+        self.failed: str | None = None  # the applier could not persist: we stop taking input
+        self._secret = secret
+        self._queue: list[tuple[Ready, list[tuple[TxMeta, list]]]] = []
+        self._queued = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._exec_wake = asyncio.Event()
+        self._waiters: dict[str, asyncio.Future] = {}
+        self._fetching: set[str] = set()
+        self._recent: OrderedDict[int, str] = OrderedDict()  # pos -> fingerprint (cache)
+        self._senders: dict[str, _Sender] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._http: httpx.AsyncClient | None = None
+        self._round_at: int | None = None
+        self._stopping = False
+        self._not_executing: str | None = None
+        self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._http = httpx.AsyncClient(auth=HmacAuth(self._secret),
+                                       timeout=httpx.Timeout(min(self.request_timeout, 10.0)))
+        self.executed_pos, self.executed_fp = await self.cluster.db(self.agreement.executed)
+        self._base_fingerprint = (await self.cluster.db(self.agreement.base)).fingerprint
+        self.node = await self._restore_node({p: Mode.READ_WRITE for p in self.peers})
+        for peer in self.peers:
+            self._senders[peer] = _Sender(self, peer)
+        self._tasks = [asyncio.create_task(self._applier(), name="sync applier"),
+                       asyncio.create_task(self._executor(), name="sync executor")]
+        # Payload fetches and round deadlines that are due: APScheduler (3.x) runs them.
+        self.scheduler.add_job(self._retry_tick, "interval",
+                               seconds=self.timing.acquire_retry / 1000, id="sync-acquire",
+                               max_instances=1, coalesce=True, replace_existing=True)
+        self._step(lambda now: self.node.tick(now))
+        self._exec_wake.set()
+        log.info("sync: %s (%s) peers with %s at agreed position %d, executed %d",
+                 self.node_id, self.mode.value, ", ".join(sorted(self.peers)) or "nobody",
+                 self.node.seq, self.executed_pos)
+
+    async def _restore_node(self, peers: Mapping[str, Mode]) -> SyncNode:
+        state, missing = await self.cluster.db(self.agreement.load)
+        return SyncNode.restore(self.node_id, state, now=now_ms(), peers=dict(peers),
+                                mode=self.mode, timing=self.timing, missing_payloads=missing)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for job in ("sync-acquire", "sync-round"):
+            with contextlib.suppress(Exception):
+                self.scheduler.remove_job(job)
+        tasks = [*self._tasks, *(s.task for s in self._senders.values())]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(NotWritable("master is shutting down"))
+        if self._http:
+            await self._http.aclose()
+
+    # ------------------------------------------------------------------ inputs
+
+    def _step(self, call: Callable[[int], Ready],
+              payloads: list[tuple[TxMeta, list]] | None = None) -> Ready:
+        if self.failed:
+            raise NotWritable(f"peering stopped: {self.failed}")
+        ready = call(now_ms())
+        self._queue.append((ready, payloads if payloads is not None else []))
+        self._idle.clear()
+        self._queued.set()
+        return ready
+
+    async def submit(self, operations: list[dict]) -> dict:
+        """A client write at this master: agreed with the peers, executed here, answered."""
+        payload = canonical_payload(operations)
+        txid = str(uuid.uuid4())
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters[txid] = fut
+        pays: list[tuple[TxMeta, list]] = []
+        try:
+            ready = self._step(lambda now: self.node.submit(
+                txid, size=len(payload), digest=payload_digest(payload), now=now), pays)
+        except Refused as exc:
+            self._waiters.pop(txid, None)
+            raise NotWritable(str(exc)) from None
+        except BaseException:
+            self._waiters.pop(txid, None)
+            raise
+        tx = next(i.tx for i in ready.incoming if i.tx.txid == txid)
+        pays.append((tx, operations))  # its payload: in the same commit as its metadata
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.request_timeout)
+        except TimeoutError:
+            raise WriteFailed(504, f"transaction {txid} is logged but not yet agreed with "
+                              "the peers or executed; it will be, in the agreed order "
+                              "(check with the admin status)") from None
+        finally:
+            if fut.done():
+                self._waiters.pop(txid, None)
+
+    def receive_status(self, body: Any) -> None:
+        """POST /peer/status. InvalidMessage (400) or UnknownPeer (403): nothing changed."""
+        if not isinstance(body, dict):
+            raise InvalidMessage("the body must be a JSON object")
+        st = wire.status_from_json(body.get("status"))
+        info = self._peer(st.sender)
+        executed = body.get("executed")
+        if self.node.peers.get(st.sender) is not st.mode:
+            # Modes are learnt from the peers' own statuses: a muted peer is not waited
+            # for, a read-only one is (cluster-basics.txt).
+            log.info("sync: peer %s is %s", st.sender, st.mode.value)
+            self._step(lambda now: self.node.add_peer(st.sender, st.mode, now=now))
+        self._step(lambda now: self.node.receive(st, now))
+        info.last_heard, info.seq = time.time(), st.seq
+        if isinstance(executed, dict):
+            self._compare(st.sender, info, executed)
+
+    def receive_tail(self, body: Any) -> None:
+        seg = wire.tail_from_json(body)
+        info = self._peer(seg.sender)
+        self._step(lambda now: self.node.receive(seg, now))
+        info.last_heard = time.time()
+
+    def _peer(self, sender: str) -> PeerInfo:
+        info = self.peers.get(sender)
+        if info is None:
+            raise UnknownPeer(f"'{sender}' is not a configured peer of {self.node_id}")
+        return info
+
+    def payload(self, txid: str, requester: str) -> bytes | None:
+        """GET /peer/transactions/<txid> (sync: run it in a thread)."""
+        self._peer(requester)
+        return self.agreement.payload(txid)
+
+    def _retry_tick(self) -> None:
+        if not self._stopping and self.node is not None and not self.failed:
+            self._step(lambda now: self.node.tick(now))
+
+    # ------------------------------------------------------------------ membership, mode
+
+    async def add_peer(self, peer: str, url: str) -> None:
+        if peer in self.peers:
+            raise ValueError(f"'{peer}' is already a sync peer")
+        self.peers[peer] = PeerInfo(url.rstrip("/"))
+        self._senders[peer] = _Sender(self, peer)
+        self._step(lambda now: self.node.add_peer(peer, Mode.READ_WRITE, now=now))
+        log.info("sync: peer %s added (%s)", peer, url)
+
+    async def remove_peer(self, peer: str) -> None:
+        if peer not in self.peers:
+            raise ValueError(f"'{peer}' is not a sync peer of {self.node_id}")
+        self._step(lambda now: self.node.remove_peer(peer, now=now))
+        del self.peers[peer]
+        sender = self._senders.pop(peer)
+        sender.task.cancel()
+        log.info("sync: peer %s removed", peer)
+
+    async def set_mode(self, mode: Mode) -> None:
+        """A mode change at runtime is a restart of the protocol core from what it has
+        persisted (as after a crash): the core takes its mode at construction."""
+        if mode is self.mode:
+            return
+        await self._idle.wait()
+        peers = self.node.peers
+        self.mode = mode
+        self.node = await self._restore_node(peers)
+        self._step(lambda now: self.node.tick(now))
+        self._exec_wake.set()
+        log.info("sync: %s is now %s", self.node_id, mode.value)
+
+    # ------------------------------------------------------------------ the applier
+
+    async def _applier(self) -> None:
+        while True:
+            await self._queued.wait()
+            self._queued.clear()
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    await self._persist(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    # The core believes this is durable: going on could break a promise
+                    # (a counter, an acknowledged transaction). Stop taking input.
+                    self.failed = f"could not persist the sync state: {exc}"
+                    log.critical("sync: %s", self.failed, exc_info=True)
+                    return
+                for ready, _ in batch:
+                    self._act(ready)
+            if not self._queue:
+                self._idle.set()
+
+    async def _persist(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]) -> None:
+        counter = None
+        incoming: dict[str, Incoming] = {}
+        synchronised: list[TxMeta] = []
+        payloads: list[tuple[TxMeta, list]] = []
+        for ready, pays in batch:
+            if ready.counter is not None:
+                counter = max(counter or 0, ready.counter)
+            for item in ready.incoming:
+                incoming.pop(item.tx.txid, None)
+                incoming[item.tx.txid] = item
+            for tx in ready.synchronised:
+                incoming.pop(tx.txid, None)  # agreed in this batch: never incoming on disk
+            synchronised.extend(ready.synchronised)
+            payloads.extend(pays)
+        if counter is None and not incoming and not synchronised and not payloads:
+            return
+        await self.cluster.db(lambda: self.agreement.persist(
+            counter=counter, incoming=list(incoming.values()), synchronised=synchronised,
+            payloads=payloads))
+
+    def _act(self, ready: Ready) -> None:
+        for post in ready.posts:
+            sender = self._senders.get(post.to)
+            if sender:
+                sender.status(post.status)
+        for tail in ready.tails:
+            sender = self._senders.get(tail.to)
+            if sender:
+                sender.tail(tail.segment)
+        for acq in ready.acquire:
+            if acq.tx.txid not in self._fetching:
+                self._fetching.add(acq.tx.txid)
+                self._tasks.append(asyncio.create_task(self._fetch(acq),
+                                                       name=f"fetch {acq.tx.txid}"))
+        if ready.synchronised:
+            self._exec_wake.set()
+        if ready.activity is not None:
+            log.debug("sync: %s", ready.activity.value)
+        if ready.split_suspected is not None:
+            self.split_suspected = ready.split_suspected
+            if ready.split_suspected:
+                log.warning("sync: going on without %s (not heard for max-peer-lag)",
+                            ", ".join(sorted(ready.split_suspected)))
+            else:
+                log.warning("sync: every peer is back")
+        for inc in ready.inconsistencies:
+            self._diverged(inc.peer, inc.kind, inc.detail)
+        self._schedule_round(ready.next_round_at)
+        self._tasks = [t for t in self._tasks if not t.done()]
+
+    def _schedule_round(self, at: int) -> None:
+        if at == self._round_at or self._stopping:
+            return
+        self._round_at = at
+        self.scheduler.add_job(self._round_due, "date", run_date=datetime.fromtimestamp(at / 1000),
+                               id="sync-round", replace_existing=True, misfire_grace_time=None)
+
+    def _round_due(self) -> None:
+        self._round_at = None
+        if not self._stopping and not self.failed:
+            self._step(lambda now: self.node.tick(now))
+
+    # ------------------------------------------------------------------ network
+
+    async def _send(self, peer: str, kind: str, msg: Any) -> None:
+        info = self.peers.get(peer)
+        if info is None:
+            return
+        if kind == "status":
+            body = {"status": wire.status_to_json(msg),
+                    "executed": {"pos": self.executed_pos, "fingerprint": self.executed_fp}}
+        else:
+            body = wire.tail_to_json(msg)
+        try:
+            r = await self._http.post(f"{info.url}/peer/{kind}", content=json.dumps(body),
+                                      headers={"content-type": "application/json"})
+            ok = r.status_code < 300
+            problem = None if ok else f"{r.status_code} {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            ok, problem = False, f"{type(exc).__name__}: {exc}"
+        if ok != info.reachable:
+            if ok:
+                log.info("sync: peer %s is reachable", peer)
+            else:
+                log.warning("sync: peer %s did not take our %s: %s", peer, kind, problem)
+        info.reachable = ok
+
+    async def _fetch(self, acq: Acquire) -> None:
+        tx = acq.tx
+        try:
+            for source in acq.sources:
+                info = self.peers.get(source)
+                if info is None:
+                    continue
+                try:
+                    r = await self._http.get(f"{info.url}/peer/transactions/{tx.txid}",
+                                             params={"peer": self.node_id})
+                except httpx.HTTPError:
+                    continue
+                if r.status_code != 200:
+                    continue
+                data = r.content
+                if len(data) != tx.size or payload_digest(data) != tx.digest:
+                    log.error("sync: payload of %s from %s does not match its digest",
+                              tx.txid, source)
+                    continue
+                operations = json.loads(data)
+                if not self._stopping and not self.failed:
+                    self._step(lambda now: self.node.acquired(tx.txid, now),
+                               [(tx, operations)])
+                return
+        finally:
+            self._fetching.discard(tx.txid)
+
+    # ------------------------------------------------------------------ execution
+
+    async def _executor(self) -> None:
+        while True:
+            await self._exec_wake.wait()
+            self._exec_wake.clear()
+            while not self._stopping:
+                if self.mode is Mode.READ_ONLY:
+                    break  # cluster-basics.txt: a read-only master does not apply them
+                batch = await self.cluster.db(self.agreement.to_execute, self.executed_pos,
+                                              MAX_GROUP)
+                if not batch:
+                    break
+                try:
+                    answers = await self.cluster.execute_agreed(
+                        batch, self.agreement.record_executed)
+                except NotWritable as exc:
+                    if str(exc) != self._not_executing:
+                        self._not_executing = str(exc)
+                        log.warning("sync: agreed transactions wait: %s", exc)
+                    await asyncio.sleep(0.2)
+                    continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("sync: executing agreed transactions failed; retrying")
+                    await asyncio.sleep(1.0)
+                    continue
+                self._not_executing = None
+                fp = self.executed_fp
+                for a in batch:  # a refused transaction leaves the fingerprint as it was
+                    answer = answers.get(a.txid)
+                    if isinstance(answer, dict):
+                        fp = answer["fingerprint"]
+                    self._recent[a.pos] = fp
+                self.executed_pos, self.executed_fp = batch[-1].pos, fp
+                while len(self._recent) > 4096:
+                    self._recent.popitem(last=False)
+                for txid, answer in answers.items():
+                    fut = self._waiters.pop(txid, None)
+                    if fut is None or fut.done():
+                        continue
+                    if isinstance(answer, Exception):
+                        fut.set_exception(answer)
+                    else:
+                        fut.set_result(answer)
+
+    def _compare(self, peer: str, info: PeerInfo, executed: dict) -> None:
+        pos, theirs = executed.get("pos"), executed.get("fingerprint")
+        if not isinstance(pos, int) or not isinstance(theirs, str):
+            return
+        info.executed = pos
+        if pos > self.executed_pos:
+            return
+        ours = self.executed_fp if pos == self.executed_pos else self._recent.get(pos)
+        if ours is None and pos == 0:
+            ours = self._base_fingerprint
+        if ours is None:
+            return  # too old to compare cheaply; the next status will be newer
+        match = ours == theirs.lower()
+        if not match and info.fingerprint_match is not False:
+            self._diverged(peer, "fingerprint", f"after agreed position {pos} its repository "
+                           f"fingerprint is {theirs}, ours is {ours}")
+        elif match and info.fingerprint_match is False:
+            log.warning("sync: peer %s agrees with our fingerprint again at position %d",
+                        peer, pos)
+        info.fingerprint_match = match
+
+    def _diverged(self, peer: str, kind: str, detail: str) -> None:
+        log.error("sync: divergence with %s (%s): %s", peer, kind, detail)
+        self.divergences.append({"peer": peer, "kind": kind, "detail": detail,
+                                 "time": time.time()})
+        del self.divergences[:-50]
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        node = self.node
+        now = time.time()
+        stale = 3 * max(self.timing.idle_interval, self.timing.round_timeout) / 1000
+        modes = node.peers if node else {}
+        waited = [p for p, m in modes.items() if m is not Mode.MUTED]
+        missing = [p for p in waited if self.peers[p].last_heard is None
+                   or now - self.peers[p].last_heard > stale]
+        if self.split_suspected:
+            state = "split"
+        elif missing:
+            state = "waiting"
+        else:
+            state = "connected"
+        return {
+            "node_id": self.node_id, "data_centre": self.data_centre,
+            "mode": self.mode.value, "state": state, "missing_peers": sorted(missing),
+            "seq": node.seq if node else 0, "executed_seq": self.executed_pos,
+            "executed_fingerprint": self.executed_fp,
+            "merge_base": node.merge_base if node else None,
+            "counter": node.counter if node else 0,
+            "activity": node.activity.value if node else Activity.BUSY.value,
+            "incoming": len(node.incoming) if node else 0,
+            "split_suspected": sorted(self.split_suspected),
+            "failed": self.failed,
+            "peers": [
+                {"id": p, "url": i.url, "mode": modes.get(p, Mode.READ_WRITE).value,
+                 "reachable": i.reachable,
+                 "last_heard_s": round(now - i.last_heard, 3) if i.last_heard else None,
+                 "seq": i.seq, "executed_seq": i.executed,
+                 "fingerprint_match": i.fingerprint_match}
+                for p, i in sorted(self.peers.items())],
+            "divergences": list(self.divergences[-20:]),
+        }
