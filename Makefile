@@ -8,7 +8,8 @@ RUN_DIR ?= run
 # Debian packages the tests need (installed when running as root; see deps-debian).
 # systemd-container debootstrap nftables openssh-client: Molecule's systemd-nspawn hosts.
 # openjdk-17-jre-headless: Java for Spark (the pipeline tests).
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless
+# chromium: the status page test renders the page in headless Chromium.
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless chromium
 
 .PHONY: venv deps-debian test test-deploy lint run stop bench clean
 

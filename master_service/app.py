@@ -16,7 +16,9 @@ from fastapi import FastAPI
 
 from master_service.api.admin import admin_router, status_of
 from master_service.api.client import ClientAuth, client_router
+from master_service.api.metrics import LatencyMiddleware, MasterMetrics, metrics_router
 from master_service.api.peer import peer_router
+from master_service.api.status_page import status_page_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
 from master_service.config import MasterConfig, parse_node_id, update_properties
@@ -44,6 +46,7 @@ class MasterService:
         self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
         self.cluster: Cluster | None = None
         self.scheduler: AsyncIOScheduler | None = None
+        self.metrics = MasterMetrics()  # the peering driver reports rounds: metrics.sync_round
 
     def persist(self, changes: dict[str, str | None]) -> None:
         if changes:
@@ -181,6 +184,10 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(admin_router(cluster, auth, service.persist, lambda: service.config))
     app.include_router(client_router(cluster, c.repository_id, auth), tags=["rdf4j"])
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
+    app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
+    app.include_router(status_page_router(cluster, auth, service.sync_status,
+                                          lambda: service.config))
+    app.add_middleware(LatencyMiddleware, histogram=service.metrics.request_seconds)
     return app
 
 

@@ -97,6 +97,9 @@ class Counters:
     running_writes: int = 0
     read_time_s: float = 0.0
     write_groups: int = 0  # group commits: completed_writes / write_groups = group size
+    replications: int = 0  # full replications completed (for /metrics)
+    replication_bytes: int = 0  # the sources' storage sizes, summed over those
+    fingerprint_mismatches: int = 0  # workers found diverged from the log or the probe
 
 
 class Cluster:
@@ -293,6 +296,7 @@ class Cluster:
             # the log never had at its seq, is out of sync.
             if not w.queue and st["seq"] == self.head_seq and \
                     st["fingerprint"] != self.head_fingerprint:
+                self.counters.fingerprint_mismatches += 1
                 self._disable(w, WorkerStatus.OUT_OF_SYNC, "fingerprint differs from the log")
             elif st["seq"] < w.seq or st["status"] == "OUT_OF_SYNC":
                 self._disable(w, WorkerStatus.OUT_OF_SYNC, "worker went back in time")
@@ -409,6 +413,8 @@ class Cluster:
         finally:
             if src and src.status == WorkerStatus.REPLICATION_SERVER:
                 src.status = WorkerStatus.ON
+        self.counters.replications += 1
+        self.counters.replication_bytes += (src.size_bytes or 0) if src else 0
         w.status = WorkerStatus.OUT_OF_SYNC
         w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], result["quads"]
         self.note(f"replication of {w.url} done in {time.monotonic() - started:.1f}s "
@@ -420,6 +426,7 @@ class Cluster:
         while True:
             if w.seq == self.head_seq:
                 if w.fingerprint != self.head_fingerprint:
+                    self.counters.fingerprint_mismatches += 1
                     self._disable(w, WorkerStatus.OUT_OF_SYNC,
                                   "at the head of the log with another fingerprint")
                     return
@@ -677,6 +684,7 @@ class Cluster:
                     # reach) a fingerprint other than the probe's.
                     status = WorkerStatus.OUT_OF_SYNC_FORCED if exc.status == 409 \
                         else WorkerStatus.OUT_OF_SYNC
+                    self.counters.fingerprint_mismatches += exc.status == 409
                     self._disable(w, status, f"forward refused: {exc}")
                     break
                 self._count_task(w, time.monotonic() - started, len(batch))
