@@ -367,6 +367,13 @@ CASES: dict[str, str] = {
                                           " ; ADD DEFAULT TO ex:newer ; CREATE GRAPH ex:g1",
     "delete-with-clause-and-optional": P + "WITH ex:g1 DELETE { ?s ex:email ?e ; ex:age ?a } "
                                            "WHERE { ?s ex:email ?e OPTIONAL { ?s ex:age ?a } }",
+    # \u escapes in IRIs (SPARQL 19.2), found by the fuzz suite: CREATE once answered 501
+    # ("cannot compute the changeset"), and a '#' after an escape hid a block's brace.
+    "uchar-iri-create": "CREATE GRAPH <http://ex.org/\\u00e9>",
+    "uchar-iri-graph-management": "CREATE GRAPH <urn:g\\U0001F600> ; "
+                                  "COPY DEFAULT TO <urn:g\\U0001F600>",
+    "uchar-iri-fragment-in-block": "INSERT DATA { GRAPH <urn:x\\u00e9#f> { <urn:a> <urn:b> 1 } }"
+                                   " ; DELETE WHERE { GRAPH <urn:x\\u00e9#f> { ?s ?p ?o } }",
 }
 
 

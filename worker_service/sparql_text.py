@@ -12,7 +12,9 @@ What the tokenizer must get right is what decides structure (SPARQL 1.1 grammar,
 
 * strings ('..', "..", '''..''', \"\"\"..\"\"\" with ECHAR escapes): may contain braces,
   ``;``, ``#`` and ``?``;
-* IRIREF ``'<' ([^<>"{}|^`\\]-[#x00-#x20])* '>'``: may contain ``#`` and ``;``. A ``<``
+* IRIREF ``'<' ([^<>"{}|^`\\]-[#x00-#x20])* '>'``, with the \\u and \\U escapes that
+  SPARQL allows anywhere (section 19.2, so pyoxigraph accepts ``<http://ex.org/\\u00e9>``):
+  may contain ``#`` and ``;``. A ``<``
   that does not start a well-formed IRIREF is the less-than operator (in FILTER). Like a
   longest-match lexer, ``?a<?b&&?c>1`` (no spaces) reads as an IRI; that harmless
   ambiguity cannot hide a brace, a string or white space;
@@ -70,7 +72,7 @@ _TOKEN_RE = re.compile(
     r'|"""(?:"{0,2}(?:[^"\\]|\\.))*"""'
     r"|'(?:[^'\\\r\n]|\\.)*'"
     r'|"(?:[^"\\\r\n]|\\.)*")'
-    r'|(?P<IRI><[^<>"{}|^`\\\x00-\x20]*>)'
+    r'|(?P<IRI><(?:[^<>"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*>)'
     # VAR1/VAR2: VARNAME ::= (PN_CHARS_U|[0-9]) (PN_CHARS_U|[0-9]|#xB7|[#x300-#x36F]|...)*
     r"|(?P<VAR>[?$][\w\u00b7\u0300-\u036f\u203f\u2040]+)"
     # A word starts with a word character, an escape, or '.' before a digit (".5").
@@ -89,7 +91,7 @@ _BLOCK_SCAN = re.compile(
     r'|"""(?:"{0,2}(?:[^"\\]|\\.))*"""'
     r"|'(?:[^'\\\r\n]|\\.)*'"
     r'|"(?:[^"\\\r\n]|\\.)*"'
-    r'|<[^<>"{}|^`\\\x00-\x20]*>'
+    r'|<(?:[^<>"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*>'
     r"|#[^\r\n]*"
     r"|[{}]",
     re.DOTALL,
@@ -103,7 +105,7 @@ _ATOM = (r"'''(?:'{0,2}(?:[^'\\]|\\.))*+'''"
          r'|"""(?:"{0,2}(?:[^"\\]|\\.))*+"""'
          r"|'(?:[^'\\\r\n]|\\.)*+'"
          r'|"(?:[^"\\\r\n]|\\.)*+"'
-         r'|<[^<>"{}|^`\\\x00-\x20]*+>'
+         r'|<(?:[^<>"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*+>'
          r"|#[^\r\n]*+"
          r"""|[^{}'"<#]++|['"<]""")
 _NESTED = r"\{(?:" + _ATOM + r")*+\}"
@@ -216,7 +218,7 @@ def _operation_tokens(text: str, pos: int) -> tuple[list[Token], int | None]:
 # Prologue ::= ( BaseDecl | PrefixDecl | VersionDecl )*, white space and comments
 # included, as one regular expression: the prologue is re-read for every request.
 _SKIP = r"(?:\s|#[^\r\n]*)"
-_IRIREF = r'<[^<>"{}|^`\\\x00-\x20]*>'
+_IRIREF = r'<(?:[^<>"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*>'
 _PROLOGUE_RE = re.compile(
     rf"{_SKIP}*(?:(?:PREFIX{_SKIP}+[^\s<>\"'{{}}()\[\];,#?$^|\\`]*:{_SKIP}*{_IRIREF}"
     rf"|BASE{_SKIP}*{_IRIREF}"
