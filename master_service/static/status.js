@@ -44,6 +44,11 @@ function masterCard(d) {
     ["peering", sync ? el("span", {class: `state-${sync.state}`}, sync.state) : "not peered"],
     ["sync position", sync ? `seq ${sync.seq} (executed ${sync.executed_seq}, ` +
                              `incoming ${sync.incoming}, ${sync.activity})` : null],
+    ["split suspected", sync && sync.split_suspected && sync.split_suspected.length
+      ? sync.split_suspected.join(", ") : null],
+    ["missing peers", sync && sync.missing_peers && sync.missing_peers.length
+      ? sync.missing_peers.join(", ") : null],
+    ["sync failure", sync && sync.failed ? String(sync.failed) : null],
     ["log head", `seq ${st.head.seq}`],
     ["fingerprint", short(st.head.fingerprint)],
     ["quads", st.head.quads],
@@ -68,7 +73,8 @@ function workerCard(w, head) {
 function drawTopology(d) {
   const st = d.status, sync = d.sync;
   const local = el("div", {class: "dc", id: "dc-local", "data-master": st.node_id},
-    el("h3", {}, `data centre of ${st.node_id}`), masterCard(d));
+    el("h3", {}, sync && sync.data_centre ? `data centre ${sync.data_centre}`
+                                          : `data centre of ${st.node_id}`), masterCard(d));
   const workers = el("div", {class: "workers"});
   for (const w of st.workers) workers.append(workerCard(w, st.head));
   if (!st.workers.length) workers.append(el("p", {class: "none"}, "no workers"));
@@ -88,7 +94,8 @@ function drawTopology(d) {
       el("div", {class: "master", "data-node-id": p.id},
         el("div", {class: "id"}, `master ${p.id}`),
         kv([["url", p.url], ["mode", p.mode], ["sync position",
-            p.seq === null || p.seq === undefined ? "unknown" : `seq ${p.seq}`]]))));
+            p.seq === null || p.seq === undefined ? "unknown" : `seq ${p.seq}`],
+            ["executed", p.executed_seq ?? null]]))));
   }
   document.getElementById("links").replaceChildren(...links);
   document.getElementById("peer-dcs").replaceChildren(...peers);
@@ -126,8 +133,14 @@ function draw(d) {
     `reads ${c.completed_reads} completed, ${c.failed_reads} failed, ${c.running_reads} running` +
     ` · writes ${c.completed_writes} completed, ${c.failed_writes} failed,` +
     ` ${c.pending_writes} pending · average read ${(c.average_read_time_s * 1000).toFixed(1)} ms`;
-  document.getElementById("events").replaceChildren(...st.events.slice().reverse().map(
-    (e) => el("li", {}, `${new Date(e.time * 1000).toISOString().slice(11, 19)} ${e.message}`)));
+  // Peering divergences (split brain, fingerprint differences) are events too.
+  const events = st.events.map((e) => ({time: e.time, text: e.message, cls: null}))
+    .concat(((d.sync && d.sync.divergences) || []).map((v) => ({
+      time: v.time, text: `divergence with ${v.peer} (${v.kind}): ${v.detail}`,
+      cls: "divergence"})))
+    .sort((a, b) => b.time - a.time);
+  document.getElementById("events").replaceChildren(...events.map((e) => el("li",
+    {class: e.cls}, `${new Date(e.time * 1000).toISOString().slice(11, 19)} ${e.text}`)));
 }
 
 async function poll() {
