@@ -102,7 +102,12 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
     def guard(request: Request, write: bool) -> Cluster:
         denied = auth.problem(request, need_write=write)
         if denied is not None:
-            raise HTTPException(denied.status_code, denied.body.decode())
+            # The challenge header too: a 401 without WWW-Authenticate (RFC 9110 11.6.1)
+            # leaves browsers and curl --anyauth without a way to ask for credentials.
+            challenge = {k: v for k, v in denied.headers.items()
+                         if k.lower() == "www-authenticate"}
+            raise HTTPException(denied.status_code, denied.body.decode(),
+                                headers=challenge or None)
         return cluster_provider()
 
     def save(changes: dict[str, str | None]) -> None:

@@ -58,13 +58,22 @@ class ClientAuth:
             except (ValueError, UnicodeDecodeError):
                 name, password = "", ""
             candidate = self.users.get(name)
-            if candidate and hmac.compare_digest(candidate.password, password):
+            # Bytes: compare_digest raises TypeError on str holding non-ASCII characters
+            # (a client's "pässword" was a 500).
+            if candidate and hmac.compare_digest(candidate.password.encode(),
+                                                 password.encode()):
                 user = candidate
+        client = request.client.host if request.client else "?"
         if user is None:
+            # Logged (issue 9: refused credentials are logged), never with the password.
+            log.warning("refused %s %s from %s: wrong or missing user/password",
+                        request.method, request.url.path, client)
             return Response("authentication required: wrong or missing user/password",
                             status_code=401, media_type="text/plain",
                             headers={"WWW-Authenticate": 'Basic realm="txcluster"'})
         if need_write and user.role != "write":
+            log.warning("refused %s %s from %s: user '%s' may only read",
+                        request.method, request.url.path, client, user.name)
             return _text(403, f"user '{user.name}' may only read")
         return None
 
