@@ -207,6 +207,10 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
     def port() -> int:
         return next(ports) if ports else free_port()
 
+    # Masters peer with each other (one per data centre, all read-write): their ports
+    # are chosen first so that each one's peer.<n>.url is known when it is configured.
+    master_ports = [port() for _ in range(masters)]
+
     started: list[NodeProcess] = []
     info: dict = {"repository": repository_id, "secret_file": str(secret_file),
                   "masters": [], "workers": []}
@@ -233,7 +237,8 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
             if not masters:
                 continue
             node = master_node(directory / dc / "master", secret_file, f"master{m + 1}",
-                               [w.url for w in ws], repository_id, port())
+                               [w.url for w in ws], repository_id, master_ports[m],
+                               **_peering(m, master_ports))
             node.write_config()
             node.start(detach=True)
             started.append(node)
@@ -241,7 +246,11 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
                                     "pid": node.pid, "dir": str(node.directory),
                                     "config": str(node.config),
                                     "data_dir": node.properties["data-dir"],
-                                    "data_centre": dc})
+                                    "data_centre": dc,
+                                    "peers": [{"id": f"master{k + 1}",
+                                               "url": f"http://127.0.0.1:{p}",
+                                               "data_centre": f"dc{k + 1}"}
+                                              for k, p in enumerate(master_ports) if k != m]})
     except BaseException:
         for node in started:
             node.stop()
@@ -250,6 +259,16 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
         _wait_writable([m["url"] for m in info["masters"]])
     (directory / "cluster.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def _peering(m: int, master_ports: list[int]) -> dict[str, str]:
+    """cluster.properties of master m+1: its data centre and every other master as peer."""
+    props = {"data-centre": f"dc{m + 1}"}
+    others = [(k, p) for k, p in enumerate(master_ports) if k != m]
+    for n, (k, p) in enumerate(others, 1):
+        props[f"peer.{n}.id"] = f"master{k + 1}"
+        props[f"peer.{n}.url"] = f"http://127.0.0.1:{p}"
+    return props
 
 
 def _wait_writable(urls: list[str], timeout: float = 60) -> None:
