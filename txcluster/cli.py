@@ -73,26 +73,132 @@ def check_config(path: str) -> None:
 @click.option("--master", "master_url", required=True, help="URL of a master")
 @click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
 @click.option("--user", default=None, help="user:password when client auth is on")
-def status(master_url: str, as_json: bool, user: str | None) -> None:
+@click.option("--watch", is_flag=True, help="redraw every --interval seconds until Ctrl-C, "
+              "with the operations in progress")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.1),
+              help="seconds between redraws of --watch")
+@click.option("--count", default=None, type=click.IntRange(1),
+              help="with --watch: stop after this many redraws")
+def status(master_url: str, as_json: bool, user: str | None, watch: bool, interval: float,
+           count: int | None) -> None:
     """Print the cluster status as a master sees it."""
     import json
 
-    import httpx
+    from txcluster.progress import MasterCalls, OperationFailed
+    from txcluster.progress import watch as watch_loop
+    from txcluster.status_table import render, render_operations
 
-    auth = tuple(user.split(":", 1)) if user else None
-    try:
-        r = httpx.get(f"{master_url.rstrip('/')}/admin/status", auth=auth, timeout=10)
-    except httpx.HTTPError as exc:
-        _fail(f"cannot reach {master_url}: {exc}")
-    if r.status_code != 200:
-        _fail(f"{master_url} answered {r.status_code}: {r.text}")
-    data = r.json()
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
+    calls = MasterCalls(master_url, _user(user))
+    if watch:
+        def fetch() -> str:
+            data = calls.get("/status/data")
+            if as_json:
+                return json.dumps(data, indent=2)
+            return render(data["status"]) + render_operations(data)
+
+        watch_loop(fetch, interval, count, clear=sys.stdout.isatty())
         return
-    from txcluster.status_table import render
+    try:
+        data = calls.get("/admin/status")
+    except OperationFailed as exc:
+        _fail(str(exc))
+    click.echo(json.dumps(data, indent=2) if as_json else render(data))
 
-    click.echo(render(data))
+
+def _user(user: str | None) -> tuple[str, str] | None:
+    if user is None:
+        return None
+    name, sep, password = user.partition(":")
+    if not sep or not name:
+        raise click.BadParameter("expected user:password", param_hint="--user")
+    return name, password
+
+
+BACKUP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+def _backup_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    import re
+
+    if not re.fullmatch(BACKUP_NAME, value):
+        raise click.BadParameter(f"'{value}' is not a backup name (letters, digits, "
+                                 "'_', '.', '-'; at most 100; starting with a letter or digit)")
+    return value
+
+
+@main.command()
+@click.argument("name", callback=_backup_name)
+@click.option("--master", "master_url", required=True, help="URL of a master")
+@click.option("--user", default=None, help="user:password when client auth is on")
+def backup(name: str, master_url: str, user: str | None) -> None:
+    """Named backup written by an up-to-date worker (a name used before is replaced; the
+    one named 'default' recovers workers when no worker can serve a replication)."""
+    from txcluster.progress import MasterCalls, OperationFailed, backup_progress, run_with_progress
+
+    calls = MasterCalls(master_url, _user(user))
+    try:
+        record = run_with_progress(
+            f"backup '{name}'", lambda: calls.post("/admin/backup", {"name": name}, 3600),
+            lambda: backup_progress(calls.get("/status/data")))
+    except OperationFailed as exc:
+        _fail(str(exc))
+    click.echo(f"backup '{name}': seq {record['seq']}, {record['quads']} quads, "
+               f"fingerprint {record['fingerprint']}, {record['bytes']} bytes on "
+               f"{record['worker']}")
+
+
+@main.command()
+@click.argument("name", callback=_backup_name)
+@click.option("--master", "master_url", required=True, help="URL of a master")
+@click.option("--user", default=None, help="user:password when client auth is on")
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+@click.option("--timeout", default=3600.0, show_default=True, type=click.FloatRange(1),
+              help="seconds to wait for every worker to be in sync again")
+def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: float) -> None:
+    """Restore every worker from a named backup, then wait while the log after it is
+    replayed. The workers' current data is replaced."""
+    from txcluster.progress import (
+        MasterCalls,
+        OperationFailed,
+        run_with_progress,
+        sync_progress,
+        wait_for_sync,
+    )
+
+    if not yes:
+        click.confirm(f"Replace the data of every worker of {master_url} with backup "
+                      f"'{name}'?", abort=True)
+    calls = MasterCalls(master_url, _user(user))
+    try:
+        result = run_with_progress(
+            f"restore '{name}'", lambda: calls.post("/admin/restore", {"name": name}, 3600),
+            lambda: sync_progress(calls.get("/status/data")))
+        failed = {w: r for w, r in result["workers"].items() if r != "restored"}
+        for w, r in failed.items():
+            click.echo(f"  {w}: {r}", err=True)
+        wait_for_sync(calls, "replaying the log", timeout)
+    except OperationFailed as exc:
+        _fail(str(exc))
+    click.echo(f"restored from '{name}' (seq {result['backup']['seq']}); every worker is "
+               f"in sync" + (f" except the {len(failed)} listed" if failed else ""))
+
+
+@main.command("wait-sync")
+@click.option("--master", "master_url", required=True, help="URL of a master")
+@click.option("--user", default=None, help="user:password when client auth is on")
+@click.option("--timeout", default=3600.0, show_default=True, type=click.FloatRange(1))
+def wait_sync(master_url: str, user: str | None, timeout: float) -> None:
+    """Wait, with a progress bar, until every worker is in sync (after adding a worker,
+    a restart, a replication). Exit 1 on timeout."""
+    from txcluster.progress import MasterCalls, OperationFailed, wait_for_sync
+
+    try:
+        data = wait_for_sync(MasterCalls(master_url, _user(user)), "in sync", timeout)
+    except OperationFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    head = data["status"]["head"]
+    click.echo(f"{len(data['status']['workers'])} workers in sync at seq {head['seq']}")
 
 
 @main.command()

@@ -31,3 +31,22 @@ def render(data: dict) -> str:
               f"writes: {c['completed_writes']} completed, {c['failed_writes']} failed, "
               f"{c['pending_writes']} pending"]
     return "\n".join(lines)
+
+
+def render_operations(data: dict) -> str:
+    """The operations in progress of a `/status/data` answer (`status --watch`)."""
+    ops = data.get("operations") or []
+    if not ops:
+        return "\nin progress: nothing"
+    lines = ["", "in progress:"]
+    for op in ops:
+        progress = "" if op.get("progress") is None else \
+            f" {op['progress'] * 100:.0f}%" + (" (estimated)" if op["kind"] == "replication"
+                                               else "")
+        lines.append(f"  {op['text']} ({op['elapsed_s']:.0f}s{progress})")
+    sync = data.get("sync")
+    if sync:
+        lines.append(f"peering: {sync['state']}, agreed seq {sync['seq']}, peers " + ", ".join(
+            f"{p['id']} {'reachable' if p['reachable'] else 'UNREACHABLE'}"
+            for p in sync["peers"]))
+    return "\n".join(lines)

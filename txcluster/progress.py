@@ -1,0 +1,190 @@
+"""Progress of the long operations an operator starts from the command line: backup,
+restore, a worker's replication or catch-up (`txcluster backup`, `restore`, `wait-sync`),
+and `txcluster status --watch`.
+
+Thin over the master's HTTP API: the operation is one admin call (run on a thread, it
+blocks until the master answers) while the master's `/status/data` is polled for the
+operations in progress (master_service/api/status_page.py) and drawn as a click progress
+bar. `txcluster load` has its own progress line (spark_pipeline/progress.py), fed by
+Spark's accumulators.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import httpx
+
+STEPS = 1000  # the bar's resolution: fractions are drawn in thousandths
+
+
+class OperationFailed(Exception):
+    """The master refused or failed the operation; the message says why."""
+
+
+@dataclass
+class Snapshot:
+    fraction: float | None  # None: the master cannot tell how far it is
+    detail: str
+
+
+def sync_progress(data: dict) -> Snapshot:
+    """How far the cluster is from every worker in sync at the head of the log, from one
+    `/status/data` answer: workers in sync count 1, a worker being replicated or caught
+    up counts the fraction its operation reports (an estimate for a replication)."""
+    status = data["status"]
+    head = status["head"]
+    workers = status["workers"]
+    if not workers:
+        return Snapshot(None, "no workers")
+    by_worker = {op["worker"]: op for op in data.get("operations", []) if op.get("worker")}
+    done, lines = 0.0, []
+    for w in workers:
+        if w["status"] in ("ON", "WRITING", "WAITING_WRITE") and w["seq"] == head["seq"]:
+            done += 1
+            continue
+        op = by_worker.get(w["url"])
+        if op and op.get("progress") is not None:
+            done += op["progress"]
+        lines.append(op["text"] if op else f"{w['url']} {w['status']}")
+    detail = "; ".join(lines) if lines else "every worker in sync"
+    return Snapshot(done / len(workers), detail)
+
+
+def in_sync(data: dict) -> bool:
+    status = data["status"]
+    return status["status"] == 0 and all(w["seq"] == status["head"]["seq"]
+                                         for w in status["workers"])
+
+
+class MasterCalls:
+    """The few admin calls the commands make, with the CLI's error wording."""
+
+    def __init__(self, master_url: str, auth: tuple[str, str] | None,
+                 timeout: float = 10.0) -> None:
+        self.base = master_url.rstrip("/")
+        self.http = httpx.Client(auth=auth, timeout=timeout)
+
+    def get(self, path: str) -> Any:
+        try:
+            r = self.http.get(self.base + path)
+        except httpx.HTTPError as exc:
+            raise OperationFailed(f"cannot reach {self.base}: {exc}") from None
+        return self._answer(r)
+
+    def post(self, path: str, body: dict, timeout: float) -> Any:
+        try:
+            r = self.http.post(self.base + path, json=body, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise OperationFailed(f"{self.base} did not answer {path}: {exc}") from None
+        return self._answer(r)
+
+    def _answer(self, r: httpx.Response) -> Any:
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail", r.text)
+            except ValueError:
+                detail = r.text
+            raise OperationFailed(f"{self.base} answered {r.status_code}: {detail}")
+        return r.json()
+
+
+def run_with_progress(label: str, call: Callable[[], Any], poll: Callable[[], Snapshot],
+                      interval: float = 0.5) -> Any:
+    """Run ``call`` (blocking) on a thread and draw ``poll()`` until it returns; its
+    result, or its exception raised here."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:  # re-raised on the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    detail = ""
+    with click.progressbar(length=STEPS, label=label, show_eta=False, show_percent=True,
+                           item_show_func=lambda _: detail,
+                           file=sys.stderr) as bar:
+        drawn = 0
+        while thread.is_alive():
+            thread.join(interval)
+            try:
+                snap = poll()
+            except OperationFailed as exc:  # a missed poll is not the operation failing
+                snap = Snapshot(None, str(exc))
+            elapsed = f"{time.monotonic() - started:.0f}s"
+            detail = f"{elapsed} {snap.detail}"
+            if snap.fraction is not None:
+                target_steps = int(snap.fraction * STEPS)
+                if target_steps > drawn:
+                    bar.update(target_steps - drawn)
+                    drawn = target_steps
+            else:
+                bar.update(0)  # redraw the elapsed time
+        if "error" not in outcome:
+            detail = f"{time.monotonic() - started:.1f}s done"
+            bar.update(STEPS - drawn)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def wait_for_sync(calls: MasterCalls, label: str, timeout: float) -> dict:
+    """Draw the cluster's way to every worker in sync; the last status data, or
+    OperationFailed after ``timeout`` seconds."""
+    last: dict = {}
+
+    def poll() -> Snapshot:
+        last.update(calls.get("/status/data"))
+        return sync_progress(last)
+
+    def wait() -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            data = calls.get("/status/data")
+            if in_sync(data):
+                return data
+            if time.monotonic() > deadline:
+                raise OperationFailed(
+                    f"not in sync after {timeout:.0f}s: {sync_progress(data).detail}")
+            time.sleep(0.3)
+
+    return run_with_progress(label, wait, poll)
+
+
+def backup_progress(data: dict) -> Snapshot:
+    """A backup reports no fraction (the worker writes one image); say who writes it."""
+    ops = [op for op in data.get("operations", []) if op["kind"] == "backup"]
+    return Snapshot(None, ops[0]["text"] if ops else "")
+
+
+def watch(fetch: Callable[[], str], interval: float, count: int | None,
+          clear: bool) -> None:
+    """`status --watch`: redraw ``fetch()`` every ``interval`` seconds (``count`` times,
+    or until Ctrl-C). A master that does not answer is said on the screen, and the
+    watch goes on: the operator is often watching it come back."""
+    shown = 0
+    try:
+        while count is None or shown < count:
+            try:
+                text = fetch()
+            except OperationFailed as exc:
+                text = f"error: {exc}"
+            if clear:
+                click.clear()
+            stamp = time.strftime("%H:%M:%S")
+            click.echo(f"{stamp}  (every {interval:g}s, Ctrl-C to stop)\n{text}")
+            shown += 1
+            if count is None or shown < count:
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
