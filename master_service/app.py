@@ -22,12 +22,15 @@ from master_service.api.status_page import status_page_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
 from master_service.config import MasterConfig, parse_node_id, update_properties
+from master_service.jmx.bridge import JmxBridge, preflight
+from master_service.jmx.clusterinfo import ClusterInfo
+from master_service.jmx.jolokia import jolokia_router
 from master_service.sync.driver import SyncDriver, mode_of
 from master_service.sync.protocol import Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from txcluster.auth import Verifier, load_secret
-from txcluster.properties import parse_url
+from txcluster.properties import ConfigError, parse_url
 
 log = logging.getLogger("txcluster.master")
 
@@ -46,6 +49,10 @@ class MasterService:
         self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
         self.cluster: Cluster | None = None
         self.scheduler: AsyncIOScheduler | None = None
+        # The MBean's one Python object: Jolokia serves it always, the JVM bridge when
+        # jmx.port is set (master_service/jmx).
+        self.cluster_info = ClusterInfo(self)
+        self.jmx: JmxBridge | None = None
         self.metrics = MasterMetrics()  # the peering driver reports rounds: metrics.sync_round
 
     def persist(self, changes: dict[str, str | None]) -> None:
@@ -142,12 +149,17 @@ class MasterService:
         self.scheduler.start()
         if peered:
             await self._start_sync()
+        if c.jmx_port is not None:
+            self.jmx = JmxBridge(self.cluster_info, c, asyncio.get_running_loop())
+            self.jmx.start()
         log.info("master %s for repository '%s' at head seq %d with %d workers",
                  c.node_id, c.repository_id, self.cluster.head_seq, len(self.cluster.workers))
 
     async def stop(self) -> None:
         if self.sync:
             await self.sync.stop()
+        if self.jmx:
+            self.jmx.stop()
         if self.scheduler:
             self.scheduler.shutdown(wait=False)
         if self.cluster:
@@ -184,6 +196,7 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(admin_router(cluster, auth, service.persist, lambda: service.config))
     app.include_router(client_router(cluster, c.repository_id, auth), tags=["rdf4j"])
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
+    app.include_router(jolokia_router(lambda: service.cluster_info, auth))
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,
                                           lambda: service.config))
@@ -199,6 +212,10 @@ def serve(config: MasterConfig) -> None:
     # second) would drown the cluster's own messages (smart-replication.txt's
     # "Replicating (...)"). Its warnings and errors still show.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The JVM's JMX agent kills the process on a bad setting (FACTS.md, jpype): refuse
+    # to start with the reason instead (txcluster master exits 2).
+    if problems := preflight(config):
+        raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
     uvicorn.run(create_app(service), host=config.host, port=config.port, log_level="warning",
                 access_log=False)

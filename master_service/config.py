@@ -251,7 +251,18 @@ SCHEMA = Schema(
             description="peers unheard for this long while work waits are left out (split "
             "detection); absent: wait for them indefinitely"),
         Key("jmx.port", _parse_port, description="JMX remote port; absent: no remote JMX"),
-        Key("jmx.host", parse_nonempty, default="127.0.0.1"),
+        Key("jmx.host", parse_nonempty, default="127.0.0.1",
+            description="address the JMX registry and connector listen on"),
+        # JMX authentication and TLS (the JDK agent's own file formats, master_service/jmx).
+        Key("jmx.password-file", parse_path,
+            description="JMX users: 'user password' per line, mode 600; absent: no JMX auth"),
+        Key("jmx.access-file", parse_path,
+            description="JMX roles: 'user readonly|readwrite' per line (needs password-file)"),
+        Key("jmx.ssl", parse_bool, default=False,
+            description="TLS for the JMX registry and connector (needs jmx.ssl.keystore)"),
+        Key("jmx.ssl.keystore", parse_path, description="JKS/PKCS12 keystore for JMX TLS"),
+        Key("jmx.ssl.keystore-password-file", parse_path,
+            description="file holding the keystore password (mode 600)"),
         Key("log-level", parse_choice("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
     ),
     patterns=(
@@ -315,6 +326,7 @@ def _cross_key_problems(values: dict[str, Any]) -> list[str]:
         problems.append(f"'{have}' has no matching '{missing}'")
     problems += _duplicates("peer id", list(ids.values()))
     problems += _duplicates("peer URL", list(urls.values()), _url_identity)
+    problems += _jmx_problems(values)
     node_id, master_url = values.get("node-id"), values.get("master-url")
     for name, peer_id in ids.values():
         if peer_id == node_id:
@@ -322,6 +334,16 @@ def _cross_key_problems(values: dict[str, Any]) -> list[str]:
     for name, url in urls.values():
         if master_url is not None and _url_identity(url) == _url_identity(master_url):
             problems.append(f"'{name}' is this master's own master-url '{url}'")
+    return problems
+
+
+def _jmx_problems(values: dict[str, Any]) -> list[str]:
+    """JMX keys that only make sense together (checked at load, like every key)."""
+    problems = []
+    if values.get("jmx.access-file") and not values.get("jmx.password-file"):
+        problems.append("'jmx.access-file' needs 'jmx.password-file'")
+    if values.get("jmx.ssl") and not values.get("jmx.ssl.keystore"):
+        problems.append("'jmx.ssl' is true but 'jmx.ssl.keystore' is not set")
     return problems
 
 
@@ -366,6 +388,11 @@ class MasterConfig:
     sync_round_timeout_ms: int = 300
     sync_idle_interval_ms: int = 1000
     max_peer_lag_s: float | None = None
+    jmx_password_file: Path | None = None
+    jmx_access_file: Path | None = None
+    jmx_ssl: bool = False
+    jmx_ssl_keystore: Path | None = None
+    jmx_ssl_keystore_password_file: Path | None = None
     # The <n> of each worker / peer, to name their keys when they are changed at runtime.
     worker_numbers: tuple[int, ...] = field(default=(), repr=False)
     peer_numbers: tuple[int, ...] = field(default=(), repr=False)
@@ -421,6 +448,11 @@ class MasterConfig:
             sync_round_timeout_ms=values["sync-round-timeout-ms"],
             sync_idle_interval_ms=values["sync-idle-interval-ms"],
             max_peer_lag_s=values["max-peer-lag-s"],
+            jmx_password_file=values["jmx.password-file"],
+            jmx_access_file=values["jmx.access-file"],
+            jmx_ssl=values["jmx.ssl"],
+            jmx_ssl_keystore=values["jmx.ssl.keystore"],
+            jmx_ssl_keystore_password_file=values["jmx.ssl.keystore-password-file"],
             worker_numbers=tuple(workers),
             peer_numbers=tuple(ids),
         )

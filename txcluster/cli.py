@@ -210,8 +210,10 @@ def wait_sync(master_url: str, user: str | None, timeout: float) -> None:
 @click.option("--base-port", default=None, type=int, help="first port (default: free ports)")
 @click.option("--repository", default="repo", show_default=True)
 @click.option("--sample-data", is_flag=True, help="load the bundled sample data and query it")
+@click.option("--jmx", is_flag=True, help="remote JMX on every master, each on a port of its "
+              "own (needs the `jmx` extra and Java)")
 def up(directory: str, masters: int, workers: int, base_port: int | None, repository: str,
-       sample_data: bool) -> None:
+       sample_data: bool, jmx: bool) -> None:
     """Start a local cluster on loopback in the background; write DIR/cluster.json."""
     from pathlib import Path
 
@@ -219,7 +221,7 @@ def up(directory: str, masters: int, workers: int, base_port: int | None, reposi
 
     try:
         info = local.up(Path(directory), masters=masters, workers=workers,
-                        base_port=base_port, repository_id=repository)
+                        base_port=base_port, repository_id=repository, jmx=jmx)
     except (RuntimeError, TimeoutError, FileExistsError) as exc:
         _fail(str(exc))
     click.echo(local.describe(info))

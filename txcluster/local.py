@@ -23,6 +23,12 @@ import httpx
 from txcluster.auth import write_secret
 
 
+def jmx_service_url(host: str, port: int) -> str:
+    """A master's remote JMX address (master_service/jmx/bridge.py); also `jconsole
+    HOST:PORT`."""
+    return f"service:jmx:rmi:///jndi/rmi://{host}:{port}/jmxrmi"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,9 +196,12 @@ def master_node(directory: Path, secret_file: Path, node_id: str, workers: list[
 
 
 def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | None = None,
-       repository_id: str = "repo") -> dict:
+       repository_id: str = "repo", jmx: bool = False) -> dict:
     """Start ``masters`` masters, each with ``workers`` workers, as background processes
-    on loopback; wait until every node answers; write DIR/cluster.json."""
+    on loopback; wait until every node answers; write DIR/cluster.json.
+
+    ``jmx``: each master also serves its MBean over remote JMX on a port of its own
+    (cluster.json: ``jmx_service_url``); every master serves Jolokia (``jolokia_url``)."""
     directory = directory.resolve()
     if (directory / "cluster.json").exists():
         info = read_cluster(directory)
@@ -236,9 +245,11 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
                                         "data_centre": dc})
             if not masters:
                 continue
+            jmx_port = port() if jmx else None
             node = master_node(directory / dc / "master", secret_file, f"master{m + 1}",
                                [w.url for w in ws], repository_id, master_ports[m],
-                               **_peering(m, master_ports))
+                               **_peering(m, master_ports),
+                               **({"jmx.port": str(jmx_port)} if jmx_port else {}))
             node.write_config()
             node.start(detach=True)
             started.append(node)
@@ -250,7 +261,10 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
                                     "peers": [{"id": f"master{k + 1}",
                                                "url": f"http://127.0.0.1:{p}",
                                                "data_centre": f"dc{k + 1}"}
-                                              for k, p in enumerate(master_ports) if k != m]})
+                                              for k, p in enumerate(master_ports) if k != m],
+                                    "jmx_service_url": jmx_service_url("127.0.0.1", jmx_port)
+                                    if jmx_port else None,
+                                    "jolokia_url": f"{node.url}/jolokia"})
     except BaseException:
         for node in started:
             node.stop()
@@ -291,6 +305,8 @@ def describe(info: dict) -> str:
     for m in info["masters"]:
         lines.append(f"  master {m['id']} ({m['data_centre']}): {m['url']}  "
                      f"SPARQL endpoint {m['url']}/repositories/{rid}  admin {m['url']}/docs")
+        if m.get("jmx_service_url"):
+            lines.append(f"    JMX: jconsole {m['jmx_service_url']}  Jolokia: {m['jolokia_url']}")
     for w in info["workers"]:
         lines.append(f"  worker {w['url']}/repositories/{rid}  (read-only endpoint, "
                      f"{w['data_centre']})")

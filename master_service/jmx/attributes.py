@@ -1,0 +1,501 @@
+"""The ReplicationCluster ClusterInfo MBean as a table: attributes and operations.
+
+Names and Java types are the documented ones (spec/README.md); each entry has the
+description shown in MBeanInfo and by Jolokia's ``list``. Getters and setters work on a
+running ``MasterService`` and are called on the master's asyncio loop only (the JVM bridge
+hops there from its RMI threads). A setter follows the admin API's order: validate,
+persist to cluster.properties, take effect; a refused value raises a ``ManagementError``
+and changes nothing (ARCHITECTURE.md, "Every bad input ...").
+
+This module does not import jpype: the documentation's JMX reference is generated from
+``ATTRIBUTES`` and ``OPERATIONS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlsplit
+
+from master_service.config import SCHEMA, key_for_attribute
+from txcluster.properties import ConfigError, parse_url
+
+if TYPE_CHECKING:
+    from master_service.app import MasterService
+    from master_service.cluster.core import Cluster
+
+DOMAIN = "ReplicationCluster"
+
+
+def object_name(node_id: str) -> str:
+    """The MBean's name (spec/README.md); the '/' needs no quoting (FACTS.md, jpype)."""
+    return f"{DOMAIN}:name=ClusterInfo/{node_id}"
+
+
+# Java types as MBeanAttributeInfo.getType() spells them.
+LONG = "long"
+INT = "int"
+DOUBLE = "double"
+BOOLEAN = "boolean"
+STRING = "java.lang.String"
+STRING_ARRAY = "[Ljava.lang.String;"
+VOID = "void"
+JAVA_TYPES = (LONG, INT, DOUBLE, BOOLEAN, STRING, STRING_ARRAY, VOID)
+
+
+# ---- errors: each becomes the javax.management / java.lang exception it names ----
+
+
+class ManagementError(Exception):
+    """A refused request; nothing changed. ``java_class`` is what a JMX client sees
+    (wrapped in MBeanException where the JMX interface demands) and Jolokia's
+    ``error_type``; ``status`` is Jolokia's status code."""
+
+    java_class = "javax.management.MBeanException"
+    status = 500
+
+
+class AttributeNotFound(ManagementError):
+    java_class = "javax.management.AttributeNotFoundException"
+    status = 404
+
+
+class ReadOnlyAttribute(AttributeNotFound):
+    """A write to a read-only attribute (AttributeNotFoundException, as the JMX
+    interface allows, with a message that explains)."""
+
+    status = 400
+
+
+class InvalidAttributeValue(ManagementError):
+    java_class = "javax.management.InvalidAttributeValueException"
+    status = 400
+
+
+class OperationNotFound(ManagementError):
+    java_class = "javax.management.ReflectionException"
+    status = 404
+
+
+class InvalidArgument(ManagementError):
+    """Bad operation arguments (an unknown worker URL, a bad backup name, ...)."""
+
+    java_class = "java.lang.IllegalArgumentException"
+    status = 400
+
+
+class OperationFailed(ManagementError):
+    """A valid request the cluster cannot carry out now (no worker for a backup, a
+    SplitRecovery change during a split, ...)."""
+
+    java_class = "java.lang.IllegalStateException"
+    status = 500
+
+
+# ---- values ----
+
+
+def coerce(java_type: str, value: Any) -> Any:
+    """A client's value (JSON, text from a Jolokia URL, a Java value already unboxed) as
+    the Python value of ``java_type``; ValueError with what is wrong otherwise."""
+    if java_type in (LONG, INT):
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ValueError(f"expected a whole number ({java_type}), got '{value}'") \
+                    from None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number ({java_type}), got {value!r}")
+        bits = 63 if java_type == LONG else 31
+        if not -(2 ** bits) <= value < 2 ** bits:
+            raise ValueError(f"{value} is out of range for a Java {java_type}")
+        return value
+    if java_type == DOUBLE:
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError(f"expected a number (double), got '{value}'") from None
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise ValueError(f"expected a finite number (double), got {value!r}")
+        return float(value)
+    if java_type == BOOLEAN:
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false (boolean), got {value!r}")
+        return value
+    if java_type == STRING:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"expected a string, got {value!r}")
+        return str(value)
+    if java_type == STRING_ARRAY:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"expected a list of strings, got {value!r}")
+        return list(value)
+    raise ValueError(f"unsupported Java type {java_type}")
+
+
+def _text(value: Any) -> str:
+    """A typed value as cluster.properties spells it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+# ---- the table ----
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str  # the documented attribute name
+    java_type: str
+    description: str
+    writable: bool
+    get: Callable[[MasterService], Any] = field(repr=False, compare=False)
+    # Validates, persists, takes effect; raises ManagementError having changed nothing.
+    set: Callable[[MasterService, Any], Awaitable[None]] | None = field(
+        default=None, repr=False, compare=False)
+    config_key: str | None = None  # the cluster.properties key a write persists to
+
+    def __post_init__(self) -> None:
+        assert self.java_type in JAVA_TYPES, self.java_type
+        assert self.writable == (self.set is not None), self.name
+
+
+class Param(NamedTuple):
+    name: str
+    java_type: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    params: tuple[Param, ...]
+    return_type: str
+    description: str
+    run: Callable[..., Awaitable[Any]] = field(repr=False, compare=False)
+    impact: str = "ACTION"  # MBeanOperationInfo impact: ACTION changes the cluster
+
+    def signature(self) -> tuple[str, ...]:
+        return tuple(p.java_type for p in self.params)
+
+
+def cluster_of(service: MasterService) -> Cluster:
+    if service.cluster is None:
+        raise OperationFailed("the master is still starting: its cluster is not up yet")
+    return service.cluster
+
+
+def _counter(name: str) -> Callable[[MasterService], int]:
+    return lambda s: int(getattr(cluster_of(s).counters, name))
+
+
+_STATUS_WORDS = {0: "available", 1: "needs attention", 2: "no worker available"}
+
+
+def _summary(s: MasterService) -> str:
+    c = cluster_of(s)
+    reason = c.writable_reason()
+    in_sync = len(c.in_sync())
+    return (f"{_STATUS_WORDS[c.status_code()]}: {in_sync} of {len(c.workers)} workers in "
+            f"sync; {'writable' if reason is None else 'not writable: ' + reason}; "
+            f"log head seq {c.head_seq} ({c.head_quads} statements)")
+
+
+def _per_worker(value: Callable[[Any], str]) -> Callable[[MasterService], list[str]]:
+    return lambda s: [f"{w.url} {value(w)}" for w in cluster_of(s).workers.values()]
+
+
+def _config_setter(name: str, apply: Callable[[MasterService, Any], None],
+                   check: Callable[[MasterService, Any], None] | None = None
+                   ) -> Callable[[MasterService, Any], Awaitable[None]]:
+    """The setter of an attribute persisted as key_for_attribute(name): parsed by the
+    same parser as cluster.properties (so a value JMX accepts is one a restart accepts),
+    persisted, then applied."""
+    key = key_for_attribute(name)
+    parse = SCHEMA.key(key).parse  # type: ignore[union-attr]  (key_for_attribute checked)
+
+    async def set_value(s: MasterService, value: Any) -> None:
+        try:
+            parsed = parse(_text(value))
+        except ValueError as exc:
+            raise InvalidAttributeValue(f"{name}: {exc}; nothing changed") from None
+        if check is not None:
+            check(s, parsed)
+        try:
+            s.persist({key: _text(parsed)})
+        except ConfigError as exc:
+            raise InvalidAttributeValue(f"{name}: {exc}") from None
+        apply(s, parsed)
+
+    return set_value
+
+
+def _params(field_name: str) -> Callable[[MasterService, Any], None]:
+    def apply(s: MasterService, value: Any) -> None:
+        c = cluster_of(s)
+        c.params = dataclasses.replace(c.params, **{field_name: value})
+
+    return apply
+
+
+def _on_cluster(field_name: str) -> Callable[[MasterService, Any], None]:
+    return lambda s, value: setattr(cluster_of(s), field_name, value)
+
+
+def _no_change_during_split(s: MasterService, value: Any) -> None:
+    # txlog-sync-protocol.txt: "Due to the statefull nature of recovery strategies, a
+    # master node's preferred strategy can't be changed during split."
+    if (s.sync_status() or {}).get("state") == "split" and value != s.config.split_recovery:
+        raise OperationFailed(
+            f"SplitRecovery cannot be changed during a cluster split: the strategy "
+            f"'{s.config.split_recovery}' stays until the split is recovered; nothing changed")
+
+
+def _attr(name: str, java_type: str, description: str, get: Callable[[MasterService], Any],
+          apply: Callable[[MasterService, Any], None] | None = None,
+          check: Callable[[MasterService, Any], None] | None = None) -> Attribute:
+    if apply is None:
+        return Attribute(name, java_type, description, False, get)
+    return Attribute(name, java_type, description, True, get,
+                     _config_setter(name, apply, check), key_for_attribute(name))
+
+
+ATTRIBUTES: tuple[Attribute, ...] = (
+    _attr("NodeStatus", STRING_ARRAY,
+          "One '[STATUS] url' per worker; STATUS is UNINITIALIZED, ON, OFF, "
+          "REPLICATION_SERVER, REPLICATION_CLIENT, OUT_OF_SYNC, OUT_OF_SYNC_FORCED, "
+          "WAITING_WRITE or WRITING",
+          lambda s: [f"[{w.status}] {w.url}" for w in cluster_of(s).workers.values()]),
+    _attr("ClusterStatusSummary", STRING,
+          "One line: status, workers in sync, whether writable (and why not), log head",
+          _summary),
+    _attr("Status", INT,
+          "0 available, 1 needs attention (a worker not in sync, or not writable), "
+          "2 no worker available", lambda s: cluster_of(s).status_code()),
+    _attr("IsWritable", BOOLEAN, "Whether the cluster takes client writes now",
+          lambda s: cluster_of(s).writable_reason() is None),
+    _attr("NetSpeedBitsPerSec", LONG,
+          "Smart replication: network speed in bits/s, estimates the time of a full "
+          "replication (default 104857600); persisted as net-speed-bits-per-sec",
+          lambda s: cluster_of(s).params.net_speed_bits_per_sec,
+          _params("net_speed_bits_per_sec")),
+    _attr("FullReplicationTimeFactor", DOUBLE,
+          "Smart replication: speed-up ratio a full replication must beat (default 1.3); "
+          "persisted as full-replication-time-factor",
+          lambda s: cluster_of(s).params.full_replication_time_factor,
+          _params("full_replication_time_factor")),
+    _attr("MinTimeToConsiderFullReplicationS", LONG,
+          "Smart replication: minimum seconds of incremental replay before a full "
+          "replication is considered (default 600); persisted as "
+          "min-time-to-consider-full-replication-s",
+          lambda s: cluster_of(s).params.min_time_to_consider_full_replication_s,
+          _params("min_time_to_consider_full_replication_s")),
+    # Read-only: the node id is in the MBean's name and in every logged transaction;
+    # change node-id in cluster.properties and restart.
+    _attr("NodeID", STRING,
+          "Unique id of this master across the whole cluster (node-id; read-only: set it "
+          "in cluster.properties and restart)", lambda s: s.config.node_id),
+    _attr("MasterURL", STRING,
+          "RDF4J protocol URL of this master, as peers reach it (master-url)",
+          lambda s: s.config.master_url, lambda s, v: None),  # read from the config
+    _attr("SyncPeers", STRING_ARRAY,
+          "One 'id url' per synchronised peer master (peer.<n>.id / peer.<n>.url); "
+          "change with addSyncPeer / removeSyncPeer",
+          lambda s: [f"{peer_id} {url}" for peer_id, url in s.config.peers]),
+    _attr("ReadOnly", BOOLEAN,
+          "Read-only master: takes transactions only from its peers, applies none to its "
+          "workers (read-only)", lambda s: cluster_of(s).read_only, _on_cluster("read_only")),
+    _attr("Mode", STRING,
+          "NORMAL, or MUTE: applies its peers' transactions but takes no client writes "
+          "(mode)", lambda s: cluster_of(s).mode, _on_cluster("mode")),
+    _attr("ProtectSingleWorker", BOOLEAN,
+          "With two workers, refuse writes while only one is in sync "
+          "(protect-single-worker)",
+          lambda s: cluster_of(s).protect_single_worker, _on_cluster("protect_single_worker")),
+    _attr("LogMaxSize", LONG,
+          "Transactions kept in the transaction log (default 100000; log-max-size)",
+          lambda s: cluster_of(s).log_max_size, _on_cluster("log_max_size")),
+    _attr("LogMaxDepth", LONG,
+          "Hours transactions are kept in the transaction log (default 168 = 7 days; "
+          "log-max-depth)", lambda s: int(cluster_of(s).log_max_depth_h),
+          _on_cluster("log_max_depth_h")),
+    _attr("SplitRecovery", STRING,
+          "Strategy after a cluster split: None, Simple or Smart (case-insensitive; "
+          "split-recovery); cannot change during a split",
+          lambda s: s.config.split_recovery, lambda s, v: None, _no_change_during_split),
+    _attr("CompletedReads", LONG, "Read requests answered since start",
+          _counter("completed_reads")),
+    _attr("CompletedWrites", LONG, "Write transactions acknowledged since start",
+          _counter("completed_writes")),
+    _attr("FailedReads", LONG, "Read requests that failed since start",
+          _counter("failed_reads")),
+    _attr("FailedWrites", LONG, "Write transactions that failed since start",
+          _counter("failed_writes")),
+    _attr("RunningReads", LONG, "Read requests in progress", _counter("running_reads")),
+    _attr("RunningWrites", LONG, "Write transactions in progress", _counter("running_writes")),
+    _attr("PendingWrites", LONG, "Write transactions waiting for the write path",
+          lambda s: int(cluster_of(s).pending_writes)),
+    _attr("AverageReadTime", DOUBLE, "Average time of a completed read, in milliseconds",
+          lambda s: (1000 * cluster_of(s).counters.read_time_s
+                     / cluster_of(s).counters.completed_reads)
+          if cluster_of(s).counters.completed_reads else 0.0),
+    _attr("AverageTaskTimes", STRING_ARRAY,
+          "Per worker: 'url milliseconds', the average time of its completed tasks",
+          _per_worker(lambda w: f"{1000 * w.average_task_time_s:.3f}")),
+    _attr("CompletedTasks", STRING_ARRAY,
+          "Per worker: 'url count', the tasks (updates, replays, replications) it completed",
+          _per_worker(lambda w: str(w.completed_tasks))),
+    _attr("NumberOfTriples", LONG, "Statements in the repository at the head of the log",
+          lambda s: cluster_of(s).head_quads),
+    # pyoxigraph stores no inferred statements: every statement is explicit.
+    _attr("NumberOfExplicitTriples", LONG,
+          "Explicit statements in the repository at the head of the log (all of them: "
+          "workers hold no inferred statements)", lambda s: cluster_of(s).head_quads),
+)
+
+
+# ---- operations ----
+
+
+def _worker_url(url: str, port: int) -> str:
+    """addClusterNode's (url, port): the worker's base URL. The documented signature has a
+    port (the worker's JMX port in the original); here it is the worker's HTTP port when
+    the URL has none, 0 keeps the URL's own port."""
+    try:
+        url = parse_url(url.strip())
+    except ValueError as exc:
+        raise InvalidArgument(f"url: {exc}") from None
+    if port == 0:
+        return url
+    if not 1 <= port <= 65535:
+        raise InvalidArgument(f"port must be 0 (the URL's own) or 1-65535, got {port}")
+    parts = urlsplit(url)
+    if parts.port is None:
+        return parts._replace(netloc=f"{parts.netloc}:{port}").geturl()
+    if parts.port != port:
+        raise InvalidArgument(f"url {url} has port {parts.port} but the port argument is "
+                              f"{port}: give 0 or the same port")
+    return url
+
+
+def _persist_args(s: MasterService, changes: dict[str, str | None]) -> None:
+    try:
+        s.persist(changes)
+    except ConfigError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+async def add_cluster_node(s: MasterService, url: str, port: int, readable: bool) -> None:
+    c = cluster_of(s)
+    url = _worker_url(url, port)
+    if url in c.workers:
+        raise InvalidArgument(f"worker {url} is already part of the cluster")
+    _persist_args(s, s.config.add_worker_changes(url))
+    await c.add_worker(url, readable)
+
+
+async def remove_cluster_node(s: MasterService, url: str) -> None:
+    c = cluster_of(s)
+    url = url.strip().rstrip("/")
+    if url not in c.workers:
+        raise InvalidArgument(f"unknown worker {url!r}; the workers are: "
+                              + (", ".join(c.workers) or "none"))
+    _persist_args(s, s.config.remove_worker_changes(url))
+    await c.remove_worker(url)
+
+
+async def add_sync_peer(s: MasterService, peer_id: str, url: str) -> None:
+    try:
+        await s.add_sync_peer(peer_id, url)
+    except ValueError as exc:  # the peering contract's messages say what is wrong
+        raise InvalidArgument(str(exc)) from None
+
+
+async def remove_sync_peer(s: MasterService, peer_id: str) -> None:
+    try:
+        await s.remove_sync_peer(peer_id)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def _backup_name(name: str) -> str:
+    from pydantic import ValidationError
+
+    from master_service.api.admin import BackupIn  # one rule for names, as the admin API
+
+    try:
+        return BackupIn(name=name).name
+    except ValidationError:
+        raise InvalidArgument(
+            f"backup name {name!r} is not valid: 1-100 letters, digits, '_', '.', '-', "
+            "starting with a letter or digit") from None
+
+
+async def backup(s: MasterService, name: str) -> str:
+    from master_service.cluster.core import NoWorkerAvailable
+    from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
+
+    name = _backup_name(name)
+    try:
+        record = await cluster_of(s).backup(name)
+    except NoWorkerAvailable as exc:
+        raise OperationFailed(str(exc)) from None
+    except (WorkerUnavailable, WorkerRefused) as exc:
+        raise OperationFailed(f"backup failed: {exc}") from None
+    return (f"backup '{name}' written by {record['worker']} at seq {record['seq']} "
+            f"({record['quads']} statements)")
+
+
+async def restore_from_image(s: MasterService, name: str) -> str:
+    name = _backup_name(name)
+    try:
+        result = await cluster_of(s).restore(name)
+    except KeyError as exc:
+        raise InvalidArgument(str(exc.args[0])) from None
+    workers = result["workers"]
+    return (f"restoring from image '{name}' (seq {result['backup']['seq']}): "
+            + "; ".join(f"{url} {state}" for url, state in workers.items()))
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("addClusterNode", (
+        Param("url", STRING, "base URL of the worker, e.g. http://10.0.0.5:7300"),
+        Param("port", INT, "the worker's port when the URL has none; 0: the URL's own"),
+        Param("readable", BOOLEAN, "whether reads may be routed to the worker"),
+    ), VOID, "Add a worker: it is synchronised or replicated automatically; persisted as "
+       "worker.<n>.url", add_cluster_node),
+    Operation("removeClusterNode", (
+        Param("url", STRING, "base URL of the worker, as NodeStatus shows it"),
+    ), VOID, "Remove a worker from the cluster; persisted", remove_cluster_node),
+    Operation("addSyncPeer", (
+        Param("id", STRING, "the peer master's NodeID"),
+        Param("url", STRING, "the peer master's MasterURL"),
+    ), VOID, "Synchronise the transaction log with another master; persisted as "
+       "peer.<n>.id / peer.<n>.url", add_sync_peer),
+    Operation("removeSyncPeer", (
+        Param("id", STRING, "the peer master's NodeID"),
+    ), VOID, "Stop synchronising with a peer master; persisted", remove_sync_peer),
+    Operation("backup", (
+        Param("name", STRING, "name of the image; 'default' is the one used to recover "
+              "workers when no worker can serve a replication; reusing a name replaces it"),
+    ), STRING, "An up-to-date worker writes a named backup image", backup),
+    Operation("restoreFromImage", (
+        Param("name", STRING, "name of a backup image"),
+    ), STRING, "Restore every worker from a named backup image, then replay the log after "
+       "it", restore_from_image),
+)
+
+ATTRIBUTES_BY_NAME = {a.name: a for a in ATTRIBUTES}
+OPERATIONS_BY_NAME = {o.name: o for o in OPERATIONS}
+MBEAN_DESCRIPTION = ("txcluster master: the replication cluster's state, parameters and "
+                     "administration (ReplicationCluster ClusterInfo)")

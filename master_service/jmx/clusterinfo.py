@@ -1,0 +1,96 @@
+"""ClusterInfo: the one Python object behind the MBean, for the JVM bridge and Jolokia.
+
+Every method is a coroutine run on the master's asyncio loop, where the cluster lives;
+the bridge hands calls from RMI threads over with ``run_coroutine_threadsafe``
+(FACTS.md, jpype: "hand work to an asyncio loop with a timeout"). Errors are
+``ManagementError``s naming the Java exception a client sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from master_service.jmx.attributes import (
+    ATTRIBUTES,
+    ATTRIBUTES_BY_NAME,
+    OPERATIONS_BY_NAME,
+    Attribute,
+    AttributeNotFound,
+    InvalidArgument,
+    InvalidAttributeValue,
+    Operation,
+    OperationNotFound,
+    ReadOnlyAttribute,
+    coerce,
+    object_name,
+)
+
+if TYPE_CHECKING:
+    from master_service.app import MasterService
+
+
+class ClusterInfo:
+    def __init__(self, service: MasterService) -> None:
+        self.service = service
+
+    @property
+    def object_name(self) -> str:
+        return object_name(self.service.config.node_id)
+
+    # ---- lookups (no loop needed: the table is constant) ----
+
+    def attribute(self, name: str) -> Attribute:
+        attribute = ATTRIBUTES_BY_NAME.get(name)
+        if attribute is None:
+            raise AttributeNotFound(f"no attribute '{name}' in {self.object_name}")
+        return attribute
+
+    def operation(self, name: str, signature: Sequence[str] | None = None) -> Operation:
+        op = OPERATIONS_BY_NAME.get(name)
+        if op is None:
+            raise OperationNotFound(f"no operation '{name}' in {self.object_name}; "
+                                    f"operations: {', '.join(OPERATIONS_BY_NAME)}")
+        if signature is not None and tuple(signature) != op.signature():
+            raise OperationNotFound(
+                f"no operation {name}({', '.join(signature)}) in {self.object_name}; "
+                f"it is {name}({', '.join(op.signature())})")
+        return op
+
+    # ---- calls, on the loop ----
+
+    async def read(self, name: str) -> Any:
+        return self.attribute(name).get(self.service)
+
+    async def read_many(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        return {n: await self.read(n) for n in (names or [a.name for a in ATTRIBUTES])}
+
+    async def write(self, name: str, value: Any) -> Any:
+        """Set an attribute; returns its previous value (Jolokia's write answer)."""
+        attribute = self.attribute(name)
+        if attribute.set is None:
+            raise ReadOnlyAttribute(f"attribute {name} is read-only"
+                                    + (": set node-id in cluster.properties and restart"
+                                       if name == "NodeID" else ""))
+        try:
+            typed = coerce(attribute.java_type, value)
+        except ValueError as exc:
+            raise InvalidAttributeValue(f"{name}: {exc}; nothing changed") from None
+        old = attribute.get(self.service)
+        await attribute.set(self.service, typed)
+        return old
+
+    async def invoke(self, name: str, args: Sequence[Any],
+                     signature: Sequence[str] | None = None) -> Any:
+        op = self.operation(name, signature)
+        if len(args) != len(op.params):
+            raise InvalidArgument(
+                f"{name} takes {len(op.params)} arguments "
+                f"({', '.join(p.name for p in op.params)}), got {len(args)}")
+        typed = []
+        for param, value in zip(op.params, args, strict=True):
+            try:
+                typed.append(coerce(param.java_type, value))
+            except ValueError as exc:
+                raise InvalidArgument(f"{name}: argument {param.name}: {exc}") from None
+        return await op.run(self.service, *typed)
