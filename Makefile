@@ -8,15 +8,16 @@ RUN_DIR ?= run
 # Debian packages the tests need (installed when running as root; see deps-debian).
 # systemd-container debootstrap nftables openssh-client: Molecule's systemd-nspawn hosts.
 # openjdk-17-jre-headless: Java for Spark (the pipeline tests).
+# openjdk-17-jdk-headless: javac for the JMX tests' Java client (the master's JMX bridge).
 # chromium: the status page test renders the page in headless Chromium.
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless chromium
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium
 
 .PHONY: venv deps-debian test test-deploy lint run stop bench clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,pipeline]'
+	$(BIN)/python -m pip install -q -e '.[dev,pipeline,jmx]'
 	touch $(STAMP)
 
 venv: $(STAMP)
