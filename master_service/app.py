@@ -19,6 +19,7 @@ from master_service.api.client import ClientAuth, client_router
 from master_service.api.metrics import LatencyMiddleware, MasterMetrics, metrics_router
 from master_service.api.peer import peer_router
 from master_service.api.status_page import status_page_router
+from master_service.api.sync_admin import sync_admin_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
 from master_service.config import MasterConfig, parse_node_id, update_properties
@@ -196,6 +197,7 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(admin_router(cluster, auth, service.persist, lambda: service.config))
     app.include_router(client_router(cluster, c.repository_id, auth), tags=["rdf4j"])
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
+    app.include_router(sync_admin_router(service, auth))
     app.include_router(jolokia_router(lambda: service.cluster_info, auth))
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,

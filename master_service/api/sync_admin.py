@@ -1,0 +1,73 @@
+"""Admin API of the peering (TxLog sync protocol): status, the agreed queue, sync peers.
+
+    GET    /admin/sync                      the peering state (MasterService.sync_status)
+    GET    /admin/sync/agreed?after=&limit= agreed transactions (position, id, origin, ...)
+    POST   /admin/sync/peers                addSyncPeer {id, url}: persisted, at once
+    DELETE /admin/sync/peers/{id}           removeSyncPeer
+
+Same credential as the rest of the admin API (client-auth-file: read role to look, write
+role to change). A bad id or URL, our own id, a known or unknown peer: 400/404 naming it,
+and nothing changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from pydantic import BaseModel, Field
+
+from master_service.api.client import ClientAuth
+
+
+class PeerIn(BaseModel):
+    id: str = Field(description="the peer master's node-id")
+    url: str = Field(description="the peer master's master-url")
+
+
+def sync_admin_router(service: Any, auth: ClientAuth) -> APIRouter:
+    router = APIRouter(prefix="/admin/sync", tags=["admin", "peering"])
+
+    def guard(request: Request, write: bool) -> None:
+        denied = auth.problem(request, need_write=write)
+        if denied is not None:
+            raise HTTPException(denied.status_code, denied.body.decode())
+
+    @router.get("", summary="Peering state: agreed position, peers, divergences")
+    async def status(request: Request) -> dict:
+        guard(request, write=False)
+        st = service.sync_status()
+        if st is None:
+            raise HTTPException(404, "this master has no sync peers (peer.<n>.id)")
+        return st
+
+    @router.get("/agreed", summary="Agreed transactions in order (the synchronised queue)")
+    async def agreed(request: Request, after: int = Query(0, ge=0),
+                     limit: int = Query(1000, ge=1, le=10_000)) -> list[dict]:
+        guard(request, write=False)
+        if service.sync is None:
+            raise HTTPException(404, "this master has no sync peers (peer.<n>.id)")
+        node = service.sync.node
+        return [{"position": after + i + 1, "txid": tx.txid, "timestamp": tx.timestamp,
+                 "origin": tx.origin, "size": tx.size, "digest": tx.digest}
+                for i, tx in enumerate(node.synchronised[after:after + limit])]
+
+    @router.post("/peers", summary="addSyncPeer: peer with another master (persisted)")
+    async def add_peer(body: PeerIn, request: Request) -> dict:
+        guard(request, write=True)
+        try:
+            await service.add_sync_peer(body.id, body.url)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        return service.sync_status()
+
+    @router.delete("/peers/{peer_id}", summary="removeSyncPeer: stop peering with a master")
+    async def remove_peer(peer_id: str, request: Request) -> dict:
+        guard(request, write=True)
+        try:
+            await service.remove_sync_peer(peer_id)
+        except ValueError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return service.sync_status() or {}
+
+    return router
