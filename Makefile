@@ -12,7 +12,7 @@ RUN_DIR ?= run
 # chromium: the status page test renders the page in headless Chromium.
 DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium
 
-.PHONY: venv deps-debian test test-deploy lint run stop bench clean
+.PHONY: venv deps-debian test test-deploy lint run stop bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ stop: $(STAMP)
 
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m bench.$$m || exit 1; done
+
+# The generated references in docs/reference/ (tests/test_docs.py checks them).
+docs: $(STAMP)
+	$(BIN)/python -m txcluster.docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
