@@ -231,6 +231,8 @@ def _config_setter(name: str, apply: Callable[[MasterService, Any], None],
             raise InvalidAttributeValue(f"{name}: {exc}; nothing changed") from None
         if check is not None:
             check(s, parsed)
+        if apply is not in_config_only:
+            cluster_of(s)  # before persisting: a master still starting changes nothing
         try:
             s.persist({key: _text(parsed)})
         except ConfigError as exc:
@@ -238,6 +240,10 @@ def _config_setter(name: str, apply: Callable[[MasterService, Any], None],
         apply(s, parsed)
 
     return set_value
+
+
+def in_config_only(s: MasterService, value: Any) -> None:
+    """Nothing to apply: readers take the value from the reloaded ``service.config``."""
 
 
 def _params(field_name: str) -> Callable[[MasterService, Any], None]:
@@ -307,7 +313,7 @@ ATTRIBUTES: tuple[Attribute, ...] = (
           "in cluster.properties and restart)", lambda s: s.config.node_id),
     _attr("MasterURL", STRING,
           "RDF4J protocol URL of this master, as peers reach it (master-url)",
-          lambda s: s.config.master_url, lambda s, v: None),  # read from the config
+          lambda s: s.config.master_url, in_config_only),
     _attr("SyncPeers", STRING_ARRAY,
           "One 'id url' per synchronised peer master (peer.<n>.id / peer.<n>.url); "
           "change with addSyncPeer / removeSyncPeer",
@@ -332,7 +338,7 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     _attr("SplitRecovery", STRING,
           "Strategy after a cluster split: None, Simple or Smart (case-insensitive; "
           "split-recovery); cannot change during a split",
-          lambda s: s.config.split_recovery, lambda s, v: None, _no_change_during_split),
+          lambda s: s.config.split_recovery, in_config_only, _no_change_during_split),
     _attr("CompletedReads", LONG, "Read requests answered since start",
           _counter("completed_reads")),
     _attr("CompletedWrites", LONG, "Write transactions acknowledged since start",
