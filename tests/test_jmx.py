@@ -50,13 +50,15 @@ def java_client(tmp_path_factory) -> Path:
 class Jmx:
     """Runs the Java client: one JVM per call, any number of commands in it."""
 
-    def __init__(self, classes: Path, url: str, user: str = "-", password: str = "-") -> None:
+    def __init__(self, classes: Path, url: str, user: str = "-", password: str = "-",
+                 java_options: tuple[str, ...] = ()) -> None:
         self.classes, self.url, self.user, self.password = classes, url, user, password
+        self.java_options = java_options
 
     def run(self, *commands: str, user: str | None = None, password: str | None = None,
             timeout: float = 120) -> list[list[str]]:
         r = subprocess.run(
-            ["java", "-cp", str(self.classes), "JmxClient", self.url, NAME,
+            ["java", *self.java_options, "-cp", str(self.classes), "JmxClient", self.url, NAME,
              user or self.user, password or self.password, *commands],
             capture_output=True, text=True, timeout=timeout)
         assert r.returncode in (0, 3), f"client failed ({r.returncode}):\n{r.stdout}{r.stderr}"
@@ -216,6 +218,33 @@ def test_shutdown_is_not_held_by_the_jvm_or_a_connected_client(cluster_factory, 
     finally:
         client.kill()
         client.wait(10)
+
+
+def test_tls(cluster_factory, java_client, tmp_path):
+    """jmx.ssl: registry and connector speak TLS with the configured keystore; a client
+    that trusts it connects, a plaintext client does not."""
+    keystore, password = tmp_path / "jmx.p12", "changeit"
+    subprocess.run(["keytool", "-genkeypair", "-alias", "jmx", "-keyalg", "RSA",
+                    "-keysize", "2048", "-validity", "2", "-dname", "CN=127.0.0.1",
+                    "-ext", "san=ip:127.0.0.1", "-storetype", "PKCS12",
+                    "-keystore", str(keystore), "-storepass", password, "-keypass", password],
+                   check=True, capture_output=True, timeout=120)
+    password_file = tmp_path / "keystore.password"
+    password_file.write_text(password + "\n")
+    password_file.chmod(0o600)
+    port = free_port()
+    cluster_factory(workers=1, **{
+        "jmx.port": str(port), "jmx.ssl": "true", "jmx.ssl.keystore": str(keystore),
+        "jmx.ssl.keystore-password-file": str(password_file)},
+        **jmx_files(tmp_path / "jmx"))
+    url = jmx_service_url("127.0.0.1", port)
+    trusted = Jmx(java_client, url, "admin", "s3cret", (
+        "-Dtxcluster.ssl=true", f"-Djavax.net.ssl.trustStore={keystore}",
+        f"-Djavax.net.ssl.trustStorePassword={password}",
+        "-Djavax.net.ssl.trustStoreType=PKCS12"))
+    assert trusted.get("NodeID") == "master1"
+    [plain] = Jmx(java_client, url, "admin", "s3cret").run("get\tNodeID")
+    assert plain[0].startswith("CONNECT-ERROR"), plain
 
 
 def _start_refused(directory: Path, secret_file: Path, **props: str) -> tuple[int, str]:

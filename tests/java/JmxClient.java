@@ -9,6 +9,7 @@
 //   ATTR name type rw description | OP name returnType p1:type,p2:type description
 //   OK command value-as-JSON | ERROR command exceptionClass message causeClass
 // A failed connection prints CONNECT-ERROR class: message and exits 3.
+// -Dtxcluster.ssl=true (with javax.net.ssl.trustStore...): connect over TLS.
 import java.util.HashMap;
 import java.util.Map;
 import javax.management.Attribute;
@@ -21,12 +22,17 @@ import javax.management.ObjectName;
 import javax.management.remote.JMXConnector;
 import javax.management.remote.JMXConnectorFactory;
 import javax.management.remote.JMXServiceURL;
+import javax.rmi.ssl.SslRMIClientSocketFactory;
 
 public class JmxClient {
     public static void main(String[] args) throws Exception {
         Map<String, Object> env = new HashMap<>();
         if (!args[2].equals("-")) {
             env.put(JMXConnector.CREDENTIALS, new String[] {args[2], args[3]});
+        }
+        if (Boolean.getBoolean("txcluster.ssl")) {
+            // The agent's registry speaks TLS too (com.sun.management.jmxremote.registry.ssl).
+            env.put("com.sun.jndi.rmi.factory.socket", new SslRMIClientSocketFactory());
         }
         JMXConnector connector;
         try {
