@@ -12,7 +12,7 @@ RUN_DIR ?= run
 # chromium: the status page test renders the page in headless Chromium.
 DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium
 
-.PHONY: venv deps-debian test test-deploy lint run stop bench docs clean
+.PHONY: venv deps-debian test test-deploy lint run stop bench docs clean fuzz chaos
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,18 @@ run: $(STAMP)
 
 stop: $(STAMP)
 	$(BIN)/txcluster down --dir $(RUN_DIR)
+
+# Fuzzing (tests/fuzz) with the long profile: more than 10,000 generated cases against
+# real processes; prints the totals per property at the end.
+fuzz: $(STAMP)
+	TXC_FUZZ_PROFILE=long $(BIN)/pytest -q -p no:cacheprovider tests/fuzz
+
+# Seeded chaos rounds (tests/chaos): faults on a real local cluster, then the checker;
+# prints a table. make chaos ROUNDS=200 SEED=1
+ROUNDS ?= 10
+SEED ?= 1
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos --rounds $(ROUNDS) --seed $(SEED)
 
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m bench.$$m || exit 1; done

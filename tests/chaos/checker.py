@@ -1,0 +1,67 @@
+"""The invariants after healing (issue 9's checker), as a list of violations.
+
+* every acknowledged statement is on every worker (nothing acknowledged is lost);
+* no worker holds a statement that no client wrote (nothing invented; the workload is
+  the only writer, so a worker's quads are exactly its workload statements);
+* every worker is at the head of the master's log (seq) with the head's fingerprint and
+  quad count (no divergence, and the log agrees with the data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.chaos.workload import History, P
+
+
+@dataclass
+class Verdict:
+    violations: list[str] = field(default_factory=list)
+    lost: int = 0  # acknowledged statements missing from some worker
+    invented: int = 0  # statements present that no client attempted
+    divergent: bool = False  # workers (or the log) disagree on the state
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def worker_values(url: str, repository_id: str) -> set[int]:
+    r = httpx.get(f"{url}/repositories/{repository_id}", timeout=60,
+                  params={"query": f"SELECT ?o WHERE {{ ?s <{P}> ?o }}"},
+                  headers={"accept": "application/sparql-results+json"})
+    r.raise_for_status()
+    return {int(b["o"]["value"]) for b in r.json()["results"]["bindings"]}
+
+
+def check(status: dict, workers: list, repository_id: str, history: History) -> Verdict:
+    """``status`` is the master's /admin/status once in sync; ``workers`` the nodes."""
+    v = Verdict()
+    head = status["head"]
+    acked = set(history.acked)
+    for node in workers:
+        values = worker_values(node.url, repository_id)
+        health = httpx.get(f"{node.url}/health", timeout=10).json()
+        missing = acked - values
+        extra = values - history.attempted
+        if missing:
+            v.lost = max(v.lost, len(missing))
+            v.violations.append(f"{node.url}: {len(missing)} acknowledged statements "
+                                f"missing, e.g. {sorted(missing)[:5]}")
+        if extra:
+            v.invented = max(v.invented, len(extra))
+            v.violations.append(f"{node.url}: {len(extra)} statements no client wrote, "
+                                f"e.g. {sorted(extra)[:5]}")
+        if health["quads"] != len(values):
+            v.violations.append(f"{node.url}: {health['quads']} quads but "
+                                f"{len(values)} workload statements")
+        if (health["seq"], health["fingerprint"], health["quads"]) != \
+                (head["seq"], head["fingerprint"], head["quads"]):
+            v.divergent = True
+            v.violations.append(
+                f"{node.url}: state seq={health['seq']} fp={health['fingerprint']} "
+                f"quads={health['quads']}, log head seq={head['seq']} "
+                f"fp={head['fingerprint']} quads={head['quads']}")
+    return v
