@@ -174,8 +174,10 @@ def test_page_draws_two_data_centres_and_a_dead_worker(two_data_centres, tmp_pat
     [master] = dom.find(**{"class": "master", "data-node-id": "master-uk"})
     assert master["data-sync-state"] == "connected"
     assert "peering" in master["text"] and "connected" in master["text"]
-    workers = {w["data-url"]: w for w in dom.find(**{"class": "worker"})}
-    assert set(workers) == {w.url for w in uk.workers}
+    cards = {w["data-url"]: w for w in dom.find(**{"class": "worker"})}
+    workers = {u: c for u, c in cards.items() if u in {w.url for w in uk.workers}}
+    workers_of_peer = {u: c for u, c in cards.items() if u in {w.url for w in us.workers}}
+    assert set(cards) == {w.url for w in (*uk.workers, *us.workers)}
     assert workers[dead.url]["data-status"] == "OFF"
     for w in uk.workers[:2]:
         assert workers[w.url]["data-status"] == "ON"
@@ -185,7 +187,11 @@ def test_page_draws_two_data_centres_and_a_dead_worker(two_data_centres, tmp_pat
     [link] = dom.find(**{"class": "link", "data-peer": "master-us"})
     assert link["data-reachable"] == "true" and "linked" in link["text"]
     [peer] = dom.find(**{"class": "peer-dc", "data-peer": "master-us"})
-    assert "data centre of master-us" in peer["text"] and us.master.url in peer["text"]
+    assert "data centre us" in peer["text"] and us.master.url in peer["text"]
+    # The other data centre's workers, as its master sees them (asked by this master).
+    for w in us.workers:
+        assert workers_of_peer[w.url]["data-status"] == "ON"
+        assert workers_of_peer[w.url]["data-seq"] == str(head)
     # No replication is running: nothing in progress.
     assert not dom.find(**{"class": "operation"})
     [events] = dom.find(id="events")
@@ -198,6 +204,21 @@ def test_page_draws_two_data_centres_and_a_dead_worker(two_data_centres, tmp_pat
     colours = png_colours(shot)
     assert GREEN_ON in colours, "no worker drawn in the ON colour"
     assert RED_OFF in colours, "the OFF worker is not drawn in red"
+
+    # The other data centre's master dies: the link turns unreachable and its workers
+    # are no longer known (the page says why instead of showing stale cards).
+    us.master.kill9()
+    wait_for("peer unreachable", lambda: not page_data(uk)["sync"]["peers"][0]["reachable"])
+    dom = Elements()
+    dom.feed(chromium(tmp_path, f"{uk.master.url}/status", "--dump-dom").stdout)
+    [link] = dom.find(**{"class": "link", "data-peer": "master-us"})
+    assert link["data-reachable"] == "false" and "unreachable" in link["text"]
+    [peer] = dom.find(**{"class": "peer-dc", "data-peer": "master-us"})
+    assert peer["data-reachable"] == "false"
+    [error] = dom.find(**{"class": "peer-view-error"})
+    assert "its workers: ConnectError" in error["text"]
+    assert not [c for c in dom.find(**{"class": "worker"})
+                if c["data-url"] in {w.url for w in us.workers}]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps-debian)")

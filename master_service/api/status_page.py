@@ -6,7 +6,8 @@ events: a never-ending response would hold up the master's graceful shutdown (uv
 waits for open responses), and a one-second poll is as live as an operator can read.
 
 The data is the admin status (`status_of`), the peering state (`sync_status()`, None when
-the master has no peers) and the operations in progress, derived here from the worker
+the master has no peers), each peer master's own view (its workers: the page draws every
+data centre) and the operations in progress, derived here from the worker
 statuses: a full replication (REPLICATION_CLIENT, with an estimate of its progress from
 the source's storage size and NetSpeedBitsPerSec — the smart-replication estimate), a
 backup (REPLICATION_SERVER with no client), a restore, and a catch-up by replay (seq of
@@ -18,10 +19,12 @@ API when client-auth-file is set (the browser asks for it; basic auth).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from importlib import resources
 
+import httpx
 from fastapi import APIRouter, HTTPException, Request
 from starlette.responses import RedirectResponse, Response
 
@@ -31,6 +34,48 @@ from master_service.cluster.core import Cluster
 from master_service.cluster.statuses import WorkerStatus
 
 ASSETS = {"status.js": "text/javascript", "status.css": "text/css"}
+# A peer's own view (its workers) is asked of the peer at most this often, and given
+# this long to answer: the page must stay live while a peer is slow or cut off.
+PEER_VIEW_TTL_S = 1.0
+PEER_VIEW_TIMEOUT_S = 1.5
+
+
+class PeerViews:
+    """The other data centres as their masters see them: each peer's `/status/data`
+    (with ``local=1``, so that a peer does not in turn ask its peers)."""
+
+    def __init__(self) -> None:
+        self._cached: tuple[float, dict[str, dict]] | None = None
+
+    async def get(self, sync: dict | None, authorization: str | None) -> dict[str, dict]:
+        if not sync or not sync.get("peers"):
+            return {}
+        now = time.monotonic()
+        if self._cached and now - self._cached[0] < PEER_VIEW_TTL_S:
+            return self._cached[1]
+        # The operator's credential goes to the configured peers only: with client auth
+        # on, every data centre's masters take the same read users (docs/operations.md).
+        headers = {"authorization": authorization} if authorization else {}
+
+        async def one(http: httpx.AsyncClient, peer: dict) -> tuple[str, dict]:
+            try:
+                r = await http.get(f"{peer['url']}/status/data", params={"local": "1"},
+                                         headers=headers)
+            except httpx.HTTPError as exc:
+                return peer["id"], {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            if r.status_code != 200:
+                return peer["id"], {"ok": False, "error": f"answered {r.status_code}"}
+            try:
+                return peer["id"], {"ok": True, "data": r.json()}
+            except ValueError:
+                return peer["id"], {"ok": False, "error": "answered something not JSON"}
+
+        # A client per refresh (not one kept open): nothing to close at shutdown, and a
+        # refresh a second is no load worth a pool.
+        async with httpx.AsyncClient(timeout=PEER_VIEW_TIMEOUT_S) as http:
+            views = dict(await asyncio.gather(*(one(http, p) for p in sync["peers"])))
+        self._cached = (time.monotonic(), views)
+        return views
 
 
 class OperationTracker:
@@ -112,6 +157,7 @@ def status_page_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth
                        config_provider: Callable[[], object]) -> APIRouter:
     router = APIRouter(tags=["operations"])
     tracker = OperationTracker()
+    peers = PeerViews()
     static = resources.files("master_service") / "static"
 
     def denied(request: Request) -> Response | None:
@@ -141,20 +187,24 @@ def status_page_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth
     @router.get("/status/data", response_model=None,
                 summary="What the status page shows: the admin status, the peering state "
                 "and the operations in progress")
-    async def data(request: Request) -> Response | dict:
+    async def data(request: Request, local: bool = False) -> Response | dict:
+        """``local``: this master's view only (what a peer asks for)."""
         if (refusal := denied(request)) is not None:
             return refusal
         cluster = cluster_provider()
         status = status_of(cluster)
         config = config_provider()
+        sync = sync_status()
         return {
             "time": time.time(),
             "repository_id": getattr(config, "repository_id", None),
             "master_url": getattr(config, "master_url", None),
             "status": status,
-            "sync": sync_status(),
+            "sync": sync,
             "operations": tracker.operations(
                 status, cluster.params.net_speed_bits_per_sec),
+            "peer_views": {} if local else await peers.get(
+                sync, request.headers.get("authorization")),
         }
 
     return router

@@ -89,13 +89,29 @@ function drawTopology(d) {
     links.push(el("div", {class: "link", "data-peer": p.id, "data-reachable": reachable},
       reachable ? "linked" : "unreachable", el("br"), `heard ${ago(p.last_heard_s)}`,
       el("br"), `fingerprints ${match}`));
-    peers.push(el("div", {class: "dc peer-dc", "data-peer": p.id, "data-reachable": reachable},
-      el("h3", {}, `data centre of ${p.id}`),
+    // The peer's own view (asked of it by this master): its data centre and workers.
+    const view = (d.peer_views || {})[p.id];
+    const theirs = view && view.ok ? view.data : null;
+    const dcName = theirs && theirs.sync && theirs.sync.data_centre;
+    const box = el("div", {class: "dc peer-dc", "data-peer": p.id, "data-reachable": reachable},
+      el("h3", {}, dcName ? `data centre ${dcName}` : `data centre of ${p.id}`),
       el("div", {class: "master", "data-node-id": p.id},
         el("div", {class: "id"}, `master ${p.id}`),
         kv([["url", p.url], ["mode", p.mode], ["sync position",
             p.seq === null || p.seq === undefined ? "unknown" : `seq ${p.seq}`],
-            ["executed", p.executed_seq ?? null]]))));
+            ["executed", p.executed_seq ?? null],
+            ["log head", theirs ? `seq ${theirs.status.head.seq}` : null],
+            ["status", theirs ? (STATUS_TEXT[theirs.status.status] ?? theirs.status.status)
+                              : null]])));
+    if (theirs) {
+      const ws = el("div", {class: "workers"});
+      for (const w of theirs.status.workers) ws.append(workerCard(w, theirs.status.head));
+      box.append(ws);
+    } else {
+      box.append(el("p", {class: "none peer-view-error"},
+        `its workers: ${view ? view.error : "not asked yet"}`));
+    }
+    peers.push(box);
   }
   document.getElementById("links").replaceChildren(...links);
   document.getElementById("peer-dcs").replaceChildren(...peers);
