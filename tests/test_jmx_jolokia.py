@@ -277,6 +277,13 @@ def test_jolokia_exec(master):
     assert "unknown worker 'http://127.0.0.1:1'" in refused["error"]
     wrong = jget(master, f"exec/{NAME}/backup")
     assert wrong["status"] == 400 and "backup takes 1 arguments (name), got 0" in wrong["error"]
+    restored = jget(master, f"exec/{NAME}/restoreFromImage/jolokia1")
+    assert restored["status"] == 200, restored
+    assert restored["value"].startswith("restoring from image 'jolokia1' (seq ")
+    master.wait_in_sync()
+    unknown = jget(master, f"exec/{NAME}/restoreFromImage/nothing")
+    assert (unknown["status"], unknown["error"]) == (
+        400, "java.lang.IllegalArgumentException : no backup named 'nothing'")
 
 
 def test_jolokia_list_and_search(master):
