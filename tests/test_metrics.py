@@ -3,12 +3,15 @@ prometheus-client's own parser, and the read credential on the operator pages.""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from master_service.api.metrics import request_kind
 from tests.conftest import LocalCluster
+from tests.test_status_page import two_data_centres  # noqa: F401 - a fixture
 
 
 def scrape(url: str, auth: tuple[str, str] | None = None) -> dict[tuple, float]:
@@ -125,3 +128,26 @@ def test_operator_pages_take_the_read_credential(tmp_path, secret):
 ])
 def test_request_kinds(method, path, kind):
     assert request_kind(method, path) == kind
+
+
+def test_peering_metrics(request):
+    """Two peered masters: the sync series appear, and a peer's death shows."""
+    uk, us = request.getfixturevalue("two_data_centres")
+    deadline = time.monotonic() + 60
+    while True:
+        samples = scrape(uk.master.url)
+        if value(samples, "txcluster_sync_state", state="connected") == 1 and \
+                value(samples, "txcluster_peer_reachable", peer="master-us") == 1:
+            break
+        assert time.monotonic() < deadline, "not connected"
+        time.sleep(0.2)
+    assert value(samples, "txcluster_sync_state", state="split") == 0
+    assert uk.update("INSERT DATA { <urn:peered> <urn:p> 1 }").status_code == 204
+    samples = scrape(uk.master.url)
+    assert value(samples, "txcluster_sync_seq") >= 1
+    assert value(samples, "txcluster_sync_incoming") >= 0
+    us.master.kill9()
+    deadline = time.monotonic() + 60
+    while value(scrape(uk.master.url), "txcluster_peer_reachable", peer="master-us") != 0:
+        assert time.monotonic() < deadline, "peer still reachable"
+        time.sleep(0.2)
