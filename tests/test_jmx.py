@@ -220,7 +220,7 @@ def test_shutdown_is_not_held_by_the_jvm_or_a_connected_client(cluster_factory, 
         client.wait(10)
 
 
-def test_tls(cluster_factory, java_client, tmp_path):
+def test_tls(cluster_factory, java_client, tmp_path, secret):
     """jmx.ssl: registry and connector speak TLS with the configured keystore; a client
     that trusts it connects, a plaintext client does not."""
     keystore, password = tmp_path / "jmx.p12", "changeit"
@@ -245,6 +245,17 @@ def test_tls(cluster_factory, java_client, tmp_path):
     assert trusted.get("NodeID") == "master1"
     [plain] = Jmx(java_client, url, "admin", "s3cret").run("get\tNodeID")
     assert plain[0].startswith("CONNECT-ERROR"), plain
+
+    # The JDK's agent would start with a keystore it cannot open; the master does not.
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-it\n")
+    wrong.chmod(0o600)
+    code, log = _start_refused(tmp_path / "wrong-password", secret[0], **{
+        "jmx.port": str(free_port()), "jmx.ssl": "true", "jmx.ssl.keystore": str(keystore),
+        "jmx.ssl.keystore-password-file": str(wrong)})
+    assert code != 0
+    assert f"jmx.ssl.keystore {keystore} cannot be opened with the password of " \
+        "jmx.ssl.keystore-password-file" in log
 
 
 def _start_refused(directory: Path, secret_file: Path, **props: str) -> tuple[int, str]:

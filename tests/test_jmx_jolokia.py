@@ -94,6 +94,25 @@ def test_coerce_refuses_with_the_reason(java_type, value, message):
         coerce(java_type, value)
 
 
+@pytest.mark.parametrize(("url", "port", "expected"), [
+    ("http://10.0.0.5:7300", 0, "http://10.0.0.5:7300"),
+    ("http://10.0.0.5/", 7300, "http://10.0.0.5:7300"),
+    ("http://10.0.0.5:7300", 7300, "http://10.0.0.5:7300"),
+])
+def test_add_cluster_node_url_and_port(url, port, expected):
+    assert table._worker_url(url, port) == expected
+
+
+@pytest.mark.parametrize(("url", "port", "message"), [
+    ("http://10.0.0.5:7300", 7301, "has port 7300 but the port argument is 7301"),
+    ("10.0.0.5", 7300, "url: expected an http(s) URL, got '10.0.0.5'"),
+    ("http://10.0.0.5", 70000, "port must be 0 (the URL's own) or 1-65535, got 70000"),
+])
+def test_add_cluster_node_refuses_bad_url_or_port(url, port, message):
+    with pytest.raises(table.InvalidArgument, match=re.escape(message)):
+        table._worker_url(url, port)
+
+
 # ---- Jolokia's GET path and ObjectName patterns ----
 
 

@@ -242,6 +242,8 @@ class JmxBridge:
         import jpype.imports  # makes `from java.lang import ...` work
 
         self.jvm_start_s = time.monotonic() - started
+        if self.config.jmx_ssl:
+            self._check_keystore()
         from java.lang.management import ManagementFactory  # type: ignore[import-not-found]
         from javax.management import ObjectName  # type: ignore[import-not-found]
 
@@ -255,6 +257,24 @@ class JmxBridge:
                  self.config.jmx_port,
                  "" if self.config.jmx_password_file else ", WITHOUT authentication",
                  self.jvm_start_s)
+
+    def _check_keystore(self) -> None:
+        """The agent starts with a keystore it cannot open and fails only at the first
+        connection: open it now, so a wrong password stops the master with the reason."""
+        import jpype
+        from java.io import File  # type: ignore[import-not-found]
+        from java.security import KeyStore  # type: ignore[import-not-found]
+
+        props = _agent_properties(self.config)
+        password = props.get("javax.net.ssl.keyStorePassword", "")
+        try:
+            KeyStore.getInstance(File(props["javax.net.ssl.keyStore"]),
+                                 jpype.JArray(jpype.JChar)(password))
+        except jpype.JException as exc:
+            raise RuntimeError(f"JMX cannot start: jmx.ssl.keystore "
+                               f"{self.config.jmx_ssl_keystore} cannot be opened with the "
+                               f"password of jmx.ssl.keystore-password-file: "
+                               f"{exc.getMessage()}") from None
 
     def stop(self) -> None:
         """Unregister the MBean and release RMI threads waiting on the loop. The JVM itself
