@@ -30,6 +30,7 @@ from master_service.sync.driver import SyncDriver, mode_of
 from master_service.sync.protocol import Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
+from txcluster import tls
 from txcluster.auth import Verifier, load_secret
 from txcluster.properties import ConfigError, parse_url
 
@@ -139,7 +140,7 @@ class MasterService:
             mode=c.mode, strict=c.consistency == "strict",
             request_timeout=c.request_timeout_s,
             log_limits=(c.log_max_size, float(c.log_max_depth_hours)),
-            peered=peered,
+            peered=peered, tls=tls.client_context(c.tls_ca_file),
         )
         await self.cluster.start()
         self.scheduler = AsyncIOScheduler()
@@ -220,4 +221,5 @@ def serve(config: MasterConfig) -> None:
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
     uvicorn.run(create_app(service), host=config.host, port=config.port, log_level="warning",
-                access_log=False)
+                access_log=False, **tls.server_options(config.tls_cert_file,
+                                                       config.tls_key_file))

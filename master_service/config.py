@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pyoxigraph as ox
 
+from txcluster import tls
 from txcluster.properties import (
     ConfigError,
     Key,
@@ -264,6 +265,13 @@ SCHEMA = Schema(
         Key("jmx.ssl.keystore-password-file", parse_path,
             description="file holding the keystore password (mode 600)"),
         Key("log-level", parse_choice("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
+        # Optional TLS (txcluster/tls.py): the client/admin API over HTTPS, and the CA
+        # that verifies workers whose URLs are https.
+        Key("tls-cert-file", tls.parse_pem_file,
+            description="PEM certificate: serve the client and admin APIs over HTTPS"),
+        Key("tls-key-file", tls.parse_pem_file, description="its private key (mode 600)"),
+        Key("tls-ca-file", tls.parse_pem_file,
+            description="CA bundle that verifies https workers (default: system CAs)"),
     ),
     patterns=(
         (WORKER_KEY, parse_url),
@@ -349,7 +357,7 @@ def _jmx_problems(values: dict[str, Any]) -> list[str]:
 
 def _check_raw(raw: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
     values, problems = SCHEMA.check(raw)
-    return values, problems + _cross_key_problems(values)
+    return values, problems + _cross_key_problems(values) + tls.problems(values)
 
 
 @dataclass(frozen=True)
@@ -393,6 +401,9 @@ class MasterConfig:
     jmx_ssl: bool = False
     jmx_ssl_keystore: Path | None = None
     jmx_ssl_keystore_password_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
     # The <n> of each worker / peer, to name their keys when they are changed at runtime.
     worker_numbers: tuple[int, ...] = field(default=(), repr=False)
     peer_numbers: tuple[int, ...] = field(default=(), repr=False)
@@ -453,6 +464,9 @@ class MasterConfig:
             jmx_ssl=values["jmx.ssl"],
             jmx_ssl_keystore=values["jmx.ssl.keystore"],
             jmx_ssl_keystore_password_file=values["jmx.ssl.keystore-password-file"],
+            tls_cert_file=values["tls-cert-file"],
+            tls_key_file=values["tls-key-file"],
+            tls_ca_file=values["tls-ca-file"],
             worker_numbers=tuple(workers),
             peer_numbers=tuple(ids),
         )

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -48,7 +49,9 @@ class NodeProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        # A node with a certificate serves HTTPS only (txcluster/tls.py).
+        scheme = "https" if self.properties.get("tls-cert-file") else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def config(self) -> Path:
@@ -84,13 +87,20 @@ class NodeProcess:
                 raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n"
                                    f"{self.log_tail()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=2,
+                             verify=self.tls_verify()).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"{self.kind} at {self.url} not ready after {timeout}s:\n"
                            f"{self.log_tail()}")
+
+    def tls_verify(self) -> ssl.SSLContext | bool:
+        """How a client of this node verifies it: its own tls-ca-file (local clusters sign
+        every node with one CA), else the system's CAs."""
+        ca = self.properties.get("tls-ca-file")
+        return ssl.create_default_context(cafile=ca) if ca else True
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() \

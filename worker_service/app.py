@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import ssl
 
 import uvicorn
 from fastapi import FastAPI
 
+from txcluster import tls
 from txcluster.auth import Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
@@ -16,7 +18,8 @@ from worker_service.repository import Repository
 log = logging.getLogger("txcluster.worker")
 
 
-def create_app(repo: Repository, secret: bytes, title: str = "txcluster worker") -> FastAPI:
+def create_app(repo: Repository, secret: bytes, title: str = "txcluster worker",
+               client_tls: ssl.SSLContext | None = None) -> FastAPI:
     app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
                   "for reads, cluster-control API for its master.")
     verifier = Verifier(secret)
@@ -30,7 +33,8 @@ def create_app(repo: Repository, secret: bytes, title: str = "txcluster worker")
         """Liveness and a summary of the worker's state (no credential needed)."""
         return state_json(repo)
 
-    app.include_router(control_router(provider, verifier, secret), tags=["cluster-control"])
+    app.include_router(control_router(provider, verifier, secret, client_tls),
+                       tags=["cluster-control"])
     app.include_router(rdf4j_router(provider, verifier), tags=["rdf4j"])
     return app
 
@@ -46,9 +50,11 @@ def serve(config: WorkerConfig) -> None:
     st = repo.state()
     log.info("repository '%s' at seq %d, %d quads, listening on %s:%d",
              repo.id, st.seq, st.quads, config.host, config.port)
-    app = create_app(repo, secret, title=f"txcluster worker {config.repository_id}")
+    app = create_app(repo, secret, title=f"txcluster worker {config.repository_id}",
+                     client_tls=tls.client_context(config.tls_ca_file))
     try:
         uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
-                    access_log=False)
+                    access_log=False,
+                    **tls.server_options(config.tls_cert_file, config.tls_key_file))
     finally:
         repo.close()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from txcluster import tls
 from txcluster.properties import (
+    ConfigError,
     Key,
     Schema,
     parse_bool,
@@ -32,6 +34,11 @@ SCHEMA = Schema((
         description="fsync the journal and state file (power-loss safety of the metadata)"),
     Key("log-level", lambda t: t.upper() if t.upper() in
         ("DEBUG", "INFO", "WARNING", "ERROR") else _bad_level(t), default="INFO"),
+    # Optional TLS (txcluster/tls.py): serve HTTPS; verify other workers' images' sources.
+    Key("tls-cert-file", tls.parse_pem_file, description="PEM certificate: serve HTTPS"),
+    Key("tls-key-file", tls.parse_pem_file, description="its private key (mode 600)"),
+    Key("tls-ca-file", tls.parse_pem_file,
+        description="CA bundle to verify other workers (image pulls) over HTTPS"),
 ))
 
 
@@ -50,10 +57,15 @@ class WorkerConfig:
     verify_on_start: bool
     sync_writes: bool
     log_level: str
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:
         values = SCHEMA.validate(read_properties(path), source=str(path))
+        if problems := tls.problems(values):
+            raise ConfigError(f"{path}: " + "; ".join(problems))
         host, port = values["listen-address"]
         return cls(
             repository_id=values["repository-id"],
@@ -65,4 +77,7 @@ class WorkerConfig:
             verify_on_start=values["verify-on-start"],
             sync_writes=values["sync-writes"],
             log_level=values["log-level"],
+            tls_cert_file=values["tls-cert-file"],
+            tls_key_file=values["tls-key-file"],
+            tls_ca_file=values["tls-ca-file"],
         )

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -109,8 +110,9 @@ class Cluster:
                  mode: str = "NORMAL", strict: bool = False, request_timeout: float = 30.0,
                  log_limits: tuple[int, float] = (100_000, 168.0),
                  on_workers_changed: Callable[[list[str]], None] | None = None,
-                 peered: bool = False) -> None:
+                 peered: bool = False, tls: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
+        self.tls = tls  # verifies https workers (tls-ca-file); None: system CAs
         self.txlog = txlog
         self.secret = secret
         self.params = params
@@ -199,7 +201,8 @@ class Cluster:
     # ---- worker pool ----
 
     def _attach(self, url: str, readable: bool) -> Worker:
-        w = Worker(url, WorkerClient(url, self.secret, self.request_timeout), readable=readable)
+        w = Worker(url, WorkerClient(url, self.secret, self.request_timeout, self.tls),
+                   readable=readable)
         self.workers[url] = w
         w.forwarder = asyncio.create_task(self._forwarder(w), name=f"forward {url}")
         return w

@@ -11,6 +11,7 @@ image pulls keep httpx.)
 from __future__ import annotations
 
 import json as jsonlib
+import ssl
 from typing import Any
 
 import aiohttp
@@ -37,9 +38,12 @@ class WorkerRefused(Exception):
 
 
 class WorkerClient:
-    def __init__(self, url: str, secret: bytes, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, secret: bytes, timeout: float = 30.0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
         self._secret = secret
+        # Verifies an https worker (tls-ca-file); None: the system's CAs. Never off.
+        self._tls: ssl.SSLContext | bool = tls if tls is not None else True
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
 
@@ -48,7 +52,8 @@ class WorkerClient:
         # Created on first use, inside the running loop (aiohttp binds sessions to it).
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=128, ttl_dns_cache=300),
+                connector=aiohttp.TCPConnector(limit=128, ttl_dns_cache=300,
+                                               ssl=self._tls),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 auto_decompress=False,
             )

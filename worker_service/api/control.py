@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -91,7 +92,8 @@ def _image_response(path: Path, manifest: dict, cleanup: bool) -> FileResponse:
 
 
 def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
-                   secret: bytes) -> APIRouter:
+                   secret: bytes, client_tls: ssl.SSLContext | None = None) -> APIRouter:
+    """``client_tls`` verifies an https image source (tls-ca-file); None: system CAs."""
     router = APIRouter(prefix="/cluster")
 
     async def guard(request: Request) -> Repository:
@@ -194,7 +196,8 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         path = repo.data_dir / "tmp" / f"incoming-{uuid.uuid4().hex}.tar.sz"
         try:
             async with (
-                httpx.AsyncClient(auth=HmacAuth(secret), timeout=60) as client,
+                httpx.AsyncClient(auth=HmacAuth(secret), timeout=60,
+                                  verify=client_tls or True) as client,
                 client.stream("GET", source) as resp,
             ):
                 if resp.status_code != 200:
