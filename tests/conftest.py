@@ -41,6 +41,7 @@ class LocalCluster:
     """
 
     def __init__(self, root, secret: tuple, workers: int, repository_id: str = "repo",
+                 master_port: int | None = None, node_id: str = "master1",
                  **master_extra: str) -> None:
         self.root = root
         self.secret_file, self.secret = secret
@@ -48,8 +49,9 @@ class LocalCluster:
         self.nodes: list = []  # every process this cluster made, for teardown
         self.workers = [self.new_worker(f"worker{i + 1}") for i in range(workers)]
         props = {"health-interval-s": "0.2", "request-timeout-s": "10", **master_extra}
-        self.master = master_node(root / "master", self.secret_file, "master1",
-                                  [w.url for w in self.workers], repository_id, **props)
+        self.master = master_node(root / "master", self.secret_file, node_id,
+                                  [w.url for w in self.workers], repository_id,
+                                  port=master_port, **props)
         self.nodes.append(self.master)
 
     def start(self) -> LocalCluster:

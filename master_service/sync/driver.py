@@ -235,7 +235,9 @@ class SyncDriver:
         except BaseException:
             self._waiters.pop(txid, None)
             raise
-        tx = next(i.tx for i in ready.incoming if i.tx.txid == txid)
+        # Its metadata is incoming, or already synchronised (a master without peers).
+        tx = next(t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
+                  if t.txid == txid)
         pays.append((tx, operations))  # its payload: in the same commit as its metadata
         try:
             return await asyncio.wait_for(asyncio.shield(fut), self.request_timeout)
@@ -335,7 +337,9 @@ class SyncDriver:
                     self.failed = f"could not persist the sync state: {exc}"
                     log.critical("sync: %s", self.failed, exc_info=True)
                     return
-                for ready, _ in batch:
+                for ready, payloads in batch:
+                    if payloads:  # an agreed transaction may have been waiting for it
+                        self._exec_wake.set()
                     self._act(ready)
             if not self._queue:
                 self._idle.set()

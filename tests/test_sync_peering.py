@@ -1,0 +1,373 @@
+"""Peered masters as real processes: one master and its workers per data centre, all on
+loopback, agreeing on one order of transactions with the TxLog sync protocol.
+
+What an operator relies on: concurrent writers on every master end with identical agreed
+queues and identical workers everywhere; a master killed -9 mid-stream comes back as a
+lagger and loses nothing acknowledged; strangers and forged or replayed messages are
+refused; read-only and muted masters behave as cluster-basics.txt says; sync peers can be
+added and removed at runtime and that persists.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import LocalCluster
+from tests.procs import free_port, make_secret
+from txcluster.auth import sign
+
+P = "urn:txc:p"
+
+
+class DataCentres:
+    """N data centres on loopback: master m<i> with its workers in dc<i>, every master a
+    sync peer of every other. Every process made here is stopped by ``stop_all``."""
+
+    def __init__(self, root: Path, n: int = 3, workers: int = 2,
+                 extra: dict[int, dict[str, str]] | None = None, peered: bool = True) -> None:
+        self.secret = make_secret(root / "secrets")
+        ports = [free_port() for _ in range(n)]
+        self.dcs: list[LocalCluster] = []
+        for i in range(n):
+            props = {"data-centre": f"dc{i + 1}", "sync-idle-interval-ms": "300",
+                     **(extra or {}).get(i, {})}
+            if peered:
+                others = [k for k in range(n) if k != i]
+                for j, k in enumerate(others, 1):
+                    props[f"peer.{j}.id"] = f"m{k + 1}"
+                    props[f"peer.{j}.url"] = f"http://127.0.0.1:{ports[k]}"
+            self.dcs.append(LocalCluster(root / f"dc{i + 1}", self.secret, workers,
+                                         master_port=ports[i], node_id=f"m{i + 1}", **props))
+
+    def start(self) -> DataCentres:
+        for dc in self.dcs:
+            for w in dc.workers:
+                w.start(wait=False)
+        for dc in self.dcs:
+            for w in dc.workers:
+                w.wait_ready()
+            dc.master.start()
+        for dc in self.dcs:
+            # not dc.wait_in_sync(): a read-only or muted master is never writable
+            dc.wait_for(workers_in_sync, "workers in sync")
+        return self
+
+    def stop_all(self) -> None:
+        for dc in self.dcs:
+            dc.stop_all()
+
+    # ---- observations ----
+
+    @staticmethod
+    def sync(dc: LocalCluster) -> dict:
+        r = httpx.get(f"{dc.master.url}/admin/sync", timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    @staticmethod
+    def agreed(dc: LocalCluster) -> list[str]:
+        out: list[str] = []
+        while True:
+            r = httpx.get(f"{dc.master.url}/admin/sync/agreed",
+                          params={"after": len(out), "limit": 5000}, timeout=10)
+            r.raise_for_status()
+            page = [e["txid"] for e in r.json()]
+            if not page:
+                return out
+            out += page
+
+    def wait_converged(self, timeout: float = 90.0, masters: list[int] | None = None) -> None:
+        """Every master at the same agreed position with nothing incoming, everything
+        executed, and all its workers in sync."""
+        dcs = [self.dcs[i] for i in masters] if masters is not None else self.dcs
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                syncs = [self.sync(dc) for dc in dcs]
+                last = [{k: s[k] for k in ("node_id", "state", "seq", "executed_seq",
+                                           "incoming", "split_suspected")} for s in syncs]
+                if (len({s["seq"] for s in syncs}) == 1
+                        and all(s["incoming"] == 0 and s["executed_seq"] == s["seq"]
+                                for s in syncs)
+                        and all(workers_in_sync(dc.status()) for dc in dcs)):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        logs = "\n".join(f"--- {dc.master.url}\n{dc.master.log_tail(3000)}" for dc in dcs)
+        raise AssertionError(f"not converged after {timeout}s: {last}\n{logs}")
+
+    def subjects_on_every_worker(self) -> dict[str, set[str]]:
+        query = f"SELECT ?s WHERE {{ ?s <{P}> ?o }}"
+        return {w.url: {row["s"] for row in dc.select(query, base=w.url)}
+                for dc in self.dcs for w in dc.workers}
+
+    def fingerprints(self) -> dict[str, str]:
+        return {url: fp for dc in self.dcs for url, fp in dc.fingerprints().items()}
+
+
+def workers_in_sync(status: dict) -> bool:
+    head = status["head"]
+    return all(w["status"] == "ON" and w["seq"] == head["seq"]
+               and w["fingerprint"] == head["fingerprint"] and w["pending_forwards"] == 0
+               for w in status["workers"])
+
+
+def insert(dc: LocalCluster, subject: str, timeout: float = 30) -> httpx.Response:
+    return dc.update(f'INSERT DATA {{ <{subject}> <{P}> "x" }}', timeout=timeout)
+
+
+class Writers:
+    """Client threads inserting unique statements through given masters; every
+    acknowledgement (204) is recorded. A refused or unanswered write is not."""
+
+    def __init__(self, targets: list[tuple[str, LocalCluster]], per_thread: int | None = None,
+                 timeout: float = 30) -> None:
+        self.per_thread = per_thread
+        self.acked: set[str] = set()
+        self.failed: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(name, dc, per_thread, timeout),
+                                         daemon=True) for name, dc in targets]
+
+    def _run(self, name: str, dc: LocalCluster, per_thread: int | None, timeout: float) -> None:
+        i = 0
+        while not self._stop.is_set() and (per_thread is None or i < per_thread):
+            subject = f"urn:txc:{name}-{i}"
+            i += 1
+            try:
+                r = insert(dc, subject, timeout)
+                ok, why = r.status_code == 204, f"{r.status_code} {r.text[:120]}"
+            except httpx.HTTPError as exc:
+                ok, why = False, f"{type(exc).__name__}"
+            with self._lock:
+                if ok:
+                    self.acked.add(subject)
+                else:
+                    self.failed.append((subject, why))
+                    time.sleep(0.05)
+
+    def __enter__(self) -> Writers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.per_thread is None:  # endless writers stop at the end of the block;
+            self._stop.set()  # counted ones finish their writes
+        for t in self.threads:
+            t.join(120)
+
+
+@pytest.fixture(scope="module")
+def three_dcs(tmp_path_factory):
+    dcs = DataCentres(tmp_path_factory.mktemp("three-dcs"), n=3, workers=2)
+    try:
+        yield dcs.start()
+    finally:
+        dcs.stop_all()
+
+
+def test_concurrent_writers_on_every_master_agree_everywhere(three_dcs):
+    dcs = three_dcs
+    targets = [(f"m{i + 1}t{t}", dc) for i, dc in enumerate(dcs.dcs) for t in range(3)]
+    with Writers(targets, per_thread=15) as writers:
+        pass
+    assert not writers.failed, writers.failed[:5]
+    assert len(writers.acked) == 9 * 15
+    dcs.wait_converged()
+    queues = [dcs.agreed(dc) for dc in dcs.dcs]
+    assert queues[0] == queues[1] == queues[2]
+    assert len(queues[0]) >= len(writers.acked)
+    # Every acknowledged statement on all six workers, and nothing nobody wrote.
+    for url, subjects in dcs.subjects_on_every_worker().items():
+        assert subjects == writers.acked, url
+    assert len(set(dcs.fingerprints().values())) == 1
+    # The data centres compared fingerprints at the same agreed positions and agree.
+    for dc in dcs.dcs:
+        st = dcs.sync(dc)
+        assert st["state"] == "connected" and not st["divergences"], st
+        assert all(p["fingerprint_match"] is not False for p in st["peers"]), st
+
+
+def test_a_write_through_one_master_is_readable_through_every_other(three_dcs):
+    r = insert(three_dcs.dcs[1], "urn:txc:read-anywhere")
+    assert r.status_code == 204, r.text
+    three_dcs.wait_converged()
+    for dc in three_dcs.dcs:
+        rows = dc.select("SELECT ?p WHERE { <urn:txc:read-anywhere> ?p ?o }")
+        assert rows, dc.master.url
+
+
+def _signed_post(url: str, path: str, body: dict, secret: bytes) -> httpx.Response:
+    data = json.dumps(body).encode()
+    return httpx.post(url + path, content=data, timeout=10, headers={
+        "content-type": "application/json", "authorization": sign(secret, "POST", path, data)})
+
+
+def test_strangers_forged_and_replayed_peer_messages_are_refused(three_dcs):
+    m1 = three_dcs.dcs[0]
+    secret = three_dcs.secret[1]
+    before = three_dcs.sync(m1)
+    status = {"sender": "intruder", "mode": "read-write", "merge_base": None, "seq": 0,
+              "counter": 10**15, "chain": "",
+              "queue": [{"txid": "evil", "timestamp": 1, "origin": "intruder", "size": 2,
+                         "digest": "00"}]}
+    # A node that is not a configured peer, with a valid credential.
+    r = _signed_post(m1.master.url, "/peer/status", {"status": status}, secret)
+    assert r.status_code == 403 and "not a configured peer" in r.text
+    # A configured peer's name without the secret.
+    status["sender"] = "m2"
+    r = _signed_post(m1.master.url, "/peer/status", {"status": status}, b"x" * 32)
+    assert r.status_code == 403 and "wrong cluster credential" in r.text
+    r = httpx.post(f"{m1.master.url}/peer/status", json={"status": status}, timeout=10)
+    assert r.status_code == 403 and "missing" in r.text
+    # A captured, correctly signed message sent again (a harmless old status of m2's).
+    data = json.dumps({"status": {**status, "counter": 0, "queue": []}}).encode()
+    headers = {"content-type": "application/json",
+               "authorization": sign(secret, "POST", "/peer/status", data)}
+    first = httpx.post(f"{m1.master.url}/peer/status", content=data, headers=headers)
+    again = httpx.post(f"{m1.master.url}/peer/status", content=data, headers=headers)
+    assert first.status_code in (204, 400), first.text
+    assert again.status_code == 403 and "replayed" in again.text
+    # Malformed messages name what is wrong.
+    r = _signed_post(m1.master.url, "/peer/status", {"status": {"sender": "m2"}}, secret)
+    assert r.status_code == 400 and "mode" in r.text
+    # Payloads are only for configured peers.
+    path = "/peer/transactions/anything?peer=intruder"
+    r = httpx.get(m1.master.url + path, headers={"authorization": sign(secret, "GET", path)})
+    assert r.status_code == 403
+    after = three_dcs.sync(m1)
+    assert after["counter"] < 10**15  # the stranger's counter was not observed
+    assert after["seq"] >= before["seq"]
+    assert "evil" not in three_dcs.agreed(m1)
+    log = m1.master.log_path.read_text()
+    assert "not a configured peer" in log and "wrong cluster credential" in log
+
+
+def test_a_master_killed_mid_stream_catches_up_as_a_lagger(tmp_path):
+    dcs = DataCentres(tmp_path, n=3, workers=2,
+                      extra={i: {"max-peer-lag-s": "1.5"} for i in range(3)})
+    try:
+        dcs.start()
+        m1, m2, m3 = dcs.dcs
+        targets = [("a", m1), ("b", m2), ("c", m3), ("d", m2), ("e", m3)]
+        with Writers(targets, timeout=20) as writers:
+            time.sleep(2)
+            m1.master.kill9()
+            killed_at = time.monotonic()
+            time.sleep(4)  # m2 and m3 go on without m1 after max-peer-lag
+            progressed = {s for s in writers.acked if s.startswith(("urn:txc:b", "urn:txc:c"))}
+            m1.master.start(wait=True)
+            restarted_after = time.monotonic() - killed_at
+            time.sleep(3)
+            with_m1 = len(writers.acked)
+        assert restarted_after > 2
+        assert with_m1 > len(progressed) > 0
+        dcs.wait_converged(timeout=120)
+        queues = [dcs.agreed(dc) for dc in dcs.dcs]
+        assert queues[0] == queues[1] == queues[2]
+        for url, subjects in dcs.subjects_on_every_worker().items():
+            missing = writers.acked - subjects
+            assert not missing, f"{url} lost acknowledged writes: {sorted(missing)[:5]}"
+            assert subjects <= writers.acked | {s for s, _ in writers.failed}, url
+        assert len(set(dcs.fingerprints().values())) == 1
+        st = dcs.sync(m2)
+        assert st["split_suspected"] == [] and st["state"] == "connected", st
+    finally:
+        dcs.stop_all()
+
+
+def test_read_only_and_muted_masters(tmp_path):
+    # m2 muted, m3 read-only (cluster-basics.txt, "Master peering").
+    dcs = DataCentres(tmp_path, n=3, workers=1,
+                      extra={1: {"mode": "MUTE"}, 2: {"read-only": "true"}})
+    try:
+        dcs.start()
+        m1, m2, m3 = dcs.dcs
+        for dc, what in ((m2, "muted"), (m3, "read-only")):
+            r = insert(dc, "urn:txc:refused")
+            assert r.status_code == 503 and what in r.text, r.text
+        assert insert(m1, "urn:txc:one").status_code == 204
+        # The muted master applies what its peers agree; the read-only one takes part in
+        # the agreement (m1 waited for it) but does not apply to its workers.
+        dcs.wait_converged(masters=[0, 1])
+        sync3 = dcs.sync(m3)
+        assert sync3["seq"] == dcs.sync(m1)["seq"] and sync3["executed_seq"] == 0
+        subjects = dcs.subjects_on_every_worker()
+        assert subjects[m2.workers[0].url] == {"urn:txc:one"}
+        assert subjects[m3.workers[0].url] == set()
+        # Others do not wait for a muted master: with m2 dead, m1 still commits.
+        m2.master.kill9()
+        assert insert(m1, "urn:txc:two", timeout=20).status_code == 204
+        # Others wait for a read-only master: with m3 dead, m1's write is not agreed.
+        m3.master.kill9()
+        r = insert(m1, "urn:txc:three", timeout=20)
+        assert r.status_code == 504 and "not yet agreed" in r.text, r.text
+        # m3 back and made read-write at runtime: the write is agreed, m3 applies the
+        # whole backlog to its workers.
+        m3.master.start()
+        r = httpx.put(f"{m3.master.url}/admin/mode", json={"read_only": False}, timeout=10)
+        assert r.status_code == 200, r.text
+        m2.master.start()
+        dcs.wait_converged()
+        subjects = dcs.subjects_on_every_worker()
+        want = {"urn:txc:one", "urn:txc:two", "urn:txc:three"}
+        assert all(s == want for s in subjects.values()), subjects
+        assert "read-only=false" in m3.master.config.read_text()
+    finally:
+        dcs.stop_all()
+
+
+def test_sync_peers_are_added_and_removed_at_runtime_and_persisted(tmp_path):
+    dcs = DataCentres(tmp_path, n=2, workers=1, peered=False)
+    try:
+        dcs.start()
+        m1, m2 = dcs.dcs
+        assert insert(m1, "urn:txc:before-peering").status_code == 204
+        assert httpx.get(f"{m1.master.url}/admin/sync").status_code == 404
+        config_before = m1.master.config.read_text()
+        for body, why in (({"id": "m1", "url": m2.master.url}, "own node id"),
+                          ({"id": "bad id!", "url": m2.master.url}, "not a node id"),
+                          ({"id": "m2", "url": "not a url"}, "http(s) url")):
+            r = httpx.post(f"{m1.master.url}/admin/sync/peers", json=body, timeout=10)
+            assert r.status_code == 400 and why in r.text.lower(), r.text
+        assert m1.master.config.read_text() == config_before
+        # The two data centres hold different data: the peering base differs and the
+        # fingerprint comparison at agreed position 0 reports it.
+        for a, b in ((m1, m2), (m2, m1)):
+            r = httpx.post(f"{a.master.url}/admin/sync/peers",
+                           json={"id": b.master.properties["node-id"], "url": b.master.url},
+                           timeout=10)
+            assert r.status_code == 200, r.text
+        assert "peer.1.id=m2" in m1.master.config.read_text()
+        assert insert(m2, "urn:txc:after-peering").status_code == 204
+        dcs.wait_converged()
+        assert dcs.agreed(m1) == dcs.agreed(m2)
+        kinds = {d["kind"] for d in dcs.sync(m1)["divergences"]}
+        assert "fingerprint" in kinds
+        r = httpx.post(f"{m1.master.url}/admin/sync/peers",
+                       json={"id": "m2", "url": m2.master.url}, timeout=10)
+        assert r.status_code == 400 and "already" in r.text
+        r = httpx.delete(f"{m1.master.url}/admin/sync/peers/nobody", timeout=10)
+        assert r.status_code == 404
+        r = httpx.delete(f"{m1.master.url}/admin/sync/peers/m2", timeout=10)
+        assert r.status_code == 200, r.text
+        assert "peer.1.id" not in m1.master.config.read_text()
+        # Without peers the master goes on alone through its agreed queue.
+        assert insert(m1, "urn:txc:alone").status_code == 204
+        # A restart keeps the peers as configured.
+        m2.master.stop()
+        m2.master.start()
+        assert "peer.1.id=m1" in m2.master.config.read_text()
+        assert [p["id"] for p in dcs.sync(m2)["peers"]] == ["m1"]
+    finally:
+        dcs.stop_all()
