@@ -46,12 +46,14 @@ class NodeProcess:
     port: int
     pid: int | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    host: str = "127.0.0.1"  # the address it listens on and is reached at
+    netns: str | None = None  # run in this network namespace (`ip netns exec`, root only)
 
     @property
     def url(self) -> str:
         # A node with a certificate serves HTTPS only (txcluster/tls.py).
         scheme = "https" if self.properties.get("tls-cert-file") else "http"
-        return f"{scheme}://127.0.0.1:{self.port}"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def config(self) -> Path:
@@ -70,8 +72,11 @@ class NodeProcess:
         if not self.config.exists():
             self.write_config()
         with open(self.log_path, "ab") as log:
+            # `ip netns exec` execs the node: the PID is still the node's own.
+            prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "txcluster.cli", self.kind, "--config", str(self.config)],
+                [*prefix, sys.executable, "-m", "txcluster.cli", self.kind,
+                 "--config", str(self.config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=detach,
             )
@@ -148,16 +153,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 def worker_node(directory: Path, secret_file: Path, repository_id: str = "repo",
-                port: int | None = None, **extra: str) -> NodeProcess:
+                port: int | None = None, host: str = "127.0.0.1", netns: str | None = None,
+                **extra: str) -> NodeProcess:
     port = port or free_port()
     props = {
         "repository-id": repository_id,
         "data-dir": str(directory / "data"),
-        "listen-address": f"127.0.0.1:{port}",
+        "listen-address": f"{host}:{port}",
         "cluster-secret-file": str(secret_file),
         **extra,
     }
-    return NodeProcess("worker", directory, props, port)
+    return NodeProcess("worker", directory, props, port, host=host, netns=netns)
 
 
 def new_secret(directory: Path) -> Path:
@@ -190,19 +196,20 @@ def down(directory: Path) -> list[int]:
 
 def master_node(directory: Path, secret_file: Path, node_id: str, workers: list[str],
                 repository_id: str = "repo", port: int | None = None,
+                host: str = "127.0.0.1", netns: str | None = None,
                 **extra: str) -> NodeProcess:
     port = port or free_port()
     props = {
         "node-id": node_id,
-        "master-url": f"http://127.0.0.1:{port}",
+        "master-url": f"http://{host}:{port}",
         "repository-id": repository_id,
-        "listen-address": f"127.0.0.1:{port}",
+        "listen-address": f"{host}:{port}",
         "data-dir": str(directory / "data"),
         "cluster-secret-file": str(secret_file),
         **{f"worker.{i}.url": url for i, url in enumerate(workers, 1)},
         **extra,
     }
-    return NodeProcess("master", directory, props, port)
+    return NodeProcess("master", directory, props, port, host=host, netns=netns)
 
 
 def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | None = None,

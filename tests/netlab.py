@@ -1,0 +1,388 @@
+"""A real network for tests (root only): hosts in network namespaces on two redundant
+networks, with partitions and adapter failures made by the kernel.
+
+Layout of one lab (run id R, a /24 10.214.N.0/24 that no route of the root namespace
+overlaps, chosen at start)::
+
+    root namespace --veth "txc-R-m" (10.214.N.1/30)-- switch namespace "txc-R-sw"
+                                                        br-a  10.214.N.126/26  (net A)
+                                                        br-b  10.214.N.190/26  (net B)
+    host namespace "txc-R-<host>" (host number i, 1-based):
+        lo     service IP 10.214.N.(16+i)/32  -- what nodes listen on and are reached at
+        eth-a  10.214.N.(64+i)/26   veth to br-a
+        eth-b  10.214.N.(128+i)/26  veth to br-b
+        routes to every other host's service IP: via its net A address (metric 10) and
+        via its net B address (metric 20), source = own service IP; the same two routes
+        to the root namespace's management /30 through the switch.
+
+The switch namespace only bridges (and routes the management /30, so that the test
+process reaches every service IP through ``txc-R-m``). The root namespace gets one veth
+and one route for the lab's /24, both gone when the lab is closed.
+
+Faults (all idempotent):
+
+* ``adapter_down(host, net)``: the route over that net to and from the host is
+  withdrawn everywhere (what the routing of a real redundant network does when an
+  adapter fails; a static route to a dead next hop would only blackhole) and the
+  adapter goes down (its kernel drops its own routes over it). Traffic fails over to
+  the other net; ``adapter_up`` brings it back.
+* ``cut(a, b)``: an nftables set in each of the two namespaces drops every packet to
+  and from the other's addresses, on both nets; ``uncut``; ``isolate(host)`` cuts it
+  from every other host (the test process still reaches it, over the management path).
+* ``heal()``: no cuts, every adapter up.
+
+Cleanup: ``close()`` (also from ``with``, and from atexit if the test never got there)
+deletes every namespace whose name starts with the run's prefix and the root veth.
+Deleting the switch namespace removes every veth pair with it. A run killed with -9 is
+swept by the next lab (``sweep_stale``: runs whose registered PID is dead). Processes
+started in a host namespace are the tests' to stop (by PID) before ``close``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ipaddress
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+PREFIX = "txc-"
+NETS = ("a", "b")
+REGISTRY = Path("/tmp/txc-netlab")  # <run id> -> PID of the process that owns the run
+_BASE = ipaddress.ip_network("10.214.0.0/16")
+_HOST = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+class NetlabError(RuntimeError):
+    pass
+
+
+def unavailable() -> str | None:
+    """Why a lab cannot be made here (for pytest.skip), or None."""
+    if os.geteuid() != 0:
+        return "needs root: network namespaces, veth links and nftables (CI runs as root)"
+    for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
+        if shutil.which(tool) is None:
+            return f"needs the `{tool}` command (Debian package {package})"
+    return None
+
+
+def run(*args: str, check: bool = True, input: str | None = None) -> str:
+    proc = subprocess.run(args, capture_output=True, text=True, input=input, timeout=30)
+    if check and proc.returncode != 0:
+        raise NetlabError(f"{' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def netns_names() -> list[str]:
+    return [line.split()[0] for line in run("ip", "netns", "list").splitlines() if line.strip()]
+
+
+def root_links() -> list[str]:
+    return [m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)[:@]", run("ip", "-o", "link"),
+                                            re.M)]
+
+
+def remove_run(run_id: str) -> None:
+    """Remove everything of run ``run_id`` by name: the root veth, then the namespaces."""
+    prefix = f"{PREFIX}{run_id}-"
+    for link in root_links():
+        if link.startswith(prefix):
+            run("ip", "link", "del", link, check=False)
+    for ns in netns_names():
+        if ns.startswith(prefix):
+            run("ip", "netns", "del", ns, check=False)
+    with contextlib.suppress(FileNotFoundError):
+        (REGISTRY / run_id).unlink()
+
+
+def sweep_stale() -> list[str]:
+    """Remove the labs of runs whose owning process is gone (a test run killed -9)."""
+    swept = []
+    if not REGISTRY.is_dir():
+        return swept
+    for entry in REGISTRY.iterdir():
+        try:
+            pid = int(entry.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            remove_run(entry.name)
+            swept.append(entry.name)
+    return swept
+
+
+class NetLab:
+    """Hosts in namespaces on two redundant networks; see the module docstring."""
+
+    def __init__(self, hosts: list[str], run_id: str | None = None) -> None:
+        for h in hosts:
+            if not _HOST.match(h) or h == "sw":
+                raise ValueError(f"host name {h!r}: 1-8 lower-case letters/digits, not 'sw'")
+        if len(set(hosts)) != len(hosts) or not 1 <= len(hosts) <= 40:
+            raise ValueError(f"1 to 40 distinct hosts, got {hosts}")
+        self.hosts = list(hosts)
+        self.run_id = run_id or secrets.token_hex(3)
+        self.prefix = f"{PREFIX}{self.run_id}-"
+        self.subnet: ipaddress.IPv4Network | None = None
+        self._cuts: set[frozenset[str]] = set()
+        self._down: set[tuple[str, str]] = set()
+        self._routes: set[tuple[str, str, str]] = set()  # (from ns key, to host, net)
+        self._started = False
+
+    # ---------------------------------------------------------------- addresses
+
+    def _ip(self, last: int) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + last)
+
+    def service_ip(self, host: str) -> str:
+        return self._ip(16 + self._index(host))
+
+    def link_ip(self, host: str, net: str) -> str:
+        return self._ip((64 if net == "a" else 128) + self._index(host))
+
+    def netns(self, host: str) -> str:
+        self._index(host)
+        return self.prefix + host
+
+    @property
+    def switch(self) -> str:
+        return self.prefix + "sw"
+
+    @property
+    def root_link(self) -> str:
+        return self.prefix + "m"
+
+    def exec_prefix(self, host: str) -> list[str]:
+        """Command prefix that runs a program in the host's namespace (``ip netns exec``
+        execs the program: its PID is the one Popen reports)."""
+        return ["ip", "netns", "exec", self.netns(host)]
+
+    def _index(self, host: str) -> int:
+        try:
+            return self.hosts.index(host) + 1
+        except ValueError:
+            raise ValueError(f"unknown host {host!r} (hosts: {self.hosts})") from None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> NetLab:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> NetLab:
+        why = unavailable()
+        if why:
+            raise NetlabError(why)
+        sweep_stale()
+        REGISTRY.mkdir(parents=True, exist_ok=True)
+        (REGISTRY / self.run_id).write_text(str(os.getpid()))
+        atexit.register(self.close)
+        self._started = True
+        try:
+            self.subnet = self._free_subnet()
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        remove_run(self.run_id)
+        atexit.unregister(self.close)
+
+    def leftovers(self) -> list[str]:
+        """Namespaces and root links of this run that still exist (none after close)."""
+        return [n for n in [*netns_names(), *root_links()] if n.startswith(self.prefix)]
+
+    def _free_subnet(self) -> ipaddress.IPv4Network:
+        taken = []
+        for line in run("ip", "-4", "route", "show", "table", "all").splitlines():
+            dst = line.split()[0] if line.split() else ""
+            if dst in ("default", "broadcast", "local", "unreachable", "blackhole"):
+                dst = line.split()[1] if dst != "default" else ""
+            with contextlib.suppress(ValueError):
+                if dst:
+                    taken.append(ipaddress.ip_network(dst, strict=False))
+        for m in re.finditer(r"inet (\S+)", run("ip", "-4", "-o", "addr")):
+            taken.append(ipaddress.ip_interface(m.group(1)).network)
+        candidates = list(_BASE.subnets(new_prefix=24))
+        start = int(self.run_id, 16) % len(candidates)
+        for k in range(len(candidates)):
+            net = candidates[(start + k) % len(candidates)]
+            if not any(net.overlaps(t) for t in taken if t.prefixlen > 0):
+                return net
+        raise NetlabError(f"no free /24 in {_BASE}: every one overlaps a route")
+
+    def _build(self) -> None:
+        sw = self.switch
+        run("ip", "netns", "add", sw)
+        self._sh(sw, "sysctl -qw net.ipv4.ip_forward=1",
+                 "ip link set lo up",
+                 "ip link add br-a type bridge", "ip link add br-b type bridge",
+                 f"ip addr add {self._ip(126)}/26 dev br-a",
+                 f"ip addr add {self._ip(190)}/26 dev br-b",
+                 "ip link set br-a up", "ip link set br-b up")
+        # The management path: the test process (root namespace) -> switch -> hosts.
+        run("ip", "link", "add", self.root_link, "type", "veth", "peer", "name", "mgmt",
+            "netns", sw)
+        run("ip", "addr", "add", f"{self._ip(1)}/30", "dev", self.root_link)
+        run("ip", "link", "set", self.root_link, "up")
+        self._sh(sw, f"ip addr add {self._ip(2)}/30 dev mgmt", "ip link set mgmt up")
+        run("ip", "route", "add", str(self.subnet), "via", self._ip(2), "dev", self.root_link)
+        for host in self.hosts:
+            ns = self.netns(host)
+            run("ip", "netns", "add", ns)
+            self._sh(ns, "sysctl -qw net.ipv4.conf.all.rp_filter=0",
+                     "sysctl -qw net.ipv4.conf.default.rp_filter=0",
+                     "ip link set lo up",
+                     f"ip addr add {self.service_ip(host)}/32 dev lo")
+            for net in NETS:
+                run("ip", "-n", sw, "link", "add", f"{host}-{net}", "type", "veth",
+                    "peer", "name", f"eth-{net}", "netns", ns)
+                self._sh(sw, f"ip link set {host}-{net} master br-{net}",
+                         f"ip link set {host}-{net} up")
+                self._sh(ns, f"ip addr add {self.link_ip(host, net)}/26 dev eth-{net}",
+                         f"ip link set eth-{net} up")
+            run("ip", "netns", "exec", ns, "nft", "-f", "-", input=self._nft_table())
+        self._sync_routes()
+        if shutil.which("ping"):  # every service IP answers before anyone uses the lab
+            for host in self.hosts:
+                run("ping", "-c1", "-W2", self.service_ip(host))
+
+    def _sh(self, ns: str, *commands: str) -> None:
+        for cmd in commands:
+            run("ip", "netns", "exec", ns, *cmd.split())
+
+    # ---------------------------------------------------------------- routes
+
+    def _route_args(self, src: str, dst: str, net: str) -> list[str]:
+        """`ip route` arguments (after add/del) of the route in namespace ``src`` (a host
+        or "sw") to host ``dst`` over ``net`` — or, for dst "mgmt", to the root's /30."""
+        metric = "10" if net == "a" else "20"
+        if dst == "mgmt":
+            gw = self._ip(126 if net == "a" else 190)
+            return [f"{self._ip(0)}/30", "via", gw, "dev", f"eth-{net}", "metric", metric,
+                    "src", self.service_ip(src)]
+        target = [f"{self.service_ip(dst)}/32", "via", self.link_ip(dst, net)]
+        if src == "sw":
+            return [*target, "dev", f"br-{net}", "metric", metric]
+        return [*target, "dev", f"eth-{net}", "metric", metric, "src", self.service_ip(src)]
+
+    def _sync_routes(self) -> None:
+        """Install exactly the routes whose both ends are up on their net."""
+        want = set()
+        for net in NETS:
+            for dst in self.hosts:
+                if (dst, net) in self._down:
+                    continue
+                for src in ["sw", *self.hosts]:
+                    if src != dst and (src, net) not in self._down:
+                        want.add((src, dst, net))
+                want.add((dst, "mgmt", net))
+        for src, dst, net in sorted(self._routes - want):
+            ns = self.switch if src == "sw" else self.netns(src)
+            run("ip", "-n", ns, "route", "del", *self._route_args(src, dst, net), check=False)
+        for src, dst, net in sorted(want - self._routes):
+            ns = self.switch if src == "sw" else self.netns(src)
+            run("ip", "-n", ns, "route", "replace", *self._route_args(src, dst, net))
+        self._routes = want
+
+    def route_dev(self, host: str, to: str) -> str:
+        """The device the host's kernel uses now to reach ``to``'s service IP."""
+        out = run("ip", "-n", self.netns(host), "route", "get", self.service_ip(to))
+        m = re.search(r"\bdev (\S+)", out)
+        return m.group(1) if m else ""
+
+    # ---------------------------------------------------------------- faults
+
+    def adapter_down(self, host: str, net: str) -> None:
+        self._check_net(net)
+        if (host, net) in self._down:
+            return
+        self._down.add((host, net))
+        self._sync_routes()  # withdraw first: the others fail over at once
+        run("ip", "-n", self.netns(host), "link", "set", f"eth-{net}", "down")
+
+    def adapter_up(self, host: str, net: str) -> None:
+        self._check_net(net)
+        if (host, net) not in self._down:
+            return
+        run("ip", "-n", self.netns(host), "link", "set", f"eth-{net}", "up")
+        self._down.discard((host, net))
+        # The kernel flushed the host's routes over the adapter when it went down.
+        self._routes = {r for r in self._routes if not (r[0] == host and r[2] == net)}
+        self._sync_routes()
+
+    def cut(self, a: str, b: str) -> None:
+        """Drop all traffic between hosts a and b, on both nets."""
+        self._index(a), self._index(b)
+        if a == b:
+            raise ValueError("a host cannot be cut from itself")
+        self._cuts.add(frozenset((a, b)))
+        self._apply_cuts(a, b)
+
+    def uncut(self, a: str, b: str) -> None:
+        self._cuts.discard(frozenset((a, b)))
+        self._apply_cuts(a, b)
+
+    def isolate(self, host: str) -> None:
+        for other in self.hosts:
+            if other != host:
+                self.cut(host, other)
+
+    def heal(self) -> None:
+        """No cuts, every adapter up."""
+        self._cuts.clear()
+        self._apply_cuts(*self.hosts)
+        for host, net in sorted(self._down):
+            self.adapter_up(host, net)
+
+    def cuts(self) -> set[frozenset[str]]:
+        return set(self._cuts)
+
+    def _apply_cuts(self, *hosts: str) -> None:
+        for host in hosts:
+            blocked = sorted(ip for cut in self._cuts if host in cut
+                             for other in cut if other != host
+                             for ip in (self.service_ip(other), self.link_ip(other, "a"),
+                                        self.link_ip(other, "b")))
+            script = f"flush set inet {self._table} blocked\n"
+            if blocked:
+                script += f"add element inet {self._table} blocked {{ {', '.join(blocked)} }}\n"
+            run("ip", "netns", "exec", self.netns(host), "nft", "-f", "-", input=script)
+
+    @property
+    def _table(self) -> str:
+        return "txc_" + self.run_id
+
+    def _nft_table(self) -> str:
+        return f"""table inet {self._table} {{
+  set blocked {{
+    type ipv4_addr
+  }}
+  chain input {{
+    type filter hook input priority 0; policy accept;
+    ip saddr @blocked drop
+  }}
+  chain output {{
+    type filter hook output priority 0; policy accept;
+    ip daddr @blocked drop
+  }}
+}}
+"""
+
+    @staticmethod
+    def _check_net(net: str) -> None:
+        if net not in NETS:
+            raise ValueError(f"net must be one of {NETS}, got {net!r}")
