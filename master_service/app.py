@@ -115,7 +115,7 @@ class MasterService:
             node_id=c.node_id, mode=mode_of(c.read_only, c.mode), peers=dict(c.peers),
             secret=self.peer_secret, agreement=self.agreement, cluster=self.cluster,
             scheduler=self.scheduler, request_timeout=c.request_timeout_s,
-            data_centre=c.data_centre,
+            data_centre=c.data_centre, on_round=self.metrics.sync_round,
             timing=Timing(round_timeout=c.sync_round_timeout_ms,
                           idle_interval=c.sync_idle_interval_ms,
                           max_peer_lag=None if c.max_peer_lag_s is None

@@ -127,7 +127,8 @@ class SyncDriver:
 
     def __init__(self, *, node_id: str, mode: Mode, peers: Mapping[str, str], secret: bytes,
                  agreement: AgreementLog, cluster: Any, scheduler: Any, timing: Timing,
-                 request_timeout: float = 30.0, data_centre: str | None = None) -> None:
+                 request_timeout: float = 30.0, data_centre: str | None = None,
+                 on_round: Callable[[float], None] | None = None) -> None:
         self.node_id = node_id
         self.data_centre = data_centre or node_id
         self.mode = mode
@@ -158,6 +159,9 @@ class SyncDriver:
         self._round_at: int | None = None
         self._stopping = False
         self._not_executing: str | None = None
+        self.on_round = on_round  # metrics: called with each round's duration (seconds)
+        self._deadline_seen: int | None = None
+        self._round_started: float | None = None
         self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -354,7 +358,12 @@ class SyncDriver:
                 counter = max(counter or 0, ready.counter)
             for item in ready.incoming:
                 incoming.pop(item.tx.txid, None)
-                incoming[item.tx.txid] = item
+                # A transaction merged from a peer but not acquired is not persisted (one
+                # fsync less on the commit path): no status of ours lists it until its
+                # payload is stored, which persists it; after a crash the peers' next
+                # statuses bring it back. The safety argument only needs what we posted.
+                if item.acquired:
+                    incoming[item.tx.txid] = item
             for tx in ready.synchronised:
                 incoming.pop(tx.txid, None)  # agreed in this batch: never incoming on disk
             synchronised.extend(ready.synchronised)
@@ -392,6 +401,13 @@ class SyncDriver:
                 log.warning("sync: every peer is back")
         for inc in ready.inconsistencies:
             self._diverged(inc.peer, inc.kind, inc.detail)
+        if ready.next_round_at != self._deadline_seen:
+            # The core moves the round deadline exactly when a round ends (protocol.py,
+            # _complete_round): that is how the driver sees rounds.
+            t = time.monotonic()
+            if self._round_started is not None and self.on_round is not None:
+                self.on_round(t - self._round_started)
+            self._round_started, self._deadline_seen = t, ready.next_round_at
         self._schedule_round(ready.next_round_at)
         self._tasks = [t for t in self._tasks if not t.done()]
 
