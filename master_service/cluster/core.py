@@ -788,6 +788,24 @@ class Cluster:
         self.note(f"backup '{name}' written by {w.url} at seq {manifest['seq']}")
         return record
 
+    async def rollback(self, name: str, forget_after: Callable[[int], None]) -> dict:
+        """Split recovery (txlog-sync-protocol.txt): the data centre returns to the state of
+        a backup taken at the split. ``forget_after(seq)`` drops the log's entries after
+        the image's seq (their transactions will be executed again in the order agreed
+        after the recovery); then every worker is restored from the image."""
+        record = await self.db(self.txlog.backup, name)
+        if record is None:
+            raise KeyError(f"no backup named '{name}'")
+        async with self._write_lock:
+            await self.db(forget_after, record.seq)
+            head = await self.db(self.txlog.head)
+            if (head.seq, head.fingerprint) != (record.seq, record.fingerprint):
+                raise TxLogError(f"the log at seq {head.seq} ({head.fingerprint}) is not the "
+                                 f"state of backup '{name}' ({record.fingerprint})")
+            self.head_seq, self.head_fingerprint, self.head_quads = \
+                head.seq, head.fingerprint, head.quads
+            return await self.restore(name)
+
     async def restore(self, name: str) -> dict:
         """Every worker is restored from the image, then replays the log after it."""
         record = await self.db(self.txlog.backup, name)

@@ -125,15 +125,30 @@ class AgreementLog:
 
     def persist(self, *, counter: int | None, incoming: Sequence[Incoming],
                 synchronised: Sequence[TxMeta],
-                payloads: Sequence[tuple[TxMeta, Sequence[dict[str, Any]]]] = ()) -> None:
+                payloads: Sequence[tuple[TxMeta, Sequence[dict[str, Any]]]] = (),
+                truncate_after: int | None = None,
+                split_point: tuple[int | None] | None = None) -> None:
         """One Ready (or several merged) in ONE SQLite transaction: payloads, the counter
-        mark, incoming upserts, synchronised appends (which leave the incoming queue)."""
+        mark, a split recovery's truncation (before anything else of the Ready), incoming
+        upserts, synchronised appends (which leave the incoming queue), the split point.
+
+        ``truncate_after``: agreed entries after that position leave the agreed queue (the
+        Ready lists them as incoming again); their transactions are pending again, and
+        the data centre owes a rollback to the state at that position (``rollback``).
+        ``split_point``: a 1-tuple holding the new split point (None: recovered)."""
         mark = None
         if counter is not None and counter > self._counter_mark:
             mark = counter + COUNTER_LEASE
-        if mark is None and not incoming and not synchronised and not payloads:
+        if (mark is None and not incoming and not synchronised and not payloads
+                and truncate_after is None and split_point is None):
             return
         with self.txlog.atomic() as db:
+            if truncate_after is not None:
+                self._truncate(db, truncate_after)
+            if split_point is not None:
+                db["meta"].upsert({"key": "sync_split_point",
+                                   "value": "" if split_point[0] is None
+                                   else str(split_point[0])}, pk="key")
             if payloads:
                 known = {r["txid"] for r in db.query(
                     "select txid from transactions where txid in ("
@@ -158,6 +173,71 @@ class AgreementLog:
                                     [(tx.txid,) for tx in synchronised])
         if mark is not None:
             self._counter_mark = mark
+
+    # ---- split recovery ----
+
+    def _truncate(self, db: Any, after_pos: int) -> None:
+        txids = [r["txid"] for r in db.query(
+            "select txid from sync_agreed where pos > ? order by pos", [after_pos])]
+        db.execute("delete from sync_agreed where pos > ?", [after_pos])
+        # Payloads of transactions to negotiate again: pending, as when first received.
+        # Those the data centre executed keep their rows in its log until the rollback.
+        db.conn.executemany(
+            "update transactions set status = 'pending', error = null where txid = ?",
+            [(t,) for t in txids])
+        owed = self._meta("sync_rollback_to")
+        target = after_pos if owed is None else min(int(owed), after_pos)
+        db["meta"].upsert({"key": "sync_rollback_to", "value": str(target)}, pk="key")
+
+    def split_point(self) -> int | None:
+        value = self._meta("sync_split_point")
+        return int(value) if value else None
+
+    def rollback_owed(self) -> int | None:
+        """The agreed position whose state this data centre must return to (a split
+        recovery truncated the agreed queue after it), or None."""
+        value = self._meta("sync_rollback_to")
+        return int(value) if value is not None else None
+
+    def state_at(self, pos: int) -> tuple[int, str] | None:
+        """(data-centre seq, fingerprint) after agreed position ``pos`` if it was executed
+        here (position 0: the peering base)."""
+        if pos == 0:
+            base = self.base()
+            return base.seq, base.fingerprint
+        with self.txlog.atomic() as db:
+            rows = list(db.query(
+                "select fingerprint from sync_agreed where pos = ? and fingerprint is not null",
+                [pos]))
+            if not rows:
+                return None
+            seq_rows = list(db.query(
+                "select max(seq) as seq from sync_agreed where pos <= ? and seq is not null",
+                [pos]))
+        seq = seq_rows[0]["seq"]
+        return (seq if seq is not None else self.base().seq), rows[0]["fingerprint"]
+
+    def record_split_backup(self, name: str, pos: int) -> None:
+        with self.txlog.atomic() as db:
+            db["meta"].upsert_all([{"key": "sync_split_backup", "value": name},
+                                   {"key": "sync_split_backup_pos", "value": str(pos)}],
+                                  pk="key")
+
+    def split_backup(self) -> tuple[str, int] | None:
+        name, pos = self._meta("sync_split_backup"), self._meta("sync_split_backup_pos")
+        return (name, int(pos)) if name and pos is not None else None
+
+    def rolled_back(self, pos: int, seq: int) -> None:
+        """The data centre is back at agreed position ``pos`` (its log at ``seq``): the
+        log's entries after it are gone and the owed rollback is paid."""
+        with self.txlog.atomic() as db:
+            dropped = [r["txid"] for r in db.query(
+                "select txid from sync_queue where seq > ?", [seq])]
+            db.execute("delete from sync_queue where seq > ?", [seq])
+            db.conn.executemany(
+                "update transactions set status = 'pending', seq = null, error = null "
+                "where txid = ?", [(t,) for t in dropped])
+            db.execute("delete from meta where key = 'sync_rollback_to'")
 
     # ---- payloads ----
 
