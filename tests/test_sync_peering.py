@@ -371,3 +371,35 @@ def test_sync_peers_are_added_and_removed_at_runtime_and_persisted(tmp_path):
         assert [p["id"] for p in dcs.sync(m2)["peers"]] == ["m1"]
     finally:
         dcs.stop_all()
+
+
+def test_txcluster_up_starts_one_peered_master_per_data_centre(tmp_path):
+    import subprocess
+    import sys
+    run = tmp_path / "run"
+    cli = [sys.executable, "-m", "txcluster.cli"]
+    r = subprocess.run([*cli, "up", "--dir", str(run), "--masters", "3", "--workers", "2"],
+                       capture_output=True, text=True, timeout=180)
+    try:
+        assert r.returncode == 0, r.stderr
+        info = json.loads((run / "cluster.json").read_text())
+        masters = info["masters"]
+        assert [m["data_centre"] for m in masters] == ["dc1", "dc2", "dc3"]
+        assert len(info["workers"]) == 6
+        for m in masters:
+            assert sorted(p["id"] for p in m["peers"]) == sorted(
+                o["id"] for o in masters if o is not m)
+        url = f"{masters[1]['url']}/repositories/repo"
+        w = httpx.post(f"{url}/statements", content=b'INSERT DATA { <urn:up> <urn:p> "v" }',
+                       headers={"content-type": "application/sparql-update"}, timeout=30)
+        assert w.status_code == 204, w.text
+        deadline = time.monotonic() + 30
+        while True:
+            sizes = [httpx.get(f"{x['url']}/repositories/repo/size", timeout=10).text
+                     for x in info["workers"]]
+            if sizes == ["1"] * 6 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert sizes == ["1"] * 6
+    finally:
+        subprocess.run([*cli, "down", "--dir", str(run)], capture_output=True, timeout=120)
