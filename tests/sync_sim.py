@@ -23,7 +23,11 @@ Invariants checked after every event (``check_synchronised``, ``check_durable``,
     carries every change, and the persisted counter never goes back.
 With ``max_peer_lag`` (nodes may go on without missing peers: the spec's split brain),
 1 and 4 become: queues diverge only between a node and one it went on without, and every
-divergence is reported as an inconsistency; liveness is required if nothing diverged.
+divergence is reported as an inconsistency. With ``split_recovery`` NONE liveness is
+required if nothing diverged; with SIMPLE or SMART it is required always: after healing
+every synchronised queue is the same and holds every transaction that exists (so every
+acknowledged one). A truncation (split recovery) re-bases invariant 1: the agreed
+sequence becomes the longest persisted synchronised queue (what the others will follow).
 
 Replay a seed:   .venv/bin/python -m tests.sync_sim --seed 123 [--nodes 5] [--fault-rate 0.7]
 Soak many seeds: .venv/bin/python -m tests.sync_sim --soak 600   (seconds)
@@ -49,10 +53,12 @@ from master_service.sync import (
     PersistentState,
     Ready,
     Refused,
+    SplitRecovery,
     Status,
     SyncNode,
     TailSegment,
     Timing,
+    Truncation,
     TxMeta,
 )
 
@@ -81,6 +87,7 @@ class SimConfig:
     partitions: int = 0
     max_skew: int = 300
     max_peer_lag: int | None = None
+    split_recovery: SplitRecovery = SplitRecovery.NONE
     timing: Timing = field(default_factory=lambda: Timing(
         round_timeout=150, idle_interval=1_000, acquire_retry=200, max_tail=8))
 
@@ -120,6 +127,8 @@ class SimConfig:
                      "partitions", "max_skew", "max_peer_lag"):
             if getattr(self, name) != getattr(derived, name):
                 cmd += f" --set {name}={getattr(self, name)!r}"
+        if self.split_recovery is not derived.split_recovery:
+            cmd += f" --set split_recovery={self.split_recovery.value}"
         return cmd
 
 
@@ -132,10 +141,18 @@ class Durable:
     synced_ids: set[str] = field(default_factory=set)
     incoming: dict[str, Incoming] = field(default_factory=dict)
     payloads: set[str] = field(default_factory=set)  # the driver's payload store
+    split_point: int | None = None
 
     def state(self) -> PersistentState:
         incoming = tuple(sorted(self.incoming.values(), key=lambda i: i.tx.key))
-        return PersistentState(tuple(self.synced), incoming, self.counter)
+        return PersistentState(tuple(self.synced), incoming, self.counter, self.split_point)
+
+    def truncate(self, t: Truncation) -> None:
+        """Split recovery: the synchronised entries after ``t.after_seq`` are dropped
+        (the same Ready upserts them as incoming)."""
+        for tx in self.synced[t.after_seq:]:
+            self.synced_ids.discard(tx.txid)
+        del self.synced[t.after_seq:]
 
 
 @dataclass
@@ -165,6 +182,7 @@ class SimResult:
     split_seen: set[str]  # nodes that suspected a split at some point
     inconsistencies: list[str]
     divergences: list[str]
+    truncations: list[str]
 
 
 class Simulation:
@@ -195,6 +213,8 @@ class Simulation:
         self.ever_excluded: set[tuple[str, str]] = set()  # (a, b): a went on without b
         self.agreed_by: list[str] = []  # the node whose ADD first put agreed[p] there
         self.divergences: list[str] = []
+        self.truncations: list[str] = []
+        self.recovering = config.split_recovery is not SplitRecovery.NONE
         self.inconsistencies: list[str] = []
         self.tx_ids = itertools.count(1)
         self.converged_at: int | None = None
@@ -248,18 +268,18 @@ class Simulation:
                 if self.converged():
                     self.converged_at = self.now
                     break
-                if self.divergences and self.inconsistencies:
-                    break  # a split brain, detected: recovery is not this layer's
-        if self.divergences and not self.inconsistencies:
+                if self.divergences and self.inconsistencies and not self.recovering:
+                    break  # a split brain, detected, and no recovery configured
+        if self.divergences and not self.inconsistencies and not self.recovering:
             self.fail("queues diverged and no node reported it: " + self.divergences[0])
-        if self.converged_at is None and not self.divergences:
+        if self.converged_at is None and (self.recovering or not self.divergences):
             self.fail(f"liveness: not converged {cfg.liveness_bound} ms after healing; "
                       + self.describe())
         return SimResult(cfg, self.event_count, self.converged_at, len(self.agreed),
                          self.format_history(),
                          {n: sn.node.split_suspected for n, sn in self.nodes.items() if sn.up},
                          {n for n, sn in self.nodes.items() if sn.split_seen},
-                         self.inconsistencies, self.divergences)
+                         self.inconsistencies, self.divergences, self.truncations)
 
     def describe(self) -> str:
         parts = []
@@ -271,17 +291,25 @@ class Simulation:
             queue = [i.tx.txid + ("" if i.acquired else "?") for i in node.incoming]
             parts.append(f"{sn.name}({node.mode.value}): seq={node.seq} incoming={queue} "
                          f"missing={sorted(node.missing_payloads)} "
-                         f"excluded={sorted(node.split_suspected)}")
+                         f"excluded={sorted(node.split_suspected)} "
+                         f"split_point={node.split_point} "
+                         f"synced={[t.txid for t in node.synchronised]}")
         return f"{len(self.created)} transactions exist; " + "; ".join(parts)
 
     def converged(self) -> bool:
+        """Every node up, nothing incoming or missing, every synchronised queue the same
+        and holding every transaction that exists."""
         want = len(self.created)
-        last = self.agreed[want - 1].txid if want and len(self.agreed) >= want else None
+        first: tuple[TxMeta, ...] | None = None
         for sn in self.nodes.values():
             node = sn.node
-            if node is None or node.seq != want or node.merge_base != last:
+            if node is None or node.seq != want or node.incoming or node.missing_payloads:
                 return False
-            if node.incoming or node.missing_payloads:
+            if first is None:
+                first = node.synchronised
+                if {t.key for t in first} != set(self.created):
+                    return False
+            elif node.synchronised != first:
                 return False
         return True
 
@@ -295,7 +323,8 @@ class Simulation:
         missing = [tx.txid for tx in state.synchronised if tx.txid not in sn.durable.payloads]
         sn.incarnation += 1
         sn.node = self.node_class.restore(sn.name, state, now=self.node_time(sn), peers=peers,
-                                   mode=sn.mode, timing=timing, missing_payloads=missing)
+                                          mode=sn.mode, timing=timing, missing_payloads=missing,
+                                          split_recovery=cfg.split_recovery)
         sn.next_tick = None
         self.log("%s starts (incarnation %d, seq %d, %d incoming, counter %d)", sn.name,
                  sn.incarnation, len(state.synchronised), len(state.incoming), state.counter)
@@ -377,9 +406,25 @@ class Simulation:
                 self.created_remove(own)  # never persisted, never acknowledged: never was
             self.crash(sn.name, f"during {what}, before persisting")
             return
+        d = sn.durable
+        if ready.truncated is not None:  # first, before this Ready's appends
+            t = ready.truncated
+            if not self.recovering:
+                self.fail(f"{sn.name} truncated without a split recovery strategy")
+            self.truncations.append(f"{sn.name} after {t.after_seq}: "
+                                    f"{[x.txid for x in t.entries]}")
+            self.log("%s truncates after seq %d: %s", sn.name, t.after_seq,
+                     [x.txid for x in t.entries])
+            if d.synced[t.after_seq:] != list(t.entries):
+                self.fail(f"{sn.name}: the truncation is not what it persisted after "
+                          f"{t.after_seq}")
+            d.truncate(t)
+            self.rebase_agreed()
+        if ready.split_point_changed:
+            d.split_point = ready.split_point
+            self.log("%s split point: %s", sn.name, ready.split_point)
         if self.split_allowed:  # a split may diverge: only what became durable counts
             self.check_synchronised(sn, ready, via_tail)
-        d = sn.durable
         if ready.counter is not None:
             if ready.counter < d.counter:
                 self.fail(f"{sn.name}: persisted counter goes back {d.counter} -> "
@@ -563,6 +608,16 @@ class Simulation:
             self.fail(f"invariant 3: {sn.name} has a transaction twice")
         return fresh
 
+    def rebase_agreed(self) -> None:
+        """After a truncation the positions past it are no longer agreed by anyone who
+        truncated: the agreed sequence becomes the longest persisted synchronised queue,
+        keeping who first added each entry that is still at its place."""
+        holder = max(self.nodes.values(), key=lambda n: len(n.durable.synced))
+        agreed = list(holder.durable.synced)
+        by = [self.agreed_by[i] if i < len(self.agreed) and self.agreed[i] == tx
+              else holder.name for i, tx in enumerate(agreed)]
+        self.agreed, self.agreed_by = agreed, by
+
     def check_durable(self, sn: SimNode, ready: Ready) -> None:
         """Invariant 5: the persisted state is the node's state (the Ready is complete).
 
@@ -570,7 +625,8 @@ class Simulation:
         on every 8th step otherwise (a change the Ready forgot shows up there too)."""
         d, node = sn.durable, sn.node
         if d.counter != node.counter or len(d.synced) != node.seq or (
-                d.synced and d.synced[-1].txid != node.merge_base):
+                d.synced and d.synced[-1].txid != node.merge_base) or (
+                d.split_point != node.split_point):
             self.fail(f"invariant 5: {sn.name} persisted state differs from its state")
         if ready.must_persist or self.event_count % 8 == 0:
             live = node.incoming
@@ -617,7 +673,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {}
     for item in args.set:
         name, _, value = item.partition("=")
-        overrides[name] = ast.literal_eval(value)
+        if name == "split_recovery":
+            overrides[name] = SplitRecovery.parse(value.strip("'\""))
+        else:
+            overrides[name] = ast.literal_eval(value)
     if args.modes:
         overrides["modes"] = tuple(Mode(m) for m in args.modes.split(","))
     result = run_simulation(SimConfig.derive(args.seed, args.nodes, args.fault_rate,
@@ -625,7 +684,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.history:
         print("\n".join(result.history))
     print(f"seed {args.seed}: {result.events} events, {result.synchronised} synchronised, "
-          f"converged at {result.converged_at}")
+          f"converged at {result.converged_at}, {len(result.truncations)} truncations, "
+          f"{len(result.divergences)} divergences")
     return 0
 
 

@@ -81,10 +81,73 @@ node that excludes nobody agrees with every node it waits for, even one that exc
 (the case analysis of (1) with the counters of (2)). Two nodes can therefore only
 diverge when one excludes the other and the other excludes somebody: the split brain of
 the spec (a partition longer than max peer lag). An excluded peer is waited for again as
-soon as it posts a merge base consistent with ours. Recovery (majority vote,
-backup/restore) is a later layer; this core detects: a status whose merge base is not
+soon as it posts a merge base consistent with ours. A status whose merge base is not
 ours at its position, or a tail segment that does not extend our queue, is reported in
-``inconsistencies`` and never applied.
+``inconsistencies`` and never applied; what happens next is the split recovery strategy.
+
+Split recovery
+--------------
+``SplitRecovery`` (spec, "Split recovery strategies"): ``NONE`` reports divergence and
+never repairs it; ``SIMPLE`` and ``SMART`` repair it as follows.
+
+*The split point.* When a node that excludes nobody starts excluding peers, it records
+``split_point = len(synchronised)``: its last known good state. Everything up to there
+was added while it excluded nobody, so by the paragraph above ``synchronised[:split_point]``
+is consistent (one a prefix of the other) with every other node's synchronised queue,
+and it stays so: other nodes only append, or truncate to their own last good state. The
+split point is persisted (``Ready.split_point`` with ``split_point_changed``; ``restore``
+takes it back) and the driver takes its backup of the workers' state there. It is
+cleared when the node truncates, or when its excluded set becomes empty again (every
+excluded peer came back with a merge base consistent with ours: a long crash or a
+partition during which nothing diverged). Muted masters never add, so never split.
+
+*Rejoin.* A status from a peer we exclude, while we have a split point (or a status
+that diverged from ours, from a peer we do not exclude: that peer went on without us or
+we went on without it before a restart forgot our excluded set — it is excluded now),
+is handled before anything else in that step, in particular before any tail segment is
+sent:
+
+- ``SIMPLE``: the node *truncates*: ``synchronised[split_point:]`` leave the synchronised
+  queue and go back into the incoming queue in sorted place (acquired if we hold the
+  payload, else fetched again from its origin and the peers), the split point is
+  cleared, the excluded set is emptied (we wait for every peer again), and it posts its
+  status at once. Every split node does the same at its rejoin, so every post-split
+  decision is undone and re-negotiated.
+- ``SMART``: majority vote. With ``n`` = 1 + the configured non-muted peers and
+  ``side`` = n - the excluded non-muted peers, the node *keeps* its state if
+  ``2 * side > n``, or if ``2 * side == n`` and the smallest node id of all n (ourselves
+  included) is on our side, i.e. not excluded (a deterministic tie-break: with equal
+  halves the half holding the smallest id wins). Otherwise it truncates as in SIMPLE.
+  A keeping node stays split: the rejoining peer stays excluded while its statuses
+  diverge, and is waited for again when it posts a consistent merge base (after it
+  truncated, it is a lagger of ours); when nobody is excluded any more the split point
+  is cleared (recovered). The vote is taken again on every status from an excluded
+  peer, so a node whose excluded set grew truncates then.
+
+*Tail segments while split.* A split node that would truncate never hands a lagger an
+entry after its split point (it will take it back): under SIMPLE, and under SMART while
+the vote says it would lose, tail segments stop at the split point. A SMART node that
+would keep sends its queue.
+
+*Why it converges and loses nothing.* A truncating node goes back to a state consistent
+with everyone, and with an empty excluded set it ADDs only with a fresh status at its
+merge base from every peer, so (1) holds again between it and everybody; a node ahead
+of it (a keeper, or a node that never split) gives it tail segments, which it appends
+only if they extend its queue. A truncated entry is never lost: it goes back into the
+incoming queue in the same durable transaction (the Ready contract below), so an
+acknowledged transaction is still in the incoming or synchronised queue, and it is
+re-negotiated like any other. Incoming queues at a merge base still only grow (a
+truncation returns to an earlier merge base with every entry synchronised since then
+back in the incoming queue), which is what (1) needs. Transactions keep their ids and
+timestamps when re-negotiated: they are added after transactions with larger timestamps
+that the other side agreed during the split, so **after a split recovery the
+synchronised queue is no longer sorted by timestamp** — (2)'s "timestamps never
+decrease" holds only between split recoveries; agreement and "no acknowledged
+transaction lost" are what hold throughout. The simulator (tests/sync_sim.py) checks
+convergence to one queue holding every acknowledged transaction after partitions of
+every shape. The vote is local: each node counts its own excluded set, so two nodes
+with different views may both keep; they exclude each other while their statuses
+diverge, and a later status from a third excluded node makes the smaller side lose.
 
 Laggers (spec, "Laggers"): a status at a merge base inside our synchronised queue gets
 a ``TailSegment`` with what follows it; the lagger appends it only if it continues its
@@ -100,15 +163,19 @@ to busy and starts a round at once.
 
 The Ready contract (etcd raft's Ready)
 --------------------------------------
-Handle Readies in order. For each: persist ``counter``, ``incoming`` (upserts) and
-``synchronised`` (append; those transactions leave the incoming queue) in one durable
-transaction; only then acknowledge ``acknowledge`` to clients, send ``posts`` and
-``tails``, start ``acquire`` fetches, and hand ``synchronised`` to the workers (a
-transaction whose payload is still being fetched waits for it). After a crash,
+Handle Readies in order. For each: persist, in one durable transaction, first
+``truncated`` (drop the synchronised entries after ``truncated.after_seq``; they are
+upserted as incoming, they are also in ``incoming``), then ``counter``, ``incoming``
+(upserts), ``synchronised`` (append; those transactions leave the incoming queue) and
+``split_point`` when ``split_point_changed``; only then acknowledge ``acknowledge`` to
+clients, send ``posts`` and ``tails``, start ``acquire`` fetches, and hand
+``synchronised`` to the workers (a transaction whose payload is still being fetched waits
+for it). After a truncation the workers are restored to the state at ``after_seq`` (the
+backup taken at the split point) before anything after it is executed. After a crash,
 ``SyncNode.restore`` resumes from what was persisted. What was acknowledged was persisted
-in the incoming queue and leaves it only into the persisted synchronised queue, so it is
-never lost; and nothing is posted before it is durable, which keeps the promises of (1)
-and (2) across restarts.
+in the incoming queue and leaves it only into the persisted synchronised queue (or back
+from it, by a truncation), so it is never lost; and nothing is posted before it is
+durable, which keeps the promises of (1) and (2) across restarts.
 """
 
 from __future__ import annotations
@@ -138,9 +205,11 @@ __all__ = [
     "Post",
     "Ready",
     "Refused",
+    "SplitRecovery",
     "SyncNode",
     "Tail",
     "Timing",
+    "Truncation",
     "UnknownPeer",
 ]
 
@@ -151,6 +220,22 @@ class Refused(Exception):
 
 class UnknownPeer(InvalidMessage):
     """A message from a node that is not a configured peer (spec: not synchronised with)."""
+
+
+class SplitRecovery(enum.Enum):
+    """What a node does when a split ends (module docstring, "Split recovery")."""
+
+    NONE = "None"  # report divergence, never repair it
+    SIMPLE = "Simple"  # every split node goes back to its split point and re-negotiates
+    SMART = "Smart"  # the majority side keeps its state, the others go back
+
+    @classmethod
+    def parse(cls, value: str) -> SplitRecovery:
+        """The configuration value, case-insensitive (spec: None, Simple, Smart)."""
+        for member in cls:
+            if isinstance(value, str) and value.strip().lower() == member.value.lower():
+                return member
+        raise ValueError(f"split recovery must be one of None, Simple, Smart, got {value!r}")
 
 
 class Activity(enum.Enum):
@@ -193,10 +278,16 @@ class PersistentState:
     synchronised: tuple[TxMeta, ...] = ()
     incoming: tuple[Incoming, ...] = ()
     counter: int = 0
+    split_point: int | None = None  # the last known good position, while split
 
     def __post_init__(self) -> None:
         if not isinstance(self.counter, int) or self.counter < 0:
             raise ValueError(f"counter must be an integer >= 0, got {self.counter!r}")
+        if self.split_point is not None and (
+                not isinstance(self.split_point, int) or isinstance(self.split_point, bool)
+                or not 0 <= self.split_point <= len(self.synchronised)):
+            raise ValueError(f"split_point must be None or a position in the synchronised "
+                             f"queue (0..{len(self.synchronised)}), got {self.split_point!r}")
         seen: set[str] = set()
         for tx in self.synchronised:
             if tx.txid in seen:
@@ -217,6 +308,15 @@ class PersistentState:
         if newest > self.counter:
             raise ValueError(f"counter {self.counter} is behind a stored timestamp {newest}: "
                              "it must be persisted with everything it has seen")
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A split recovery undid the synchronised entries after position ``after_seq``:
+    ``entries`` (in their old order) left the synchronised queue and are incoming again."""
+
+    after_seq: int
+    entries: tuple[TxMeta, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +360,15 @@ class Ready:
     """The outcome of one step. Persist first, then act (see the module docstring)."""
 
     # -- persist, in one durable transaction --
+    truncated: Truncation | None = None  # first: drop the synchronised entries after
+    #                                      after_seq (they are upserted in incoming too)
     counter: int | None = None  # the timestamp counter, when it moved
     incoming: tuple[Incoming, ...] = ()  # incoming entries added or changed (upsert by txid)
     synchronised: tuple[TxMeta, ...] = ()  # appended to the synchronised queue, in order;
     #                                        they leave the incoming queue
-    # -- then --
+    split_point: int | None = None  # the current split point (last known good position)
+    split_point_changed: bool = False  # persist split_point
+    # -- then (after a truncation, restore the workers to after_seq first) --
     acknowledge: tuple[str, ...] = ()  # client transactions now durable: answer the clients
     posts: tuple[Post, ...] = ()
     tails: tuple[Tail, ...] = ()
@@ -276,7 +380,8 @@ class Ready:
 
     @property
     def must_persist(self) -> bool:
-        return self.counter is not None or bool(self.incoming) or bool(self.synchronised)
+        return (self.counter is not None or bool(self.incoming) or bool(self.synchronised)
+                or self.truncated is not None or self.split_point_changed)
 
 
 class _Entry:
@@ -311,6 +416,8 @@ class _Out:
     acquire: list[Acquire] = field(default_factory=list)
     activity: Activity | None = None
     split_changed: bool = False
+    split_point_changed: bool = False
+    truncated: Truncation | None = None
     inconsistencies: list[Inconsistency] = field(default_factory=list)
 
 
@@ -336,14 +443,18 @@ class SyncNode:
                  peers: Mapping[str, Mode] | Iterable[str] = (),
                  mode: Mode = Mode.READ_WRITE, timing: Timing | None = None,
                  state: PersistentState | None = None,
-                 missing_payloads: Iterable[str] = ()) -> None:
+                 missing_payloads: Iterable[str] = (),
+                 split_recovery: SplitRecovery = SplitRecovery.NONE) -> None:
         if not isinstance(node_id, str) or not node_id:
             raise ValueError("node_id must be a non-empty string")
         if not isinstance(mode, Mode):
             raise ValueError(f"mode must be a Mode, got {mode!r}")
+        if not isinstance(split_recovery, SplitRecovery):
+            raise ValueError(f"split_recovery must be a SplitRecovery, got {split_recovery!r}")
         _check_time(now)
         self._id = node_id
         self._mode = mode
+        self._recovery = split_recovery
         self._timing = timing or Timing()
         state = state or PersistentState()
         self._clock = HybridLogicalClock(state.counter)
@@ -373,6 +484,11 @@ class SyncNode:
             tx = self._synced[pos]
             self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
         self._excluded: set[str] = set()
+        # the last known good position while split (module docstring, "Split recovery")
+        self._split_point: int | None = state.split_point
+        # restored while split: we forgot whom we excluded, so every peer is rejoining
+        self._rejoining: set[str] = set() if self._split_point is None else {
+            p for p, s in self._peers.items() if s.mode is not Mode.MUTED}
         self._reported: set[tuple[str, str, str]] = set()
         self._stalled_since: int | None = None
         self._activity = Activity.BUSY  # a (re)started node catches up first
@@ -425,6 +541,14 @@ class SyncNode:
         return frozenset(self._excluded)
 
     @property
+    def split_point(self) -> int | None:
+        return self._split_point
+
+    @property
+    def split_recovery(self) -> SplitRecovery:
+        return self._recovery
+
+    @property
     def next_round_at(self) -> int:
         return self._deadline
 
@@ -438,7 +562,8 @@ class SyncNode:
 
     def persistent_state(self) -> PersistentState:
         """What the Readies so far asked to persist (for checks and tests)."""
-        return PersistentState(tuple(self._synced), self.incoming, self._persisted_counter)
+        return PersistentState(tuple(self._synced), self.incoming, self._persisted_counter,
+                               self._split_point)
 
     # ------------------------------------------------------------------ inputs
 
@@ -513,9 +638,13 @@ class SyncNode:
         _check_time(now)
         if self._peers.pop(peer, None) is None:
             raise ValueError(f"{peer!r} is not a peer of {self._id}")
+        if peer in self._rejoining:
+            self._rejoining.discard(peer)
+            self._split_maybe_over()
         if peer in self._excluded:
             self._excluded.discard(peer)
             self._out.split_changed = True
+            self._split_maybe_over()
         return self._ready()
 
     # ------------------------------------------------------------------ steps
@@ -536,11 +665,22 @@ class SyncNode:
             self._report(st.sender, "mode-mismatch",
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
         relation = self._relation(st.seq, st.merge_base, st.chain)
+        if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
+                st.sender in self._excluded
+                or (relation == _DIVERGED and peer.mode is not Mode.MUTED)
+                or (st.sender in self._rejoining and self._recovery is SplitRecovery.SIMPLE)):
+            self._rejoin(st.sender, now)  # before anything is sent (no tail from a loser)
+            relation = self._relation(st.seq, st.merge_base, st.chain)
+        if st.sender in self._rejoining and relation in (_SAME, _BEHIND):
+            self._rejoining.discard(st.sender)  # restored while split: it is consistent
+            self._split_maybe_over()
         if relation == _DIVERGED:
             self._report(st.sender, "diverged",
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
                          f"ours there is {self._synced[st.seq - 1].txid} "
                          f"(chain {self._chain[st.seq][:8]})")
+            if self._recovery is not SplitRecovery.NONE and self._tail_limit() is None:
+                self._send_diverged(st.sender, st.seq)
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
         self._merge(st.queue, st.sender, now)
@@ -553,6 +693,7 @@ class SyncNode:
         if st.sender in self._excluded and relation != _AHEAD:
             self._excluded.discard(st.sender)  # back, and consistent with us
             self._out.split_changed = True
+            self._split_maybe_over()
         if peer.latest is None or st.counter >= peer.latest.counter:
             peer.latest = st
             peer.fresh = True
@@ -570,6 +711,7 @@ class SyncNode:
             self._report(seg.sender, "tail-diverged",
                          f"segment after {seg.after} at seq {start}, ours there is "
                          f"{self._synced[start - 1].txid}")
+            self._tail_diverged(seg.sender, now)
             return
         overlap = min(len(seg.entries), len(self._synced) - start)
         for i in range(overlap):
@@ -577,6 +719,7 @@ class SyncNode:
                 self._report(seg.sender, "tail-diverged",
                              f"seq {start + i + 1} is {seg.entries[i].txid}, ours is "
                              f"{self._synced[start + i].txid}")
+                self._tail_diverged(seg.sender, now)
                 return
         new = seg.entries[overlap:]
         for tx in new:
@@ -742,15 +885,105 @@ class SyncNode:
         missing = {p for p in self._required()
                    if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag}
         if missing:
+            if not self._excluded and self._split_point is None and (
+                    self._mode is not Mode.MUTED):
+                # an exclusion episode starts: our last known good state
+                self._split_point = len(self._synced)
+                self._out.split_point_changed = True
             self._excluded |= missing
             self._out.split_changed = True
         self._stalled_since = now
 
+    def _tail_limit(self) -> int | None:
+        """While split, a node that would truncate never hands out an entry after its
+        split point (it will take it back); a SMART node that would keep does."""
+        if self._split_point is None or self._recovery is SplitRecovery.NONE or (
+                self._recovery is SplitRecovery.SMART and self._keeps()):
+            return None
+        return self._split_point
+
     def _send_tail(self, peer: str, seq: int) -> None:
-        entries = tuple(self._synced[seq:seq + self._timing.max_tail])
+        end = seq + self._timing.max_tail
+        limit = self._tail_limit()
+        if limit is not None:
+            end = min(end, limit)
+        if end <= seq:
+            return
+        entries = tuple(self._synced[seq:end])
         after = self._synced[seq - 1].txid if seq else None
         self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries,
                                                       self._chain[seq])))
+
+    def _send_diverged(self, peer: str, seq: int) -> None:
+        """A peer posted a merge base that diverged from our queue at ``seq``: send it our
+        entries up to there, which it cannot append — so it learns that it diverged even
+        when its queue is longer than ours (a status ahead of us tells us nothing) and
+        rejoins. Only from a node that will not take them back (``_tail_limit``)."""
+        start = max(0, seq - self._timing.max_tail)
+        after = self._synced[start - 1].txid if start else None
+        self._out.tails.append(Tail(peer, TailSegment(
+            self._id, start, after, tuple(self._synced[start:seq]), self._chain[start])))
+
+    def _tail_diverged(self, peer: str, now: int) -> None:
+        if (self._split_point is not None and self._recovery is not SplitRecovery.NONE
+                and self._peers[peer].mode is not Mode.MUTED):
+            self._rejoin(peer, now)
+
+    def _keeps(self) -> bool:
+        """SMART's majority vote (module docstring, "Split recovery")."""
+        voters = [self._id] + [p for p, s in self._peers.items() if s.mode is not Mode.MUTED]
+        out = {p for p in self._excluded if p in voters}
+        side, n = len(voters) - len(out), len(voters)
+        return 2 * side > n or (2 * side == n and min(voters) not in out)
+
+    def _rejoin(self, peer: str, now: int) -> None:
+        """A peer of the other side is back (or diverged from us): SIMPLE truncates,
+        SMART truncates unless the vote says we keep our state."""
+        if peer not in self._excluded:
+            self._excluded.add(peer)  # it diverged from us: we cannot wait for it
+            self._out.split_changed = True
+        if self._recovery is SplitRecovery.SMART and self._keeps():
+            return
+        self._truncate(now)
+
+    def _truncate(self, now: int) -> None:
+        """Back to the split point: later synchronised entries become incoming again."""
+        point = self._split_point
+        assert point is not None
+        assert not self._out.synchronised, "a truncation comes first in its step"
+        removed = self._synced[point:]
+        del self._synced[point:]
+        del self._chain[point + 1:]
+        for tx in removed:
+            del self._synced_pos[tx.txid]
+            missing = self._missing.pop(tx.txid, None)
+            if missing is None:
+                self._insert(_Entry(tx, True, self._sources(tx.origin)))
+            else:
+                entry = _Entry(tx, False, self._sources(tx.origin, *missing.sources,
+                                                        *sorted(self._peers)))
+                self._insert(entry)
+                self._request(entry, now)
+        self._out.truncated = Truncation(point, tuple(removed))
+        self._split_point = None
+        self._out.split_point_changed = True
+        self._rejoining.clear()
+        if self._excluded:
+            self._excluded.clear()
+            self._out.split_changed = True
+        for p in self._peers.values():
+            p.fresh = False  # statuses collected at our old merge base say nothing now
+        self._stalled_since = now if self._incoming else None
+        if self._activity is Activity.IDLE and self._incoming:
+            self._activity = Activity.BUSY
+            self._out.activity = Activity.BUSY
+        self._deadline = min(self._deadline, now + self._timing.round_timeout)
+        self._post(now)
+
+    def _split_maybe_over(self) -> None:
+        if not self._excluded and not self._rejoining and self._split_point is not None:
+            self._split_point = None  # every excluded peer is back and consistent
+            self._out.split_point_changed = True
 
     def _request(self, entry: _Entry, now: int) -> None:
         entry.requested_at = now
@@ -782,4 +1015,6 @@ class SyncNode:
             acknowledge=tuple(out.acknowledge), posts=tuple(out.posts),
             tails=tuple(out.tails), acquire=tuple(out.acquire), activity=out.activity,
             split_suspected=frozenset(self._excluded) if out.split_changed else None,
+            truncated=out.truncated, split_point=self._split_point,
+            split_point_changed=out.split_point_changed,
             inconsistencies=tuple(out.inconsistencies), next_round_at=self._deadline)
