@@ -13,6 +13,7 @@ from worker_service.image import ImageError
 from worker_service.repository import (
     ApplyEntry,
     FingerprintMismatch,
+    NotExact,
     Repository,
     SequenceError,
 )
@@ -198,6 +199,27 @@ def test_apply_batch_is_all_or_nothing(repo):
                              ApplyEntry(2, "t2", c2, c2.moved_fingerprint(fp1))])
     assert [r.state.seq for r in done] == [1, 2]
     assert repo.state().seq == 2 and repo.verify()["matches"]
+
+
+@pytest.mark.parametrize("batch", [
+    [adds(q("a", "1"))],  # already held
+    [Changeset(removed=frozenset({q("zz", "9")}))],  # not held
+    [Changeset(dropped_graphs=frozenset({ox.NamedNode(EX + "g")}))],  # quads left in it
+    [adds(q("n", "1")), adds(q("n", "1"))],  # the same quad added twice
+], ids=["adds-held", "removes-missing", "drops-graph-not-its-quads", "adds-twice"])
+def test_apply_without_expected_fingerprint_refuses_inexact_changesets(repo, batch):
+    """Found by tests/fuzz (a signed /cluster/apply): an inexact changeset applied without
+    an expected fingerprint made the kept fingerprint and quad count lie about the store."""
+    repo.apply(1, "t1", adds(q("a", "1"), q("b", "2", "g")))
+    before = repo.state()
+    entries = [ApplyEntry(2 + i, f"t{2 + i}", cs) for i, cs in enumerate(batch)]
+    with pytest.raises(NotExact, match="not exact against this worker's store"):
+        repo.apply_batch(entries)
+    assert repo.state() == before
+    assert repo.verify()["matches"]
+    # Exact ones still apply, with or without an expected fingerprint.
+    repo.apply(2, "t2", adds(q("c", "3")))
+    assert repo.verify()["matches"]
 
 
 def test_interrupted_batch_apply_is_redone_even_when_later_steps_undo_earlier_ones(repo):
