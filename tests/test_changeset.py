@@ -372,6 +372,11 @@ CASES: dict[str, str] = {
     "uchar-iri-create": "CREATE GRAPH <http://ex.org/\\u00e9>",
     "uchar-iri-graph-management": "CREATE GRAPH <urn:g\\U0001F600> ; "
                                   "COPY DEFAULT TO <urn:g\\U0001F600>",
+    # An update of nothing but a prologue and comments, found by the fuzz suite: the
+    # syntax probe went into the final comment and the worker answered 500.
+    "comment-only": "# nothing to do",
+    "prologue-then-comment": P + "# nothing to do",
+    "prologue-then-comment-mentioning-load": P + "# LOAD <http://example.org/x>",
     "uchar-iri-fragment-in-block": "INSERT DATA { GRAPH <urn:x\\u00e9#f> { <urn:a> <urn:b> 1 } }"
                                    " ; DELETE WHERE { GRAPH <urn:x\\u00e9#f> { ?s ?p ?o } }",
 }

@@ -650,6 +650,17 @@ def _check_syntax(text: str, base_iri: str | None, split: st.SplitUpdate) -> Non
     parse then gives pyoxigraph's message with the user's positions. (Unless the text
     mentions LOAD or SERVICE: then the probe's position is mapped back instead.)"""
     at = split.prologue_end
+    if at >= len(text):
+        # Nothing but a prologue, white space and comments: a valid, empty update (or a
+        # broken prologue), parsed as it is: it has no operation to execute. The probe
+        # can't go after it, where a final comment without a line break would swallow it.
+        # (Found by tests/fuzz: "# only a comment" was a 500 that took the probe worker
+        # out of rotation.)
+        try:
+            ox.Store().update(text, base_iri=base_iri)
+        except SyntaxError as exc:
+            raise UpdateSyntaxError(f"invalid SPARQL update: {exc}") from None
+        return
     probe = text[:at] + _PROBE + text[at:]
     try:
         ox.Store().update(probe, base_iri=base_iri)
