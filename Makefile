@@ -10,7 +10,8 @@ RUN_DIR ?= run
 # openjdk-17-jre-headless: Java for Spark (the pipeline tests).
 # openjdk-17-jdk-headless: javac for the JMX tests' Java client (the master's JMX bridge).
 # chromium: the status page test renders the page in headless Chromium.
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium
+# iproute2 nftables: the network partition tests (tests/netlab.py: namespaces, veth, nft).
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium
 
 .PHONY: venv deps-debian test test-deploy lint run stop bench docs clean fuzz chaos
 

@@ -1,0 +1,589 @@
+"""Real network partitions between data centres (issue 5): masters and workers in network
+namespaces on two redundant networks (tests/netlab.py), faults made by the kernel.
+
+Layout (the spec's UK/US use case): data centre "uk" with masters uk1 (2 workers) and uk2
+(1 worker), data centre "us" with master us1 (2 workers). Each master and its workers run
+in one namespace (one host), reached at that host's service IP; every master is a sync
+peer of the other two; max-peer-lag-s is 2.
+
+What an operator relies on:
+* one adapter lost (another path left): no split, every write acknowledged, all workers
+  equal afterwards;
+* the link between the data centres cut: both sides detect the split after max-peer-lag,
+  the majority (UK) goes on acknowledging; after the heal the majority's log wins, the
+  minority is restored and catches up, its post-split writes are kept, all workers equal.
+  That last part needs split recovery (issue 5): until it is implemented it is an xfail
+  (set RECOVERY_IMPLEMENTED to make it a plain assertion);
+* the lab leaves nothing behind: no namespace, link or nft table of the run.
+
+Needs root (namespaces, veth, nftables); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests import netlab
+from tests.procs import NodeProcess, free_port, make_secret, worker_node
+from txcluster.local import master_node
+
+_why = netlab.unavailable()
+pytestmark = pytest.mark.skipif(_why is not None, reason=f"real network partitions: {_why}")
+
+# Set to True once split recovery (issue 5) is in: the recovery assertions then fail the
+# test instead of turning it into an xfail.
+RECOVERY_IMPLEMENTED = False
+# Set to True once every master cut off from the other side reports the split (today a
+# UK master that follows the other UK master by tail segments may never stall, so it
+# reports "waiting" instead: an xfail until then).
+SPLIT_SEEN_BY_EVERY_MASTER = False
+# Set to True once losing one link between two masters (a third master reaching both)
+# is not a split (spec, "Split-brain use case": the updates reach the unreachable master
+# through the reachable one). Today it is: an xfail until then.
+ONE_LINK_RELAYED = False
+
+MAX_PEER_LAG_S = 2.0
+RECOVERY_TIMEOUT_S = 30.0  # heal -> every fingerprint equal, or the recovery part fails
+P = "urn:txc:p"
+LAYOUT = {"uk1": ("uk", 2), "uk2": ("uk", 1), "us1": ("us", 2)}  # master: (DC, workers)
+UK, US = ["uk1", "uk2"], ["us1"]
+
+RUNS: list[dict] = []  # what each lab of this module made, for the cleanup test
+
+
+# ---------------------------------------------------------------- the cluster
+
+
+@dataclass
+class Site:
+    """One master (its host in the lab) and its workers."""
+
+    name: str
+    master: NodeProcess
+    workers: list[NodeProcess]
+
+    @property
+    def url(self) -> str:
+        return self.master.url
+
+
+@dataclass
+class UkUs:
+    lab: netlab.NetLab
+    sites: dict[str, Site] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> list[NodeProcess]:
+        return [n for s in self.sites.values() for n in (s.master, *s.workers)]
+
+    def start(self, root: Path) -> UkUs:
+        secret = make_secret(root / "secrets")[0]
+        ports = {name: free_port() for name in LAYOUT}
+        for name, (dc, n) in LAYOUT.items():
+            host, ns = self.lab.service_ip(name), self.lab.netns(name)
+            workers = [worker_node(root / name / f"worker{i}", secret, host=host, netns=ns)
+                       for i in range(1, n + 1)]
+            props = {"data-centre": dc, "health-interval-s": "0.2", "request-timeout-s": "5",
+                     "sync-idle-interval-ms": "300", "max-peer-lag-s": str(MAX_PEER_LAG_S),
+                     "split-recovery": "Smart"}
+            others = [o for o in LAYOUT if o != name]
+            for k, other in enumerate(others, 1):
+                props[f"peer.{k}.id"] = other
+                props[f"peer.{k}.url"] = f"http://{self.lab.service_ip(other)}:{ports[other]}"
+            master = master_node(root / name / "master", secret, name,
+                                 [w.url for w in workers], port=ports[name], host=host,
+                                 netns=ns, **props)
+            self.sites[name] = Site(name, master, workers)
+        for node in self.processes:
+            if node.kind == "worker":
+                node.start(wait=False)
+        for node in self.processes:
+            if node.kind == "worker":
+                node.wait_ready()
+        for site in self.sites.values():
+            site.master.start(wait=False)
+        for site in self.sites.values():
+            site.master.wait_ready()
+        self.wait_converged(timeout=60)
+        return self
+
+    def stop(self) -> None:
+        for node in self.processes:  # masters first (by PID)
+            node.stop()
+
+    # ---- observations ----
+
+    def sync(self, name: str, timeout: float = 5) -> dict:
+        r = httpx.get(f"{self.sites[name].url}/admin/sync", timeout=timeout)
+        r.raise_for_status()
+        return r.json()
+
+    def status(self, name: str) -> dict:
+        r = httpx.get(f"{self.sites[name].url}/admin/status", timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def agreed(self, name: str) -> list[str]:
+        out: list[str] = []
+        while True:
+            r = httpx.get(f"{self.sites[name].url}/admin/sync/agreed",
+                          params={"after": len(out), "limit": 5000}, timeout=10)
+            r.raise_for_status()
+            page = [e["txid"] for e in r.json()]
+            if not page:
+                return out
+            out += page
+
+    def fingerprints(self) -> dict[str, str]:
+        """Each worker's fingerprint from its own /health, by '<master>/<worker dir>'."""
+        return {f"{s.name}/{w.directory.name}":
+                httpx.get(f"{w.url}/health", timeout=5).json()["fingerprint"]
+                for s in self.sites.values() for w in s.workers}
+
+    def subjects(self) -> dict[str, set[str]]:
+        query = f"SELECT ?s WHERE {{ ?s <{P}> ?o }}"
+        out = {}
+        for s in self.sites.values():
+            for w in s.workers:
+                r = httpx.get(f"{w.url}/repositories/repo", params={"query": query},
+                              headers={"accept": "application/sparql-results+json"},
+                              timeout=30)
+                r.raise_for_status()
+                out[f"{s.name}/{w.directory.name}"] = {
+                    b["s"]["value"] for b in r.json()["results"]["bindings"]}
+        return out
+
+    def converged(self, names: list[str] | None = None) -> tuple[bool, object]:
+        """Every master (of ``names``) at the same agreed position, nothing incoming,
+        everything executed, every worker ON at its master's head."""
+        names = names or list(self.sites)
+        try:
+            syncs = {n: self.sync(n) for n in names}
+            statuses = {n: self.status(n) for n in names}
+        except httpx.HTTPError as exc:
+            return False, repr(exc)
+        summary = {n: {k: s[k] for k in ("state", "seq", "executed_seq", "incoming",
+                                         "split_suspected")} for n, s in syncs.items()}
+        ok = (len({s["seq"] for s in syncs.values()}) == 1
+              and all(s["incoming"] == 0 and s["executed_seq"] == s["seq"]
+                      for s in syncs.values())
+              and all(_workers_in_sync(st) for st in statuses.values()))
+        return ok, summary
+
+    def wait_converged(self, names: list[str] | None = None, timeout: float = 60) -> float:
+        start = time.monotonic()
+        last: object = None
+        while time.monotonic() - start < timeout:
+            ok, last = self.converged(names)
+            if ok:
+                return time.monotonic() - start
+            time.sleep(0.1)
+        raise AssertionError(f"not converged after {timeout}s: {last}\n{self.log_tails()}")
+
+    def log_tails(self, chars: int = 2500) -> str:
+        return "\n".join(f"--- {s.name} master log\n{s.master.log_tail(chars)}"
+                         for s in self.sites.values())
+
+
+def _other_side(name: str) -> set[str]:
+    return set(US) if name in UK else set(UK)
+
+
+def _workers_in_sync(status: dict) -> bool:
+    head = status["head"]
+    return all(w["status"] == "ON" and w["seq"] == head["seq"]
+               and w["fingerprint"] == head["fingerprint"] and w["pending_forwards"] == 0
+               for w in status["workers"])
+
+
+class Writers:
+    """One client thread per target master inserting unique statements until stopped;
+    every acknowledgement (204) is recorded with its time, every failure with why."""
+
+    def __init__(self, cluster: UkUs, targets: list[str], tag: str, timeout: float = 20):
+        self.cluster, self.tag, self.timeout = cluster, tag, timeout
+        self.acked: dict[str, float] = {}  # subject -> monotonic time of the ack
+        self.latency: dict[str, float] = {}  # subject -> seconds from request to ack
+        self.by_master: dict[str, list[str]] = {t: [] for t in targets}
+        self.failed: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True)
+                        for t in targets]
+
+    def _run(self, target: str) -> None:
+        url = f"{self.cluster.sites[target].url}/repositories/repo/statements"
+        i = 0
+        with httpx.Client(timeout=self.timeout) as client:
+            while not self._stop.is_set():
+                subject = f"urn:txc:{self.tag}-{target}-{i}"
+                i += 1
+                sent = time.monotonic()
+                try:
+                    r = client.post(url, content=f'INSERT DATA {{ <{subject}> <{P}> "x" }}',
+                                    headers={"content-type": "application/sparql-update"})
+                    ok, why = r.status_code == 204, f"{r.status_code} {r.text[:120]}"
+                except httpx.HTTPError as exc:
+                    ok, why = False, type(exc).__name__
+                with self._lock:
+                    if ok:
+                        self.acked[subject] = time.monotonic()
+                        self.latency[subject] = self.acked[subject] - sent
+                        self.by_master[target].append(subject)
+                    else:
+                        self.failed.append((subject, why))
+                if not ok:
+                    time.sleep(0.1)
+
+    def acked_after(self, target: str, t: float) -> list[str]:
+        with self._lock:
+            return [s for s in self.by_master[target] if self.acked[s] > t]
+
+    def sent_and_acked_after(self, target: str, t: float) -> list[str]:
+        """The target's acknowledged writes that were sent after ``t``."""
+        with self._lock:
+            return [s for s in self.by_master[target]
+                    if self.acked[s] - self.latency[s] > t]
+
+    def latencies(self, target: str, after: float) -> str:
+        """Median and max acknowledgement latency of the target's acks after ``after``."""
+        got = sorted(self.latency[s] for s in self.acked_after(target, after))
+        if not got:
+            return "no acks"
+        return f"median {got[len(got) // 2] * 1000:.0f} ms, max {got[-1] * 1000:.0f} ms"
+
+    def __enter__(self) -> Writers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    @property
+    def written(self) -> set[str]:
+        """Everything a client may have written (acknowledged or not)."""
+        return set(self.acked) | {s for s, _ in self.failed}
+
+
+@pytest.fixture(scope="class")
+def ukus(tmp_path_factory):
+    lab = netlab.NetLab(list(LAYOUT))
+    cluster = UkUs(lab)
+    with lab:
+        RUNS.append({"run_id": lab.run_id, "prefix": lab.prefix, "pids": []})
+        try:
+            t0 = time.monotonic()
+            cluster.start(tmp_path_factory.mktemp("ukus"))
+            RUNS[-1]["pids"] = [n.pid for n in cluster.processes]
+            print(f"\nlab {lab.run_id} on {lab.subnet}: 3 masters, 5 workers converged "
+                  f"in {time.monotonic() - t0:.1f}s")
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+# ---------------------------------------------------------------- the scenarios
+
+
+class TestUkUs:
+    def test_single_adapter_failure_is_not_a_split(self, ukus: UkUs):
+        lab = ukus.lab
+        assert lab.route_dev("us1", "uk1") == "eth-a" and lab.route_dev("uk1", "us1") == "eth-a"
+        before = set().union(*ukus.subjects().values())
+        seen_states: dict[str, set[str]] = {n: set() for n in LAYOUT}
+        suspected: list[tuple[str, list[str]]] = []
+        with Writers(ukus, list(LAYOUT), "adapter") as writers:
+            time.sleep(0.5)
+            down_at = time.monotonic()
+            lab.adapter_down("us1", "a")
+            # Traffic between us1 and the others now takes net B, both ways.
+            assert lab.route_dev("us1", "uk1") == "eth-b"
+            assert lab.route_dev("uk2", "us1") == "eth-b"
+            while time.monotonic() - down_at < 3 * MAX_PEER_LAG_S:
+                for name in LAYOUT:
+                    st = ukus.sync(name)
+                    seen_states[name].add(st["state"])
+                    if st["split_suspected"]:
+                        suspected.append((name, st["split_suspected"]))
+                time.sleep(0.2)
+            during = {n: len(writers.acked_after(n, down_at)) for n in LAYOUT}
+            lab.adapter_up("us1", "a")
+            time.sleep(0.5)
+        print(f"\nadapter us1/a down {3 * MAX_PEER_LAG_S:.0f}s: acks during the failure "
+              f"{during}, states seen {seen_states}, failed writes {len(writers.failed)}; "
+              f"latency { {n: writers.latencies(n, down_at) for n in LAYOUT} }")
+        assert not suspected, f"a single adapter failure was taken for a split: {suspected}"
+        assert all("split" not in s for s in seen_states.values()), seen_states
+        assert all(n > 0 for n in during.values()), f"a master stopped acknowledging: {during}"
+        assert not writers.failed, writers.failed[:5]
+        assert lab.route_dev("us1", "uk1") == "eth-a"  # back on net A
+        took = ukus.wait_converged(timeout=30)
+        fps = ukus.fingerprints()
+        assert len(set(fps.values())) == 1, fps
+        for worker, subjects in ukus.subjects().items():
+            missing = set(writers.acked) - subjects
+            assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
+            assert subjects <= writers.written | before, f"{worker}: statements nobody wrote"
+        print(f"adapter up -> converged in {took:.2f}s, {len(writers.acked)} writes, "
+              f"all {len(fps)} workers at {next(iter(fps.values()))}")
+
+    def test_dc_cut_split_and_recovery(self, ukus: UkUs):
+        lab = ukus.lab
+        ukus.wait_converged(timeout=30)
+        before = set().union(*ukus.subjects().values())
+        with Writers(ukus, list(LAYOUT), "cut") as writers:
+            time.sleep(0.3)
+            cut_at = time.monotonic()
+            for uk in UK:
+                lab.cut(uk, "us1")
+            detected: dict[str, float] = {}
+            last: dict[str, dict] = {}
+            while len(detected) < 3 and time.monotonic() - cut_at < 5 * MAX_PEER_LAG_S:
+                for name in LAYOUT:
+                    if name in detected:
+                        continue
+                    st = last[name] = ukus.sync(name)
+                    if st["state"] == "split" and _other_side(name) <= set(st["split_suspected"]):
+                        detected[name] = time.monotonic() - cut_at
+                time.sleep(0.1)
+            # Holds today: the minority and at least one majority master detect the split,
+            # and every master cut off knows the other side is missing.
+            assert "us1" in detected, f"us1 did not detect the split: {last['us1']}"
+            assert set(UK) & set(detected), f"no UK master detected the split: {last}"
+            for name in set(LAYOUT) - set(detected):
+                st = last[name] = ukus.sync(name)
+                assert _other_side(name) <= {*st["split_suspected"], *st["missing_peers"]}, st
+            gaps = [f"{n} never reported the split in {5 * MAX_PEER_LAG_S:.0f}s: state "
+                    f"{last[n]['state']}, missing {last[n]['missing_peers']}, split_suspected "
+                    f"{last[n]['split_suspected']}, seq {last[n]['seq']} (it advances by its "
+                    "side's tail segments, so it never stalls for max-peer-lag)"
+                    for n in LAYOUT if n not in detected]
+            if gaps and SPLIT_SEEN_BY_EVERY_MASTER:
+                raise AssertionError("; ".join(gaps))
+            split_at = cut_at + max(detected.values())
+            # Both sides write alone for a while: until every master acknowledged writes
+            # sent after the split was detected, for at most 10 s, then 1 s more.
+            first_ack: dict[str, float] = {}  # detection -> first ack of a write sent after
+            while len(first_ack) < 3 and time.monotonic() - split_at < 10:
+                for name in set(LAYOUT) - set(first_ack):
+                    if got := writers.sent_and_acked_after(name, split_at):
+                        first_ack[name] = min(writers.acked[s] for s in got) - split_at
+                time.sleep(0.1)
+            time.sleep(1)
+            uk_after = {n: len(writers.sent_and_acked_after(n, split_at)) for n in UK}
+            us_after = len(writers.sent_and_acked_after("us1", split_at))
+            window = time.monotonic() - split_at
+        print(f"\ncut UK<->US: split detected after "
+              f"{ {n: round(t, 2) for n, t in detected.items()} } s (max-peer-lag "
+              f"{MAX_PEER_LAG_S}s); first ack after detection "
+              f"{ {n: round(t, 2) for n, t in first_ack.items()} } s; acks in the "
+              f"{window:.1f}s after detection (writes sent after it): UK {uk_after}, "
+              f"US {us_after}; latency "
+              f"{ {n: writers.latencies(n, split_at) for n in LAYOUT} }; failed writes "
+              f"{len(writers.failed)} {sorted({w for _, w in writers.failed})[:3]}")
+        assert all(v >= MAX_PEER_LAG_S * 0.8 for v in detected.values()), detected
+        assert all(n > 0 for n in uk_after.values()), f"the majority stopped: {uk_after}"
+        assert us_after > 0, "the minority acknowledged nothing after max-peer-lag"
+        # The majority side agrees with itself.
+        ukus.wait_converged(UK, timeout=30)
+        uk_log = ukus.agreed("uk1")
+        assert ukus.agreed("uk2") == uk_log
+        us_post_split = [s for s in writers.by_master["us1"] if writers.acked[s] > cut_at]
+
+        heal_at = time.monotonic()
+        lab.heal()
+        try:
+            took = self._recovered(ukus, heal_at)
+            final = ukus.agreed("uk1")
+            assert ukus.agreed("uk2") == final == ukus.agreed("us1"), \
+                "agreed queues differ after recovery"
+            assert final[:len(uk_log)] == uk_log, "the majority's log did not win"
+            subjects = ukus.subjects()
+            for worker, got in subjects.items():
+                missing = set(writers.acked) - got
+                assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
+                assert not set(us_post_split) - got, f"{worker}: the minority's writes lost"
+                assert got <= writers.written | before, f"{worker}: statements nobody wrote"
+            fps = ukus.fingerprints()
+            assert len(set(fps.values())) == 1, fps
+            for name in LAYOUT:
+                st = ukus.sync(name)
+                assert st["state"] == "connected" and not st["split_suspected"], st
+        except AssertionError as exc:
+            self._report_today(ukus, heal_at, writers, us_post_split)
+            if RECOVERY_IMPLEMENTED:
+                raise
+            pytest.xfail(f"split recovery not implemented yet: {str(exc)[:300]}"
+                         + "".join(f"; {g}" for g in gaps))
+        print(f"heal -> all fingerprints equal in {took:.2f}s "
+              f"({len(writers.acked)} acknowledged writes, {len(us_post_split)} of them "
+              f"us1's after the split)")
+        if gaps:
+            pytest.xfail("; ".join(gaps))
+
+    @staticmethod
+    def _recovered(ukus: UkUs, heal_at: float) -> float:
+        """Seconds from the heal until every master is connected again, converged, and
+        every worker's fingerprint is equal."""
+        last: object = None
+        while time.monotonic() - heal_at < RECOVERY_TIMEOUT_S:
+            ok, last = ukus.converged()
+            if ok:
+                try:
+                    fps = ukus.fingerprints()
+                    states = {n: ukus.sync(n) for n in LAYOUT}
+                except httpx.HTTPError as exc:
+                    last = repr(exc)
+                    continue
+                if len(set(fps.values())) == 1 and all(
+                        s["state"] == "connected" and not s["split_suspected"]
+                        for s in states.values()):
+                    took = time.monotonic() - heal_at
+                    print(f"\nheal -> converged (all fingerprints equal): {took:.2f}s")
+                    return took
+                last = {"fingerprints": fps,
+                        "states": {n: s["state"] for n, s in states.items()}}
+            time.sleep(0.2)
+        raise AssertionError(f"no recovery {RECOVERY_TIMEOUT_S}s after the heal: {last}")
+
+    @staticmethod
+    def _report_today(ukus: UkUs, heal_at: float, writers: Writers,
+                      us_post_split: list[str]) -> None:
+        """What holds after the heal without recovery (printed for the lead)."""
+        print(f"\nafter heal (+{time.monotonic() - heal_at:.1f}s), without recovery:")
+        for name in LAYOUT:
+            try:
+                st = ukus.sync(name)
+            except httpx.HTTPError as exc:
+                print(f"  {name}: /admin/sync failed: {exc!r}")
+                continue
+            kinds = sorted({(d["peer"], d["kind"]) for d in st["divergences"]})
+            print(f"  {name}: state={st['state']} seq={st['seq']} "
+                  f"executed={st['executed_seq']} incoming={st['incoming']} "
+                  f"split_suspected={st['split_suspected']} divergences={kinds}")
+        fps = ukus.fingerprints()
+        groups: dict[str, list[str]] = {}
+        for worker, fp in fps.items():
+            groups.setdefault(fp, []).append(worker)
+        print(f"  worker fingerprints: {len(groups)} distinct: {list(groups.values())}")
+        subjects = ukus.subjects()
+        for worker, got in subjects.items():
+            print(f"  {worker}: {len(set(writers.acked) - got)} acknowledged writes missing, "
+                  f"{len(set(us_post_split) - got)} of us1's post-split writes missing")
+
+
+class TestOneLinkLost:
+    """A cluster of its own: the scenario can leave the masters diverged today."""
+
+    def test_one_link_lost_is_not_a_split(self, ukus: UkUs):
+        """The spec's net adapter failure "only one connection between the sub-clusters is
+        lost": uk1 <-> us1 cut on both nets, uk2 still reaches both. The system goes on
+        functioning (no split), the masters converge after the heal."""
+        lab = ukus.lab
+        before = set().union(*ukus.subjects().values())
+        seen: dict[str, set[str]] = {n: set() for n in LAYOUT}
+        suspected: set[tuple[str, tuple[str, ...]]] = set()
+        with Writers(ukus, list(LAYOUT), "link") as writers:
+            time.sleep(0.5)
+            cut_at = time.monotonic()
+            lab.cut("uk1", "us1")
+            while time.monotonic() - cut_at < 3 * MAX_PEER_LAG_S:
+                for name in LAYOUT:
+                    st = ukus.sync(name)
+                    seen[name].add(st["state"])
+                    if st["split_suspected"]:
+                        suspected.add((name, tuple(st["split_suspected"])))
+                time.sleep(0.2)
+            during = {n: len(writers.acked_after(n, cut_at)) for n in LAYOUT}
+            heal_at = time.monotonic()
+            lab.heal()
+            time.sleep(0.5)
+        print(f"\nlink uk1<->us1 cut {3 * MAX_PEER_LAG_S:.0f}s: acks during the cut {during}, "
+              f"states seen {seen}, split suspected {sorted(suspected)}, failed writes "
+              f"{len(writers.failed)}; latency "
+              f"{ {n: writers.latencies(n, cut_at) for n in LAYOUT} }")
+        try:
+            assert not suspected, f"one lost link was taken for a split: {sorted(suspected)}"
+            assert all(n > 0 for n in during.values()), f"a master stopped: {during}"
+            ukus.wait_converged(timeout=20)
+            took = time.monotonic() - heal_at
+            fps = ukus.fingerprints()
+            assert len(set(fps.values())) == 1, fps
+            for worker, subjects in ukus.subjects().items():
+                missing = set(writers.acked) - subjects
+                assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
+                assert subjects <= writers.written | before, f"{worker}: statements nobody wrote"
+        except AssertionError as exc:
+            TestUkUs._report_today(ukus, heal_at, writers, [])
+            if ONE_LINK_RELAYED:
+                raise
+            pytest.xfail(f"one lost link between two masters is a split today: "
+                         f"{str(exc)[:300]}")
+        print(f"heal -> all fingerprints equal in {took:.2f}s")
+
+
+# ---------------------------------------------------------------- cleanup
+
+
+def test_lab_leaves_nothing_behind():
+    """Runs after the class above tore its lab down: nothing of that run is left (no
+    namespace, no link, no nft table, no process); a lab whose `with` block raised and a
+    process that exits without closing its lab (atexit) leave nothing either."""
+    assert RUNS, "the partition tests made no lab (run the whole module)"
+    for made in RUNS:
+        prefix = made["prefix"]
+        assert not [n for n in netlab.netns_names() if n.startswith(prefix)]
+        assert not [n for n in netlab.root_links() if n.startswith(prefix)]
+        assert f"txc_{made['run_id']}" not in netlab.run("nft", "list", "tables")
+        assert prefix not in netlab.run("ip", "-o", "link")
+        assert not [p for p in made["pids"] if Path(f"/proc/{p}").exists()
+                    and "txcluster" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        assert not (netlab.REGISTRY / made["run_id"]).exists()
+
+    lab = netlab.NetLab(["x1", "x2"])
+    with pytest.raises(RuntimeError, match="boom"), lab:
+        lab.cut("x1", "x2")
+        lab.adapter_down("x1", "b")
+        assert lab.leftovers()
+        raise RuntimeError("boom")
+    assert lab.leftovers() == []
+
+    script = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        from tests import netlab
+        lab = netlab.NetLab(["y1"]).start()
+        print(lab.run_id, flush=True)
+        sys.exit(0)  # no close(): atexit removes it
+    """) % str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    assert run_id and not [n for n in netlab.netns_names() + netlab.root_links()
+                           if n.startswith(f"txc-{run_id}-")]
+
+    # A run killed -9 is swept by the next lab.
+    script = script.replace("sys.exit(0)  # no close(): atexit removes it",
+                            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    run_id = out.stdout.strip()
+    assert out.returncode == -9 and run_id
+    assert [n for n in netlab.netns_names() if n.startswith(f"txc-{run_id}-")]
+    assert run_id in netlab.sweep_stale()
+    assert not [n for n in netlab.netns_names() + netlab.root_links()
+                if n.startswith(f"txc-{run_id}-")]
+
