@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -69,6 +70,8 @@ from master_service.txlog.agreement import AgreementLog, canonical_payload, payl
 from txcluster.auth import sign
 
 log = logging.getLogger("txcluster.sync")
+
+PUSH_BYTES = 256 * 1024  # payloads pushed with one status, at most
 
 __all__ = ["SyncDriver", "mode_of"]
 
@@ -152,6 +155,9 @@ class SyncDriver:
         self._exec_wake = asyncio.Event()
         self._waiters: dict[str, asyncio.Future] = {}
         self._fetching: set[str] = set()
+        self._pushed: set[str] = set()  # payloads that came with a status
+        self._own_payloads: dict[str, bytes] = {}  # ours, not yet agreed (to push)
+        self._pushed_to: dict[str, set[str]] = {}  # peer -> txids pushed to it
         self._recent: OrderedDict[int, str] = OrderedDict()  # pos -> fingerprint (cache)
         self._senders: dict[str, _Sender] = {}
         self._tasks: list[asyncio.Task] = []
@@ -159,6 +165,9 @@ class SyncDriver:
         self._round_at: int | None = None
         self._stopping = False
         self._not_executing: str | None = None
+        # Per-transaction timings in the log (diagnostics: TXC_SYNC_TRACE=1).
+        self._trace = bool(os.environ.get("TXC_SYNC_TRACE"))
+        self._submitted: dict[str, float] = {}
         self.on_round = on_round  # metrics: called with each round's duration (seconds)
         self._deadline_seen: int | None = None
         self._round_started: float | None = None
@@ -229,6 +238,8 @@ class SyncDriver:
         txid = str(uuid.uuid4())
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters[txid] = fut
+        if self._trace:
+            self._submitted[txid] = time.monotonic()
         pays: list[tuple[TxMeta, list]] = []
         try:
             ready = self._step(lambda now: self.node.submit(
@@ -242,6 +253,8 @@ class SyncDriver:
         # Its metadata is incoming, or already synchronised (a master without peers).
         tx = next(t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
                   if t.txid == txid)
+        if self.peers:
+            self._own_payloads[txid] = payload
         pays.append((tx, operations))  # its payload: in the same commit as its metadata
         try:
             return await asyncio.wait_for(asyncio.shield(fut), self.request_timeout)
@@ -266,9 +279,51 @@ class SyncDriver:
             log.info("sync: peer %s is %s", st.sender, st.mode.value)
             self._step(lambda now: self.node.add_peer(st.sender, st.mode, now=now))
         self._step(lambda now: self.node.receive(st, now))
+        if "payloads" in body:
+            self._take_pushed(st, body["payloads"])
         info.last_heard, info.seq = time.time(), st.seq
         if isinstance(executed, dict):
             self._compare(st.sender, info, executed)
+
+    def _payloads_to_push(self, peer: str, st: Status) -> dict[str, str]:
+        """Our own new transactions' payloads, sent along with the status that first lists
+        them (up to PUSH_BYTES): the peer then holds them without fetching them, which
+        takes one round trip off every commit. Fetching (the spec's acquisition) stays
+        for the rest and for every retry."""
+        sent = self._pushed_to.setdefault(peer, set())
+        out: dict[str, str] = {}
+        budget = PUSH_BYTES
+        for tx in st.queue:
+            if tx.origin != self.node_id or tx.txid in sent:
+                continue
+            payload = self._own_payloads.get(tx.txid)
+            if payload is None or len(payload) > budget:
+                continue
+            budget -= len(payload)
+            out[tx.txid] = payload.decode()
+            sent.add(tx.txid)
+        return out
+
+    def _take_pushed(self, st: Status, pushed: Any) -> None:
+        if not isinstance(pushed, dict):
+            return
+        metas = {tx.txid: tx for tx in st.queue if tx.origin == st.sender}
+        for txid, text in pushed.items():
+            tx = metas.get(txid)
+            if tx is None or not isinstance(text, str) or txid not in self._unacquired():
+                continue
+            data = text.encode()
+            if len(data) != tx.size or payload_digest(data) != tx.digest:
+                log.error("sync: payload of %s pushed by %s does not match its digest", txid,
+                          st.sender)
+                continue
+            self._pushed.add(txid)
+            self._step(lambda now, txid=txid: self.node.acquired(txid, now),
+                       [(tx, json.loads(data))])
+
+    def _unacquired(self) -> set[str]:
+        return {i.tx.txid for i in self.node.incoming if not i.acquired} | \
+            set(self.node.missing_payloads)
 
     def receive_tail(self, body: Any) -> None:
         seg = wire.tail_from_json(body)
@@ -384,12 +439,24 @@ class SyncDriver:
             if sender:
                 sender.tail(tail.segment)
         for acq in ready.acquire:
+            if acq.tx.txid in self._pushed:
+                self._pushed.discard(acq.tx.txid)  # it came with the status
+                continue
             if acq.tx.txid not in self._fetching:
                 self._fetching.add(acq.tx.txid)
                 self._tasks.append(asyncio.create_task(self._fetch(acq),
                                                        name=f"fetch {acq.tx.txid}"))
         if ready.synchronised:
             self._exec_wake.set()
+            for tx in ready.synchronised:  # agreed: every peer holds it, no more pushes
+                if self._own_payloads.pop(tx.txid, None) is not None:
+                    for sent in self._pushed_to.values():
+                        sent.discard(tx.txid)
+            if self._trace:
+                for tx in ready.synchronised:
+                    if tx.txid in self._waiters:
+                        log.info("trace %s agreed %.1f ms after submit", tx.txid,
+                                  (time.monotonic() - self._submitted.get(tx.txid, 0)) * 1000)
         if ready.activity is not None:
             log.debug("sync: %s", ready.activity.value)
         if ready.split_suspected is not None:
@@ -432,6 +499,9 @@ class SyncDriver:
         if kind == "status":
             body = {"status": wire.status_to_json(msg),
                     "executed": {"pos": self.executed_pos, "fingerprint": self.executed_fp}}
+            pushed = self._payloads_to_push(peer, msg)
+            if pushed:
+                body["payloads"] = pushed
         else:
             body = wire.tail_to_json(msg)
         try:
@@ -523,6 +593,9 @@ class SyncDriver:
                 while len(self._recent) > 4096:
                     self._recent.popitem(last=False)
                 for txid, answer in answers.items():
+                    if self._trace and txid in self._submitted:
+                        log.info("trace %s executed %.1f ms after submit", txid, (
+                            time.monotonic() - self._submitted.pop(txid)) * 1000)
                     fut = self._waiters.pop(txid, None)
                     if fut is None or fut.done():
                         continue
