@@ -47,6 +47,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -87,17 +88,25 @@ def root_links() -> list[str]:
                                             re.M)]
 
 
-def remove_run(run_id: str) -> None:
-    """Remove everything of run ``run_id`` by name: the root veth, then the namespaces."""
+def remove_run(run_id: str) -> list[int]:
+    """Remove everything of run ``run_id`` by name: the root veth, then the namespaces.
+    A process of the run still inside one of its namespaces (one its test did not stop,
+    or the nodes of a run killed -9) is killed by its PID first; those PIDs are returned."""
     prefix = f"{PREFIX}{run_id}-"
+    killed = []
     for link in root_links():
         if link.startswith(prefix):
             run("ip", "link", "del", link, check=False)
     for ns in netns_names():
         if ns.startswith(prefix):
+            for pid in run("ip", "netns", "pids", ns, check=False).split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(int(pid))
             run("ip", "netns", "del", ns, check=False)
     with contextlib.suppress(FileNotFoundError):
         (REGISTRY / run_id).unlink()
+    return killed
 
 
 def sweep_stale() -> list[str]:
@@ -194,12 +203,13 @@ class NetLab:
             raise
         return self
 
-    def close(self) -> None:
+    def close(self) -> list[int]:
+        """Remove the lab; returns the PIDs of processes that were still in it (killed)."""
         if not self._started:
-            return
+            return []
         self._started = False
-        remove_run(self.run_id)
         atexit.unregister(self.close)
+        return remove_run(self.run_id)
 
     def leftovers(self) -> list[str]:
         """Namespaces and root links of this run that still exist (none after close)."""

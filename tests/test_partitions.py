@@ -281,17 +281,19 @@ class Writers:
 def ukus(tmp_path_factory):
     lab = netlab.NetLab(list(LAYOUT))
     cluster = UkUs(lab)
-    with lab:
-        RUNS.append({"run_id": lab.run_id, "prefix": lab.prefix, "pids": []})
-        try:
-            t0 = time.monotonic()
-            cluster.start(tmp_path_factory.mktemp("ukus"))
-            RUNS[-1]["pids"] = [n.pid for n in cluster.processes]
-            print(f"\nlab {lab.run_id} on {lab.subnet}: 3 masters, 5 workers converged "
-                  f"in {time.monotonic() - t0:.1f}s")
-            yield cluster
-        finally:
-            cluster.stop()
+    made = {"run_id": lab.run_id, "prefix": lab.prefix, "pids": [], "stragglers": []}
+    RUNS.append(made)
+    lab.start()
+    try:
+        t0 = time.monotonic()
+        cluster.start(tmp_path_factory.mktemp("ukus"))
+        made["pids"] = [n.pid for n in cluster.processes]
+        print(f"\nlab {lab.run_id} on {lab.subnet}: 3 masters, 5 workers converged "
+              f"in {time.monotonic() - t0:.1f}s")
+        yield cluster
+    finally:
+        cluster.stop()  # by PID, before the lab goes
+        made["stragglers"] = lab.close()
 
 
 # ---------------------------------------------------------------- the scenarios
@@ -438,8 +440,13 @@ class TestUkUs:
         """Seconds from the heal until every master is connected again, converged, and
         every worker's fingerprint is equal."""
         last: object = None
+        seen: dict[str, list[str]] = {n: [] for n in LAYOUT}  # state changes, in order
         while time.monotonic() - heal_at < RECOVERY_TIMEOUT_S:
             ok, last = ukus.converged()
+            if isinstance(last, dict):
+                for n, st in last.items():
+                    if not seen[n] or seen[n][-1] != st["state"]:
+                        seen[n].append(st["state"])
             if ok:
                 try:
                     fps = ukus.fingerprints()
@@ -451,12 +458,14 @@ class TestUkUs:
                         s["state"] == "connected" and not s["split_suspected"]
                         for s in states.values()):
                     took = time.monotonic() - heal_at
-                    print(f"\nheal -> converged (all fingerprints equal): {took:.2f}s")
+                    print(f"\nheal -> converged (all fingerprints equal): {took:.2f}s; "
+                          f"states on the way {seen}")
                     return took
                 last = {"fingerprints": fps,
                         "states": {n: s["state"] for n, s in states.items()}}
             time.sleep(0.2)
-        raise AssertionError(f"no recovery {RECOVERY_TIMEOUT_S}s after the heal: {last}")
+        raise AssertionError(f"no recovery {RECOVERY_TIMEOUT_S}s after the heal: {last}; "
+                             f"states on the way {seen}")
 
     @staticmethod
     def _report_today(ukus: UkUs, heal_at: float, writers: Writers,
@@ -541,8 +550,7 @@ def test_lab_leaves_nothing_behind():
     """Runs after the class above tore its lab down: nothing of that run is left (no
     namespace, no link, no nft table, no process); a lab whose `with` block raised and a
     process that exits without closing its lab (atexit) leave nothing either."""
-    assert RUNS, "the partition tests made no lab (run the whole module)"
-    for made in RUNS:
+    for made in RUNS:  # the labs of the scenarios above (none if run alone)
         prefix = made["prefix"]
         assert not [n for n in netlab.netns_names() if n.startswith(prefix)]
         assert not [n for n in netlab.root_links() if n.startswith(prefix)]
@@ -551,6 +559,7 @@ def test_lab_leaves_nothing_behind():
         assert not [p for p in made["pids"] if Path(f"/proc/{p}").exists()
                     and "txcluster" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
         assert not (netlab.REGISTRY / made["run_id"]).exists()
+        assert made["stragglers"] == [], "processes were left in the lab's namespaces"
 
     lab = netlab.NetLab(["x1", "x2"])
     with pytest.raises(RuntimeError, match="boom"), lab:
@@ -575,15 +584,32 @@ def test_lab_leaves_nothing_behind():
     assert run_id and not [n for n in netlab.netns_names() + netlab.root_links()
                            if n.startswith(f"txc-{run_id}-")]
 
-    # A run killed -9 is swept by the next lab.
-    script = script.replace("sys.exit(0)  # no close(): atexit removes it",
-                            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    # A run killed -9 (with a process left in its namespace) is swept by the next lab.
+    script = script.replace(
+        "sys.exit(0)  # no close(): atexit removes it",
+        "import os, signal, subprocess\n"
+        "p = subprocess.Popen([*lab.exec_prefix('y1'), 'sleep', '300'],\n"
+        "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(p.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=60)
-    run_id = out.stdout.strip()
-    assert out.returncode == -9 and run_id
+    run_id, pid = out.stdout.split()
+    assert out.returncode == -9
     assert [n for n in netlab.netns_names() if n.startswith(f"txc-{run_id}-")]
+    assert _running(int(pid))
     assert run_id in netlab.sweep_stale()
     assert not [n for n in netlab.netns_names() + netlab.root_links()
                 if n.startswith(f"txc-{run_id}-")]
+    deadline = time.monotonic() + 5
+    while _running(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(int(pid)), "the killed run's process was not stopped"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
 
