@@ -22,18 +22,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
-    if args.faults:
-        kinds = args.faults.split(",")
-        if unknown := [k for k in kinds if k not in FAULTS]:
-            parser.error(f"unknown fault kinds {unknown}; known: {', '.join(sorted(FAULTS))}")
-        results = []
-        for n in range(args.rounds):
-            results.append(run_round(args.seed + n, kinds, root=args.dir))
-            print(f"round {n + 1}/{args.rounds}: {'ok' if results[-1].ok else 'FAILED'}")
-            if not results[-1].ok:
-                print(results[-1].report())
-    else:
-        results = run(args.rounds, args.seed, root=args.dir)
+    results: list = []
+    try:
+        if args.faults:
+            kinds = args.faults.split(",")
+            if unknown := [k for k in kinds if k not in FAULTS]:
+                parser.error(f"unknown fault kinds {unknown}; known: "
+                             f"{', '.join(sorted(FAULTS))}")
+            for n in range(args.rounds):
+                results.append(run_round(args.seed + n, kinds, root=args.dir))
+                print(f"round {n + 1}/{args.rounds}: {'ok' if results[-1].ok else 'FAILED'}")
+                if not results[-1].ok:
+                    print(results[-1].report())
+        else:
+            run(args.rounds, args.seed, root=args.dir, results=results)
+    except KeyboardInterrupt:  # the table of the rounds done so far is still worth having
+        print(f"\ninterrupted after {len(results)} rounds")
+        if not results:
+            return 130
     print()
     print(table(results))
     return 0 if all(r.ok for r in results) else 1

@@ -167,8 +167,11 @@ def table(results: list[RoundResult]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def run(rounds: int, seed: int, root: Path | None = None, progress=print) -> list[RoundResult]:
-    results = []
+def run(rounds: int, seed: int, root: Path | None = None, progress=print,
+        results: list[RoundResult] | None = None) -> list[RoundResult]:
+    """Rounds seed, seed + 1, ...; ``results`` (appended to as rounds end) keeps what was
+    done if the run is interrupted."""
+    results = [] if results is None else results
     for n in range(rounds):
         result = run_round(seed + n, root=root)
         results.append(result)
