@@ -85,6 +85,7 @@ class SimConfig:
     crash_mid_step: float = 0.0  # crash while handling a Ready (before/after persisting)
     crashes: int = 0
     partitions: int = 0
+    long_partitions: int = 0  # a random group cut off for 2-4 x max_peer_lag: real splits
     max_skew: int = 300
     max_peer_lag: int | None = None
     split_recovery: SplitRecovery = SplitRecovery.NONE
@@ -124,7 +125,7 @@ class SimConfig:
             cmd += " --modes " + ",".join(m.value for m in self.modes)
         for name in ("fault_time", "liveness_bound", "transactions", "max_delay",
                      "fetch_delay", "drop", "duplicate", "crash_mid_step", "crashes",
-                     "partitions", "max_skew", "max_peer_lag"):
+                     "partitions", "long_partitions", "max_skew", "max_peer_lag"):
             if getattr(self, name) != getattr(derived, name):
                 cmd += f" --set {name}={getattr(self, name)!r}"
         if self.split_recovery is not derived.split_recovery:
@@ -255,6 +256,12 @@ class Simulation:
         for _ in range(cfg.partitions):
             t = self.rng.randrange(START, end_faults)
             self.at(t, self.partition)
+        lag = cfg.max_peer_lag or 1_000
+        for _ in range(cfg.long_partitions):
+            t = self.rng.randrange(START, end_faults)
+            names = list(self.nodes)
+            group = self.rng.sample(names, self.rng.randint(1, len(names) - 1))
+            self.at(t, self.isolate, sorted(group), self.rng.randint(2 * lag, 4 * lag))
         self.at(end_faults, self.heal)
         deadline = end_faults + cfg.liveness_bound
         while self._events:
@@ -423,6 +430,8 @@ class Simulation:
         if ready.split_point_changed:
             d.split_point = ready.split_point
             self.log("%s split point: %s", sn.name, ready.split_point)
+            if self.recovering:
+                self.check_split_points()
         if self.split_allowed:  # a split may diverge: only what became durable counts
             self.check_synchronised(sn, ready, via_tail)
         if ready.counter is not None:
@@ -537,6 +546,8 @@ class Simulation:
 
     def isolate(self, group: list[str], duration: int) -> None:
         """Cut ``group`` from the other nodes now, for ``duration`` (scripted faults)."""
+        if not self.faults_on:
+            return
         rest = [n for n in self.nodes if n not in group]
         links = frozenset({(a, b) for a in group for b in rest} | {(b, a) for a in group
                                                                     for b in rest})
@@ -608,12 +619,38 @@ class Simulation:
             self.fail(f"invariant 3: {sn.name} has a transaction twice")
         return fresh
 
+    def good_prefixes(self) -> dict[str, list[TxMeta]]:
+        """Each node's persisted synchronised queue up to its split point, if it has one
+        (protocol.py, "Split recovery": its last known good state)."""
+        out = {}
+        for name, sn in self.nodes.items():
+            d = sn.durable
+            out[name] = d.synced if d.split_point is None else d.synced[:d.split_point]
+        return out
+
+    def check_split_points(self) -> None:
+        """The split point claim: the good prefixes of any two nodes are consistent (one
+        is a prefix of the other)."""
+        prefixes = self.good_prefixes()
+        for name, good in prefixes.items():
+            for other, theirs in prefixes.items():
+                n = min(len(good), len(theirs))
+                if other != name and good[:n] != theirs[:n]:
+                    i = next(i for i in range(n) if good[i] != theirs[i])
+                    self.fail(f"split point: {name}'s queue up to its split point "
+                              f"{self.nodes[name].durable.split_point} has {good[i].txid} "
+                              f"at seq {i + 1}, {other}'s has {theirs[i].txid}")
+
     def rebase_agreed(self) -> None:
         """After a truncation the positions past it are no longer agreed by anyone who
-        truncated: the agreed sequence becomes the longest persisted synchronised queue,
-        keeping who first added each entry that is still at its place."""
-        holder = max(self.nodes.values(), key=lambda n: len(n.durable.synced))
-        agreed = list(holder.durable.synced)
+        truncated: the agreed sequence becomes the longest good prefix (a node's
+        persisted queue up to its split point, if any), keeping who first added each
+        entry that is still at its place."""
+        self.check_split_points()
+        prefixes = self.good_prefixes()
+        name = max(prefixes, key=lambda n: len(prefixes[n]))
+        holder = self.nodes[name]
+        agreed = list(prefixes[name])
         by = [self.agreed_by[i] if i < len(self.agreed) and self.agreed[i] == tx
               else holder.name for i, tx in enumerate(agreed)]
         self.agreed, self.agreed_by = agreed, by
@@ -666,7 +703,11 @@ def main(argv: list[str] | None = None) -> int:
         while time.monotonic() - started < args.soak:
             seed, nodes, rate = rng.randrange(2**32), rng.choice([3, 3, 5]), rng.random()
             lag = rng.choice([None, None, None, 300, 1_000])
-            run_simulation(SimConfig.derive(seed, nodes, rate, max_peer_lag=lag))
+            extra = {}
+            if lag is not None:
+                extra = dict(split_recovery=rng.choice(list(SplitRecovery)),
+                             long_partitions=rng.randint(0, 2), fault_time=6_000)
+            run_simulation(SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra))
             runs += 1
         print(f"{runs} runs, {time.monotonic() - started:.0f} s, no failure")
         return 0

@@ -487,6 +487,7 @@ class SyncNode:
         # the last known good position while split (module docstring, "Split recovery")
         self._split_point: int | None = state.split_point
         # restored while split: we forgot whom we excluded, so every peer is rejoining
+        self._apart_since: dict[str, int] = {}  # SMART: excluded peer -> diverged since
         self._rejoining: set[str] = set() if self._split_point is None else {
             p for p, s in self._peers.items() if s.mode is not Mode.MUTED}
         self._reported: set[tuple[str, str, str]] = set()
@@ -668,8 +669,9 @@ class SyncNode:
         if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
                 st.sender in self._excluded
                 or (relation == _DIVERGED and peer.mode is not Mode.MUTED)
-                or (st.sender in self._rejoining and self._recovery is SplitRecovery.SIMPLE)):
-            self._rejoin(st.sender, now)  # before anything is sent (no tail from a loser)
+                or (st.sender in self._rejoining and (
+                    self._recovery is SplitRecovery.SIMPLE or relation == _AHEAD))):
+            self._rejoin(st.sender, relation, now)  # before anything is sent
             relation = self._relation(st.seq, st.merge_base, st.chain)
         if st.sender in self._rejoining and relation in (_SAME, _BEHIND):
             self._rejoining.discard(st.sender)  # restored while split: it is consistent
@@ -679,7 +681,7 @@ class SyncNode:
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
                          f"ours there is {self._synced[st.seq - 1].txid} "
                          f"(chain {self._chain[st.seq][:8]})")
-            if self._recovery is not SplitRecovery.NONE and self._tail_limit() is None:
+            if self._recovery is not SplitRecovery.NONE and self._split_point is None:
                 self._send_diverged(st.sender, st.seq)
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
@@ -691,6 +693,7 @@ class SyncNode:
             # round, so that its tail segment comes at once.
             self._post(now)
         if st.sender in self._excluded and relation != _AHEAD:
+            self._apart_since.pop(st.sender, None)
             self._excluded.discard(st.sender)  # back, and consistent with us
             self._out.split_changed = True
             self._split_maybe_over()
@@ -895,10 +898,11 @@ class SyncNode:
         self._stalled_since = now
 
     def _tail_limit(self) -> int | None:
-        """While split, a node that would truncate never hands out an entry after its
-        split point (it will take it back); a SMART node that would keep does."""
-        if self._split_point is None or self._recovery is SplitRecovery.NONE or (
-                self._recovery is SplitRecovery.SMART and self._keeps()):
+        """While split, a node never hands out an entry after its split point: it may
+        take it back (SIMPLE, or SMART when the vote goes against it), and even a node
+        that would keep now may lose a later vote, while a node that took the entry
+        from it has no split point to go back to."""
+        if self._split_point is None or self._recovery is SplitRecovery.NONE:
             return None
         return self._split_point
 
@@ -927,7 +931,7 @@ class SyncNode:
     def _tail_diverged(self, peer: str, now: int) -> None:
         if (self._split_point is not None and self._recovery is not SplitRecovery.NONE
                 and self._peers[peer].mode is not Mode.MUTED):
-            self._rejoin(peer, now)
+            self._rejoin(peer, _DIVERGED, now)
 
     def _keeps(self) -> bool:
         """SMART's majority vote (module docstring, "Split recovery")."""
@@ -936,14 +940,21 @@ class SyncNode:
         side, n = len(voters) - len(out), len(voters)
         return 2 * side > n or (2 * side == n and min(voters) not in out)
 
-    def _rejoin(self, peer: str, now: int) -> None:
+    def _rejoin(self, peer: str, relation: str, now: int) -> None:
         """A peer of the other side is back (or diverged from us): SIMPLE truncates,
         SMART truncates unless the vote says we keep our state."""
         if peer not in self._excluded:
             self._excluded.add(peer)  # it diverged from us: we cannot wait for it
             self._out.split_changed = True
         if self._recovery is SplitRecovery.SMART and self._keeps():
-            return
+            if relation not in (_DIVERGED, _AHEAD):
+                return  # consistent with us: waited for again below
+            # Both sides may win their own vote (each counts its own excluded set): if
+            # this peer still diverges after max_peer_lag, the larger id of the two gives in.
+            since = self._apart_since.setdefault(peer, now)
+            patience = self._timing.max_peer_lag or self._timing.idle_interval
+            if now - since < patience or self._id < peer:
+                return
         self._truncate(now)
 
     def _truncate(self, now: int) -> None:
@@ -968,6 +979,7 @@ class SyncNode:
         self._split_point = None
         self._out.split_point_changed = True
         self._rejoining.clear()
+        self._apart_since.clear()
         if self._excluded:
             self._excluded.clear()
             self._out.split_changed = True
