@@ -21,11 +21,12 @@ and one route for the lab's /24, both gone when the lab is closed.
 
 Faults (all idempotent):
 
-* ``adapter_down(host, net)``: the route over that net to and from the host is
-  withdrawn everywhere (what the routing of a real redundant network does when an
-  adapter fails; a static route to a dead next hop would only blackhole) and the
-  adapter goes down (its kernel drops its own routes over it). Traffic fails over to
-  the other net; ``adapter_up`` brings it back.
+* ``adapter_down(host, net, convergence_s=0)``: the adapter goes down (its kernel drops
+  its own routes over it) and the routes over that net to the host are withdrawn
+  everywhere else (what the routing of a real redundant network does when an adapter
+  fails; a static route to a dead next hop would only blackhole) — at once, or after
+  ``convergence_s`` of blackholing. Traffic fails over to the other net; ``adapter_up``
+  brings it back.
 * ``cut(a, b)``: an nftables set in each of the two namespaces drops every packet to
   and from the other's addresses, on both nets; ``uncut``; ``isolate(host)`` cuts it
   from every other host (the test process still reaches it, over the management path).
@@ -49,6 +50,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 PREFIX = "txc-"
@@ -316,12 +318,19 @@ class NetLab:
 
     # ---------------------------------------------------------------- faults
 
-    def adapter_down(self, host: str, net: str) -> None:
+    def adapter_down(self, host: str, net: str, convergence_s: float = 0.0) -> None:
+        """The host's adapter on ``net`` fails. With ``convergence_s`` 0 the others'
+        routes over it are withdrawn first (instant failover); otherwise the adapter goes
+        down first and the others go on sending to its dead address for that long (the
+        time a real network's routing takes to notice) before they fail over."""
         self._check_net(net)
         if (host, net) in self._down:
             return
+        if convergence_s > 0:
+            run("ip", "-n", self.netns(host), "link", "set", f"eth-{net}", "down")
+            time.sleep(convergence_s)
         self._down.add((host, net))
-        self._sync_routes()  # withdraw first: the others fail over at once
+        self._sync_routes()
         run("ip", "-n", self.netns(host), "link", "set", f"eth-{net}", "down")
 
     def adapter_up(self, host: str, net: str) -> None:

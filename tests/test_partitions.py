@@ -309,7 +309,8 @@ class TestUkUs:
         with Writers(ukus, list(LAYOUT), "adapter") as writers:
             time.sleep(0.5)
             down_at = time.monotonic()
-            lab.adapter_down("us1", "a")
+            # The peers notice after 0.5 s (until then they send into the void).
+            lab.adapter_down("us1", "a", convergence_s=0.5)
             # Traffic between us1 and the others now takes net B, both ways.
             assert lab.route_dev("us1", "uk1") == "eth-b"
             assert lab.route_dev("uk2", "us1") == "eth-b"
