@@ -454,6 +454,7 @@ class TestUkUs:
                     states = {n: ukus.sync(n) for n in LAYOUT}
                 except httpx.HTTPError as exc:
                     last = repr(exc)
+                    time.sleep(0.2)
                     continue
                 if len(set(fps.values())) == 1 and all(
                         s["state"] == "connected" and not s["split_suspected"]
