@@ -6,6 +6,7 @@ a deliberate change with ``SYNC_REWRITE=1 .venv/bin/pytest tests/test_sync_proto
 and review the diff. Commands:
 
     cluster n1 n2 n3 [n3=read-only|muted] [synced=U1..U10] [time=T] [max-peer-lag=L]
+            [split-recovery=none|simple|smart]
     time T                  set the clock (all nodes share it)
     submit NODE TXID...     client transactions at NODE
     round NODE...           tick each node at its round deadline (the clock moves there)
@@ -15,6 +16,9 @@ and review the diff. Commands:
     drop [SRC->DST [KIND]]  lose the queued messages
     stabilize               deliver until nothing is queued
     crash NODE / restart NODE
+    partition A,B C,D       messages and payloads between the groups are lost (also those
+                            queued now) until heal
+    heal
     print-queues
 
 Payload fetches are messages too ("payload X"): the driver asks the first source that
@@ -40,6 +44,7 @@ from master_service.sync import (
     PersistentState,
     Ready,
     Refused,
+    SplitRecovery,
     Status,
     SyncNode,
     TailSegment,
@@ -226,6 +231,7 @@ class Scenario:
         self.durable: dict[str, PersistentState] = {}
         self.payloads: dict[str, set[str]] = {}
         self.queue: list[tuple[str, str, object]] = []  # (src, dst, message or txid)
+        self.cut: set[tuple[str, str]] = set()  # (src, dst) pairs that lose messages
 
     # -- commands --
 
@@ -238,6 +244,7 @@ class Scenario:
                         acquire_retry=TIMING.acquire_retry, max_tail=TIMING.max_tail,
                         max_peer_lag=int(lag) if lag else None)
         modes = {n: Mode(opts.get(n, "read-write")) for n in names}
+        recovery = SplitRecovery.parse(opts.get("split-recovery", "none"))
         synced: tuple[TxMeta, ...] = ()
         if "synced" in opts:
             first, last = opts["synced"].split("..")
@@ -247,7 +254,7 @@ class Scenario:
                            for i in range(lo, hi + 1))
         for n in names:
             self.config[n] = dict(peers={p: modes[p] for p in names if p != n},
-                                  mode=modes[n], timing=timing)
+                                  mode=modes[n], timing=timing, split_recovery=recovery)
             self.durable[n] = PersistentState(synced, (), synced[-1].timestamp if synced else 0)
             self.payloads[n] = {t.txid for t in synced}
             self.nodes[n] = SyncNode.restore(n, self.durable[n], now=self.time,
@@ -342,6 +349,20 @@ class Scenario:
         return [f"{name}: restored seq={self.nodes[name].seq} "
                 f"incoming={self.ids(self.durable[name].incoming)}"]
 
+    def cmd_partition(self, args: list[str]) -> list[str]:
+        groups = [g.split(",") for g in args]
+        for a in groups:
+            for b in groups:
+                if a is not b:
+                    self.cut |= {(x, y) for x in a for y in b}
+        before = len(self.queue)
+        self.queue = [m for m in self.queue if (m[0], m[1]) not in self.cut]
+        return [f"dropped {before - len(self.queue)}"] if before > len(self.queue) else []
+
+    def cmd_heal(self, args: list[str]) -> list[str]:
+        self.cut.clear()
+        return []
+
     def cmd_print_queues(self, args: list[str]) -> list[str]:
         out = []
         for name, node in self.nodes.items():
@@ -353,6 +374,8 @@ class Scenario:
                                 for i in node.incoming) or "-"
             split = (" split-suspected=" + ",".join(sorted(node.split_suspected))
                      if node.split_suspected else "")
+            if node.split_point is not None:
+                split += f" split-point={node.split_point}"
             out.append(f"{name} {node.mode.value} {node.activity.value}{split}: "
                        f"synced [{synced}] incoming [{incoming}]")
         return out
@@ -373,6 +396,9 @@ class Scenario:
         node = self.node(name)
         self.durable[name] = node.persistent_state()  # the harness persists everything
         out = []
+        if ready.truncated is not None:
+            out.append(f"{name}: truncate after {ready.truncated.after_seq}: "
+                       f"{self.ids(ready.truncated.entries)}")
         if ready.acknowledge:
             out.append(f"{name}: acknowledge {' '.join(ready.acknowledge)}")
         if ready.synchronised:
@@ -380,7 +406,8 @@ class Scenario:
         groups: dict[int, tuple[Status, list[str]]] = {}
         for post in ready.posts:
             groups.setdefault(id(post.status), (post.status, []))[1].append(post.to)
-            self.queue.append((name, post.to, post.status))
+            if (name, post.to) not in self.cut:
+                self.queue.append((name, post.to, post.status))
         for status, to in groups.values():
             queue = " ".join(f"{t.txid}@{t.timestamp}" for t in status.queue)
             out.append(f"{name}: post to {','.join(to)}: base={status.merge_base}/{status.seq} "
@@ -389,9 +416,11 @@ class Scenario:
             seg = tail.segment
             out.append(f"{name}: tail to {tail.to} after {seg.after}/{seg.after_seq}: "
                        f"{self.ids(seg.entries)}")
-            self.queue.append((name, tail.to, seg))
+            if (name, tail.to) not in self.cut:
+                self.queue.append((name, tail.to, seg))
         for acq in ready.acquire:
-            holders = [s for s in acq.sources if acq.tx.txid in self.payloads.get(s, ())]
+            holders = [s for s in acq.sources if acq.tx.txid in self.payloads.get(s, ())
+                       and (s, name) not in self.cut]
             out.append(f"{name}: acquire {acq.tx.txid} from {','.join(acq.sources)}")
             if holders and (holders[0], name, acq.tx.txid) not in self.queue:
                 self.queue.append((holders[0], name, acq.tx.txid))
@@ -400,6 +429,9 @@ class Scenario:
         if ready.split_suspected is not None:
             out.append(f"{name}: split suspected: "
                        f"{','.join(sorted(ready.split_suspected)) or 'none'}")
+        if ready.split_point_changed:
+            point = "none" if ready.split_point is None else ready.split_point
+            out.append(f"{name}: split point {point}")
         for inc in ready.inconsistencies:
             out.append(f"{name}: inconsistency with {inc.peer} ({inc.kind}): {inc.detail}")
         return out

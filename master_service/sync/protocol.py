@@ -688,7 +688,7 @@ class SyncNode:
         self._merge(st.queue, st.sender, now)
         if relation == _BEHIND:
             self._send_tail(st.sender, st.seq)
-        elif relation == _AHEAD and self.EAGER_POSTS:
+        elif relation == _AHEAD and self.EAGER_POSTS and self._out.truncated is None:
             # We lag: tell the forerunner where we are now, rather than at the end of our
             # round, so that its tail segment comes at once.
             self._post(now)
