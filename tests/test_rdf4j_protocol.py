@@ -447,3 +447,42 @@ def test_repository_list_rows():
     assert parsed[0]["id"].value == "r"
     assert parsed[0]["readable"].value == "true"
     assert parsed[0]["writable"].value == "false"
+
+
+# ---- open transactions (both endpoints share the registry) ----
+
+
+def _step(query: str, body: bytes = b"", ctype: str | None = None) -> rdf4j.TransactionStep:
+    return rdf4j.parse_transaction_step(rdf4j.parse_params(query.encode()), body, ctype)
+
+
+def test_transaction_registry_runs_steps_until_commit_then_forgets():
+    reg = rdf4j.TransactionRegistry()
+    txid = reg.begin()
+    tx = reg.get(txid)
+    assert reg.record(tx, _step("action=UPDATE&update=INSERT DATA { <urn:a> <urn:b> 1 }")) \
+        is None
+    ops = reg.record(reg.get(txid), _step("action=COMMIT"))
+    assert ops == [{"type": "update", "update": "INSERT DATA { <urn:a> <urn:b> 1 }",
+                   "base_iri": None}]
+    with pytest.raises(ProtocolError) as e:
+        reg.get(txid)
+    assert e.value.status == 404 and txid in str(e.value)
+    assert len(reg) == 0
+
+
+def test_transaction_registry_rollback_and_idle_transactions_are_forgotten():
+    now = [0.0]
+    reg = rdf4j.TransactionRegistry(idle_s=60, clock=lambda: now[0])
+    rolled, idle, busy = reg.begin(), reg.begin(), reg.begin()
+    assert reg.get(rolled, rollback=True).closed
+    with pytest.raises(ProtocolError):
+        reg.get(rolled)
+    now[0] = 50
+    reg.record(reg.get(busy), _step("action=PING"))  # touched: kept
+    now[0] = 100  # idle untouched for 100 s, busy for 50 s
+    with pytest.raises(ProtocolError) as e:
+        reg.get(idle)
+    assert e.value.status == 404
+    assert not reg.get(busy).closed
+    assert len(reg) == 1

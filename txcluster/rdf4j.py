@@ -34,8 +34,12 @@ are ignored, as RDF4J does: SPARQLWrapper, for one, always sends ``format=``/``o
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Iterable, Sequence
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -43,6 +47,8 @@ from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape, quoteattr
 
 import pyoxigraph as ox
+
+log = logging.getLogger("txcluster.rdf4j")
 
 PROTOCOL_VERSION = "12"
 
@@ -878,6 +884,62 @@ class PendingTransaction:
     def rollback(self) -> None:
         self.closed = True
         self.operations.clear()
+
+
+class TransactionRegistry:
+    """The open RDF4J transactions of one endpoint (master or worker), thread-safe.
+
+    A transaction no client touched for ``idle_s`` is forgotten (a client that died
+    between BEGIN and COMMIT must not keep its operations in memory for ever); the next
+    step on it is a 404 naming it. ``clock`` is a value source, for tests."""
+
+    def __init__(self, idle_s: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._open: dict[str, tuple[PendingTransaction, float]] = {}
+        self._lock = threading.Lock()
+        self._idle_s = idle_s
+        self._clock = clock
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def _forget_idle(self, now: float) -> None:
+        for txid, (_, touched) in list(self._open.items()):
+            if now - touched > self._idle_s:
+                log.warning("forgetting RDF4J transaction %s: idle for %.0f s", txid,
+                            now - touched)
+                del self._open[txid]
+
+    def begin(self) -> str:
+        txid = uuid.uuid4().hex
+        with self._lock:
+            now = self._clock()
+            self._forget_idle(now)
+            self._open[txid] = (PendingTransaction(txid), now)
+        return txid
+
+    def get(self, txid: str, rollback: bool = False) -> PendingTransaction:
+        """The open transaction ``txid`` (ProtocolError 404 if unknown or forgotten);
+        ``rollback``: also close and forget it (DELETE)."""
+        with self._lock:
+            self._forget_idle(self._clock())
+            entry = self._open.get(txid)
+            if entry is None:
+                raise ProtocolError(404, f"unknown transaction '{txid}'")
+            if rollback:
+                del self._open[txid]
+                entry[0].rollback()
+            return entry[0]
+
+    def record(self, tx: PendingTransaction, step: TransactionStep) -> list[dict] | None:
+        """Apply one step (PendingTransaction.record); a closed transaction is forgotten."""
+        with self._lock:
+            to_execute = tx.record(step)
+            if tx.closed:
+                self._open.pop(tx.id, None)
+            else:
+                self._open[tx.id] = (tx, self._clock())
+            return to_execute
 
 
 def transaction_location(transactions_url: str, txid: str) -> str:

@@ -13,9 +13,7 @@ import asyncio
 import base64
 import hmac
 import logging
-import threading
 import time
-import uuid
 from collections.abc import Callable
 from functools import wraps
 
@@ -81,8 +79,7 @@ class ClientAuth:
 def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                   auth: ClientAuth) -> APIRouter:
     router = APIRouter()
-    transactions: dict[str, tuple[rdf4j.PendingTransaction, float]] = {}
-    tx_lock = threading.Lock()
+    transactions = rdf4j.TransactionRegistry()
 
     def handler(endpoint: Callable) -> Callable:
         @wraps(endpoint)
@@ -218,9 +215,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
     async def begin(request: Request) -> Response:
         if (denied := await write_guard(request)) is not None:
             return denied
-        txid = uuid.uuid4().hex
-        with tx_lock:
-            transactions[txid] = (rdf4j.PendingTransaction(txid), time.monotonic())
+        txid = transactions.begin()
         location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
         return Response(status_code=201, headers={"Location": location})
 
@@ -228,26 +223,15 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         if (denied := await write_guard(request)) is not None:
             return denied
         txid = request.path_params["txid"]
-        with tx_lock:
-            entry = transactions.get(txid)
-            if request.method == "DELETE" and entry is not None:
-                del transactions[txid]
-        if entry is None:
-            raise ProtocolError(404, f"unknown transaction '{txid}'")
-        tx = entry[0]
         if request.method == "DELETE":
-            tx.rollback()
+            transactions.get(txid, rollback=True)
             return Response(status_code=204)
+        tx = transactions.get(txid)
         body = await request.body()
         ctype = request.headers.get("content-type")
         params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
         step = rdf4j.parse_transaction_step(params, body, ctype)
-        with tx_lock:
-            to_execute = tx.record(step)
-            if tx.closed:
-                transactions.pop(txid, None)
-            else:
-                transactions[txid] = (tx, time.monotonic())
+        to_execute = transactions.record(tx, step)
         if to_execute:
             await cluster_provider().write(to_execute)
         return Response(status_code=200)

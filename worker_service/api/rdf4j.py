@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial, wraps
@@ -201,8 +199,7 @@ def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
 def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRouter:
     """The RDF4J REST protocol for the repository ``repo_provider()`` returns."""
     router = APIRouter()
-    transactions: dict[str, tuple[rdf4j.PendingTransaction, float]] = {}
-    tx_lock = threading.Lock()
+    transactions = rdf4j.TransactionRegistry(TRANSACTION_IDLE_S)
 
     def repository(request: Request) -> Any:
         repo = repo_provider()
@@ -407,21 +404,11 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRou
 
     # ---- transactions (master only) ----
 
-    def forget_idle(now: float) -> None:
-        for txid, (_, touched) in list(transactions.items()):
-            if now - touched > TRANSACTION_IDLE_S:
-                log.warning("forgetting idle transaction %s", txid)
-                del transactions[txid]
-
     async def begin(request: Request) -> Response:
         repository(request)
         if (response := await refused(request)) is not None:
             return response
-        txid = uuid.uuid4().hex
-        now = time.monotonic()
-        with tx_lock:
-            forget_idle(now)
-            transactions[txid] = (rdf4j.PendingTransaction(txid), now)
+        txid = transactions.begin()
         location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
         return Response(status_code=201, headers={"Location": location})
 
@@ -430,26 +417,15 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRou
         if (response := await refused(request)) is not None:
             return response
         txid = request.path_params["txid"]
-        with tx_lock:
-            entry = transactions.get(txid)
-            if request.method == "DELETE" and entry is not None:
-                del transactions[txid]  # rollback
-        if entry is None:
-            raise ProtocolError(404, f"unknown transaction '{txid}'")
-        tx = entry[0]
         if request.method == "DELETE":
-            tx.rollback()
+            transactions.get(txid, rollback=True)
             return Response(status_code=204)
+        tx = transactions.get(txid)
         body = await request.body()
         ctype = request.headers.get("content-type")
         params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
         step = rdf4j.parse_transaction_step(params, body, ctype)
-        with tx_lock:
-            to_execute = tx.record(step)
-            if tx.closed:
-                transactions.pop(txid, None)
-            else:
-                transactions[txid] = (tx, time.monotonic())
+        to_execute = transactions.record(tx, step)
         if to_execute is not None:
             await run_in_threadpool(execute, repo, to_execute)
         return Response(status_code=200)
