@@ -2,8 +2,9 @@
 
 Hypothesis picks seeds and fault rates; every run checks the invariants after every event
 and liveness after healing, and a failure prints the seed, the replay command and the
-event history. The default suite does about 2,000 runs in well under a minute on two
-cores. A long soak:
+event history. The default suite does about 2,000 runs (600 of them real splits
+recovered by SplitRecovery Simple and Smart) in about a minute on two cores. A long soak
+(every strategy, real splits included):
 
     TXCLUSTER_SYNC_SOAK=600 .venv/bin/pytest tests/test_sync_simulator.py -k soak -s
 
@@ -20,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from master_service.sync import Mode, Status, SyncNode
+from master_service.sync import Mode, SplitRecovery, Status, SyncNode
 from tests.sync_sim import SimConfig, Simulation, SimulationFailure, run_simulation
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
@@ -29,7 +30,7 @@ FAST = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 
-@settings(FAST, max_examples=1000)
+@settings(FAST, max_examples=500)
 @given(seed=SEEDS, fault_rate=RATES)
 def test_three_masters_agree_and_converge(seed, fault_rate):
     run_simulation(SimConfig.derive(seed, 3, fault_rate))
@@ -93,6 +94,108 @@ def test_a_partition_longer_than_max_peer_lag_is_reported_as_a_split():
     assert result.split_seen == {"n1", "n2", "n3"}
     assert result.divergences, "both sides added their own transactions"
     assert any("diverged" in line for line in result.inconsistencies)
+
+
+# ---- split recovery (protocol.py, "Split recovery") ----
+
+
+def _split_config(seed, fault_rate, nodes, strategy, lag, partitions, long_partitions):
+    """Random faults plus ``long_partitions`` groups cut off for 2-4 x max peer lag, so
+    that real splits happen (both sides go on and diverge) and are healed."""
+    return SimConfig.derive(seed, nodes, fault_rate, max_peer_lag=lag, partitions=partitions,
+                            long_partitions=long_partitions, fault_time=5_000,
+                            split_recovery=strategy)
+
+
+SPLITS = dict(seed=SEEDS, fault_rate=RATES, nodes=st.sampled_from([3, 3, 3, 5]),
+              lag=st.sampled_from([300, 800]), partitions=st.integers(0, 3),
+              long_partitions=st.integers(1, 3))
+
+
+@settings(FAST, max_examples=300)
+@given(**SPLITS)
+def test_simple_split_recovery_converges_and_loses_nothing(
+        seed, fault_rate, nodes, lag, partitions, long_partitions):
+    """Under Simple every split node truncates to its split point at rejoin and the
+    cluster re-negotiates: after healing every synchronised queue is the same and holds
+    every transaction that exists (so every acknowledged one); the simulator checks that,
+    the split point claim and the other invariants after every event."""
+    result = run_simulation(_split_config(seed, fault_rate, nodes, SplitRecovery.SIMPLE, lag,
+                                          partitions, long_partitions))
+    assert result.converged_at is not None
+
+
+@settings(FAST, max_examples=300)
+@given(**SPLITS)
+def test_smart_split_recovery_converges_and_loses_nothing(
+        seed, fault_rate, nodes, lag, partitions, long_partitions):
+    """Under Smart the majority side keeps its state, the others truncate and catch up."""
+    result = run_simulation(_split_config(seed, fault_rate, nodes, SplitRecovery.SMART, lag,
+                                          partitions, long_partitions))
+    assert result.converged_at is not None
+
+
+@settings(FAST, max_examples=100)
+@given(seed=SEEDS, fault_rate=RATES, lag=st.sampled_from([300, 800]),
+       long_partitions=st.integers(1, 2))
+def test_without_split_recovery_a_divergence_is_reported_not_repaired(
+        seed, fault_rate, lag, long_partitions):
+    result = run_simulation(_split_config(seed, fault_rate, 3, SplitRecovery.NONE, lag, 0,
+                                          long_partitions))
+    assert not result.truncations
+    if result.divergences:
+        assert any("diverged" in line for line in result.inconsistencies)
+        assert result.converged_at is None
+
+
+def _uk_us(strategy, nodes=3, cut=("n3",)):
+    """The spec's use case on the simulator: n1, n2 (UK) | n3 (US) cut for 3 s with max
+    peer lag 1 s, clients writing on both sides — the US side more."""
+    config = SimConfig(seed=11, nodes=nodes, transactions=0, crashes=0, partitions=0,
+                       fault_time=6_000, max_peer_lag=1_000, liveness_bound=10_000,
+                       split_recovery=strategy)
+    sim = Simulation(config, keep_history=0)
+    start = 10_000
+    sim.at(start + 500, sim.isolate, list(cut), 3_000)
+    uk = [n for n in sim.nodes if n not in cut]
+    writes = [(600, uk[0]), (700, cut[0]), (1_900, cut[0]), (2_000, cut[-1]),
+              (2_100, uk[-1]), (2_500, cut[0]), (4_500, uk[0]), (4_600, cut[0])]
+    for t, node in writes:
+        sim.at(start + t, sim.client_submit, node)
+    return sim.run()
+
+
+def _truncated(result):
+    """The nodes that went back to their split point (possibly with nothing after it)."""
+    return {line.split()[0] for line in result.truncations}
+
+
+def test_uk_us_split_smart_the_majority_keeps_the_minority_truncates():
+    result = _uk_us(SplitRecovery.SMART)
+    assert result.divergences, "both sides added their own transactions"
+    assert result.converged_at is not None
+    assert _truncated(result) == {"n3"}
+    assert result.synchronised == 8
+
+
+def test_uk_us_split_simple_everyone_truncates():
+    result = _uk_us(SplitRecovery.SIMPLE)
+    assert result.converged_at is not None
+    assert _truncated(result) == {"n1", "n2", "n3"}
+    assert result.synchronised == 8
+
+
+def test_uk_us_split_none_is_reported_and_stays():
+    result = _uk_us(SplitRecovery.NONE)
+    assert result.divergences and result.converged_at is None
+    assert any("diverged" in line for line in result.inconsistencies)
+
+
+def test_smart_equal_halves_the_half_with_the_smallest_id_keeps():
+    """Four masters cut 2 | 2: the vote ties; the half holding n1 keeps its state."""
+    result = _uk_us(SplitRecovery.SMART, nodes=4, cut=("n3", "n4"))
+    assert result.converged_at is not None
+    assert _truncated(result) == {"n3", "n4"}
 
 
 # ---- the simulator finds the bugs of the rules we did not take (protocol.py docstring) ----
@@ -199,6 +302,10 @@ def test_soak():
     while time.monotonic() - started < seconds:
         seed, nodes, rate = rng.randrange(2**32), rng.choice([3, 3, 5]), rng.random()
         lag = rng.choice([None, None, None, 300, 1_000])
-        run_simulation(SimConfig.derive(seed, nodes, rate, max_peer_lag=lag))
+        extra = {}
+        if lag is not None:
+            extra = dict(split_recovery=rng.choice(list(SplitRecovery)),
+                         long_partitions=rng.randint(0, 2), fault_time=6_000)
+        run_simulation(SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra))
         runs += 1
     print(f"soak: {runs} runs in {time.monotonic() - started:.0f} s, no failure")
