@@ -49,6 +49,7 @@ from master_service.sync import (
     SyncNode,
     TailSegment,
     Timing,
+    Truncation,
     TxMeta,
     UnknownPeer,
     chain_hash,
@@ -218,6 +219,90 @@ def test_restore_resumes_from_what_was_persisted():
     assert again.incoming == state.incoming and again.counter == state.counter
     ready = again.submit("B", size=1, digest="d", now=5)  # the clock went back
     assert ready.incoming[0].tx.timestamp > state.counter
+
+
+# ---------------------------------------------------------------- split recovery
+
+
+def test_split_recovery_values_are_parsed_case_insensitively():
+    assert [m.value for m in SplitRecovery] == ["None", "Simple", "Smart"]
+    assert SplitRecovery.parse("smart") is SplitRecovery.SMART
+    assert SplitRecovery.parse(" SIMPLE ") is SplitRecovery.SIMPLE
+    assert SplitRecovery.parse("none") is SplitRecovery.NONE
+    with pytest.raises(ValueError, match="None, Simple, Smart"):
+        SplitRecovery.parse("majority")
+    with pytest.raises(ValueError):
+        SyncNode("n1", now=0, split_recovery="Smart")
+
+
+def test_split_point_is_persisted_and_validated():
+    mine = (tx("A", 1), tx("B", 2))
+    with pytest.raises(ValueError, match="split_point"):
+        PersistentState(mine, (), 2, 3)
+    with pytest.raises(ValueError, match="split_point"):
+        PersistentState(mine, (), 2, -1)
+    node = SyncNode.restore("n1", PersistentState(mine, (), 2, 1), now=10, peers=["n2"])
+    assert node.split_point == 1 and node.persistent_state().split_point == 1
+
+
+def _split_node(strategy, missing=()):
+    """n1 restored while split: A agreed before the split, B and C after it."""
+    mine = (tx("A", 1), tx("B", 2), tx("C", 3, "n3"))
+    return SyncNode.restore("n1", PersistentState(mine, (), 3, 1), now=10,
+                            peers=["n2", "n3"], timing=TIMING, split_recovery=strategy,
+                            missing_payloads=missing)
+
+
+def test_a_truncation_puts_the_entries_after_the_split_point_back_into_incoming():
+    node = _split_node(SplitRecovery.SIMPLE, missing=["C"])
+    chain = chain_hash(chain_hash("", "A"), "X")
+    ready = node.receive(Status("n2", Mode.READ_WRITE, "X", 2, 20, (), chain), now=11)
+    assert ready.truncated == Truncation(1, (tx("B", 2), tx("C", 3, "n3")))
+    assert ready.incoming == (Incoming(tx("B", 2), True), Incoming(tx("C", 3, "n3"), False))
+    assert [a.tx.txid for a in ready.acquire] == ["C"]  # we never had its payload
+    assert ready.split_point is None and ready.split_point_changed and ready.must_persist
+    assert node.seq == 1 and node.missing_payloads == frozenset()
+    assert node.split_suspected == frozenset() and not ready.tails
+    assert [p.status.seq for p in ready.posts] == [1, 1]  # posted at once, at the split point
+
+
+def test_smart_keeps_with_the_majority_and_tails_stop_at_the_split_point():
+    node = _split_node(SplitRecovery.SMART)
+    # n2 lags at seq 0 (consistent): a lagger gets nothing past the split point while split
+    ready = node.receive(Status("n2", Mode.READ_WRITE, None, 0, 20, ()), now=11)
+    assert ready.truncated is None
+    assert [(t.to, [e.txid for e in t.segment.entries]) for t in ready.tails] == [("n2", ["A"])]
+    # n3 diverged: excluded; 2 of 3 is a majority, so n1 keeps B and C
+    chain = chain_hash(chain_hash("", "A"), "X")
+    ready = node.receive(Status("n3", Mode.READ_WRITE, "X", 2, 20, (), chain), now=12)
+    assert ready.truncated is None and node.seq == 3 and node.split_point == 1
+    assert node.split_suspected == frozenset({"n3"})
+    assert [i.kind for i in ready.inconsistencies] == ["diverged"]
+    # n3 truncated and posts its split point: consistent, waited for again, split over
+    ready = node.receive(Status("n3", Mode.READ_WRITE, "A", 1, 21, (), chain_hash("", "A")),
+                         now=13)
+    assert node.split_suspected == frozenset() and node.split_point is None
+    assert ready.split_point_changed
+    assert [[e.txid for e in t.segment.entries] for t in ready.tails] == [["B", "C"]]
+
+
+def test_smart_loses_the_vote_alone():
+    node = _split_node(SplitRecovery.SMART)
+    chain = chain_hash(chain_hash("", "A"), "X")
+    for peer, now in (("n2", 11), ("n3", 12)):
+        ready = node.receive(Status(peer, Mode.READ_WRITE, "X", 2, 20, (), chain), now=now)
+    assert ready.truncated == Truncation(1, (tx("B", 2), tx("C", 3, "n3")))
+    assert node.seq == 1
+
+
+def test_without_split_recovery_nothing_is_truncated():
+    node = _split_node(SplitRecovery.NONE)
+    chain = chain_hash(chain_hash("", "A"), "X")
+    for peer, now in (("n2", 11), ("n3", 12)):
+        ready = node.receive(Status(peer, Mode.READ_WRITE, "X", 2, 20, (), chain), now=now)
+        assert ready.truncated is None and [i.kind for i in ready.inconsistencies] == [
+            "diverged"]
+    assert node.seq == 3 and node.split_point == 1
 
 
 # ---------------------------------------------------------------- scenarios

@@ -91,23 +91,36 @@ Split recovery
 never repairs it; ``SIMPLE`` and ``SMART`` repair it as follows.
 
 *The split point.* When a node that excludes nobody starts excluding peers, it records
-``split_point = len(synchronised)``: its last known good state. Everything up to there
-was added while it excluded nobody, so by the paragraph above ``synchronised[:split_point]``
-is consistent (one a prefix of the other) with every other node's synchronised queue,
-and it stays so: other nodes only append, or truncate to their own last good state. The
-split point is persisted (``Ready.split_point`` with ``split_point_changed``; ``restore``
-takes it back) and the driver takes its backup of the workers' state there. It is
+``split_point = len(synchronised)``: its last known good state. Its *good prefix* is
+``synchronised[:split_point]`` while it has a split point, its whole queue otherwise.
+Claim: **the good prefixes of any two nodes are consistent** (one is a prefix of the
+other). Everything in a good prefix was added by an ADD of a node that excluded nobody
+— which agrees with every node it waits for, so with everybody (paragraph above) — or
+while it excluded peers that all came back with merge bases consistent with it, or came
+in a tail segment from another good prefix (below: a split node never hands out entries
+past its split point); a truncation only shortens a queue to its good prefix.
+The simulator checks the claim on every split point change and truncation. The split
+point is persisted (``Ready.split_point`` with ``split_point_changed``; ``restore``
+takes it back), and the driver takes its backup of the workers' state there. It is
 cleared when the node truncates, or when its excluded set becomes empty again (every
-excluded peer came back with a merge base consistent with ours: a long crash or a
+excluded peer came back with a merge base consistent with ours — a long crash, or a
 partition during which nothing diverged). Muted masters never add, so never split.
 
-*Rejoin.* A status from a peer we exclude, while we have a split point (or a status
-that diverged from ours, from a peer we do not exclude: that peer went on without us or
-we went on without it before a restart forgot our excluded set — it is excluded now),
-is handled before anything else in that step, in particular before any tail segment is
-sent:
+*Rejoin* (only with a split point, under SIMPLE or SMART), handled first in its step,
+before any tail segment is sent, on a status from
 
-- ``SIMPLE``: the node *truncates*: ``synchronised[split_point:]`` leave the synchronised
+- a peer we exclude (any relation, diverged included);
+- a peer whose merge base diverged from ours although we do not exclude it (it went on
+  without us): it is excluded now, since we can never ADD with it;
+- after a restart with a split point (the excluded set is not persisted, so every
+  non-muted peer is *rejoining* until it posts a merge base consistent with ours): under
+  SIMPLE any status of a rejoining peer, under SMART one ahead of us (we can't tell
+  whether it is consistent) — the peer is excluded and the vote is taken;
+- and on a tail segment that diverges from our queue (see *diverged tails* below).
+
+What the node does:
+
+- ``SIMPLE``: it *truncates*: ``synchronised[split_point:]`` leave the synchronised
   queue and go back into the incoming queue in sorted place (acquired if we hold the
   payload, else fetched again from its origin and the peers), the split point is
   cleared, the excluded set is emptied (we wait for every peer again), and it posts its
@@ -116,38 +129,51 @@ sent:
 - ``SMART``: majority vote. With ``n`` = 1 + the configured non-muted peers and
   ``side`` = n - the excluded non-muted peers, the node *keeps* its state if
   ``2 * side > n``, or if ``2 * side == n`` and the smallest node id of all n (ourselves
-  included) is on our side, i.e. not excluded (a deterministic tie-break: with equal
-  halves the half holding the smallest id wins). Otherwise it truncates as in SIMPLE.
-  A keeping node stays split: the rejoining peer stays excluded while its statuses
-  diverge, and is waited for again when it posts a consistent merge base (after it
-  truncated, it is a lagger of ours); when nobody is excluded any more the split point
-  is cleared (recovered). The vote is taken again on every status from an excluded
-  peer, so a node whose excluded set grew truncates then.
+  included) is on our side, i.e. not excluded (deterministic tie-break: of two equal
+  halves the one holding the smallest id wins). Otherwise it truncates as in SIMPLE. A
+  keeping node stays split: the rejoining peer stays excluded while its statuses are
+  diverged (or ahead of us), and is waited for again when it posts a consistent merge
+  base (after it truncated it is a lagger of ours); when nobody is excluded any more the
+  split point is cleared (recovered) and its tail segments carry everything again. The
+  vote is taken again on every such status, so a node whose excluded set grew truncates
+  then. The vote is local — each node counts its own excluded set — so two nodes with
+  different views of the split can both keep and wait for each other forever; hence: if
+  a peer is still diverged (or ahead) ``max_peer_lag`` after the first such vote, the
+  node with the larger id of the two truncates (the simulator found this deadlock).
 
-*Tail segments while split.* A split node that would truncate never hands a lagger an
-entry after its split point (it will take it back): under SIMPLE, and under SMART while
-the vote says it would lose, tail segments stop at the split point. A SMART node that
-would keep sends its queue.
+*Tail segments while split* stop at the split point, under SIMPLE and SMART alike (the
+design allowed a SMART node that would keep to send more; the simulator found why not:
+a node that wins the vote now may lose a later one after its excluded set grew, while a
+node that took its post-split entries from it has no split point to go back to and
+keeps them — diverged for good). So post-split entries spread only by ADD between split
+nodes that wait for each other, and all of them are later either truncated or kept by a
+node that recovered.
 
-*Why it converges and loses nothing.* A truncating node goes back to a state consistent
-with everyone, and with an empty excluded set it ADDs only with a fresh status at its
-merge base from every peer, so (1) holds again between it and everybody; a node ahead
-of it (a keeper, or a node that never split) gives it tail segments, which it appends
-only if they extend its queue. A truncated entry is never lost: it goes back into the
-incoming queue in the same durable transaction (the Ready contract below), so an
-acknowledged transaction is still in the incoming or synchronised queue, and it is
-re-negotiated like any other. Incoming queues at a merge base still only grow (a
-truncation returns to an earlier merge base with every entry synchronised since then
-back in the incoming queue), which is what (1) needs. Transactions keep their ids and
-timestamps when re-negotiated: they are added after transactions with larger timestamps
-that the other side agreed during the split, so **after a split recovery the
-synchronised queue is no longer sorted by timestamp** — (2)'s "timestamps never
-decrease" holds only between split recoveries; agreement and "no acknowledged
-transaction lost" are what hold throughout. The simulator (tests/sync_sim.py) checks
-convergence to one queue holding every acknowledged transaction after partitions of
-every shape. The vote is local: each node counts its own excluded set, so two nodes
-with different views may both keep; they exclude each other while their statuses
-diverge, and a later status from a third excluded node makes the smaller side lose.
+*Diverged tails.* A node without a split point that receives a diverged status sends
+the peer its entries up to the peer's position (at most ``max_tail``): the peer cannot
+append them (its queue differs somewhere in them, since the chains differ at that
+position) and so learns that it diverged even when its queue is longer than ours — a
+status ahead of us tells us nothing about consistency. Those entries are all in our
+good prefix.
+
+*Why it converges and loses nothing.* A truncating node goes back to its good prefix,
+consistent with every good prefix, and with an empty excluded set it ADDs only with a
+fresh status at its merge base from every peer, so (1) holds again between it and
+everybody; a node further along gives it tail segments, which it appends only if they
+extend its queue. A truncated entry is never lost: it goes back into the incoming queue
+in the same durable transaction (the Ready contract below), so an acknowledged
+transaction is always in the incoming or synchronised queue, and it is re-negotiated
+like any other. Incoming queues at a merge base still only grow (a truncation returns
+to an earlier merge base with every entry synchronised since then back in the incoming
+queue), which is what (1) needs. Transactions keep their ids and timestamps when
+re-negotiated: they are added after transactions with larger timestamps that the other
+side agreed during the split, so **after a split recovery the synchronised queue is no
+longer sorted by timestamp** — (2)'s "timestamps never decrease" holds only between
+split recoveries; agreement and "no acknowledged transaction lost" are what hold
+throughout. That every partition ends this way is not proven here; the simulator
+(tests/sync_sim.py) checks convergence to one queue holding every acknowledged
+transaction after partitions of every shape among 3 and 5 masters, with crashes,
+restarts, loss and reordering.
 
 Laggers (spec, "Laggers"): a status at a merge base inside our synchronised queue gets
 a ``TailSegment`` with what follows it; the lagger appends it only if it continues its
@@ -686,17 +712,17 @@ class SyncNode:
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
         self._merge(st.queue, st.sender, now)
+        if st.sender in self._excluded and relation != _AHEAD:
+            self._apart_since.pop(st.sender, None)
+            self._excluded.discard(st.sender)  # back, and consistent with us
+            self._out.split_changed = True
+            self._split_maybe_over()  # first: a recovered node's tail carries everything
         if relation == _BEHIND:
             self._send_tail(st.sender, st.seq)
         elif relation == _AHEAD and self.EAGER_POSTS and self._out.truncated is None:
             # We lag: tell the forerunner where we are now, rather than at the end of our
             # round, so that its tail segment comes at once.
             self._post(now)
-        if st.sender in self._excluded and relation != _AHEAD:
-            self._apart_since.pop(st.sender, None)
-            self._excluded.discard(st.sender)  # back, and consistent with us
-            self._out.split_changed = True
-            self._split_maybe_over()
         if peer.latest is None or st.counter >= peer.latest.counter:
             peer.latest = st
             peer.fresh = True
