@@ -27,7 +27,7 @@ from master_service.jmx.bridge import JmxBridge, preflight
 from master_service.jmx.clusterinfo import ClusterInfo
 from master_service.jmx.jolokia import jolokia_router
 from master_service.sync.driver import SyncDriver, mode_of
-from master_service.sync.protocol import Timing
+from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from txcluster import tls
@@ -60,6 +60,9 @@ class MasterService:
     def persist(self, changes: dict[str, str | None]) -> None:
         if changes:
             self.config = update_properties(self.config.path, changes)
+            if self.sync and "split-recovery" in changes:
+                asyncio.get_running_loop().create_task(self.sync.set_split_recovery(
+                    SplitRecovery(self.config.split_recovery)))
             if self.sync and ("mode" in changes or "read-only" in changes):
                 # The admin API and JMX change ReadOnly / Mode: the protocol follows.
                 asyncio.get_running_loop().create_task(self.sync.set_mode(
@@ -116,6 +119,7 @@ class MasterService:
             secret=self.peer_secret, agreement=self.agreement, cluster=self.cluster,
             scheduler=self.scheduler, request_timeout=c.request_timeout_s,
             data_centre=c.data_centre, on_round=self.metrics.sync_round,
+            split_recovery=SplitRecovery(c.split_recovery),
             timing=Timing(round_timeout=c.sync_round_timeout_ms,
                           idle_interval=c.sync_idle_interval_ms,
                           max_peer_lag=None if c.max_peer_lag_s is None

@@ -53,9 +53,6 @@ NOT_YET = {
     # The minority goes on acknowledging after max-peer-lag (spec: after the timeout both
     # parts continue to execute updates).
     "minority-acks-during-split",
-    # One lost link between two masters, a third reaching both, is no split (spec,
-    # "Split-brain use case": updates reach the unreachable master through the other).
-    "one-link-is-not-a-split",
 }
 
 MAX_PEER_LAG_S = 2.0

@@ -46,7 +46,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +62,7 @@ from master_service.sync.protocol import (
     Incoming,
     Ready,
     Refused,
+    SplitRecovery,
     SyncNode,
     Timing,
     UnknownPeer,
@@ -95,6 +96,9 @@ class PeerInfo:
     seq: int | None = None  # agreed position it posted
     executed: int | None = None  # its last executed position
     fingerprint_match: bool | None = None  # at that position, vs ours
+    direct_heard: float | None = None  # last status from it directly (not relayed)
+    direct_status: dict | None = None  # that status, as JSON (to relay)
+    silent: set[str] = field(default_factory=set)  # peers it does not hear directly
 
 
 class _Sender:
@@ -131,7 +135,8 @@ class SyncDriver:
     def __init__(self, *, node_id: str, mode: Mode, peers: Mapping[str, str], secret: bytes,
                  agreement: AgreementLog, cluster: Any, scheduler: Any, timing: Timing,
                  request_timeout: float = 30.0, data_centre: str | None = None,
-                 on_round: Callable[[float], None] | None = None) -> None:
+                 on_round: Callable[[float], None] | None = None,
+                 split_recovery: SplitRecovery = SplitRecovery.NONE) -> None:
         self.node_id = node_id
         self.data_centre = data_centre or node_id
         self.mode = mode
@@ -169,6 +174,14 @@ class SyncDriver:
         self._trace = bool(os.environ.get("TXC_SYNC_TRACE"))
         self._submitted: dict[str, float] = {}
         self.on_round = on_round  # metrics: called with each round's duration (seconds)
+        # Split recovery (txlog-sync-protocol.txt, "Split recovery strategies").
+        self.split_recovery = split_recovery
+        self.split_point: int | None = None  # our last known good agreed position
+        self.split_backup_name: str | None = None  # the backup of that state
+        self.recovery_problem: str | None = None
+        self._backup_for: int | None = None  # execution holds after it until backed up
+        self._backup_recorded_at: int | None = None  # agreed position of split_backup_name
+        self._rollback: asyncio.Task | None = None
         self._deadline_seen: int | None = None
         self._round_started: float | None = None
         self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0
@@ -184,6 +197,12 @@ class SyncDriver:
         self.executed_pos, self.executed_fp = await self.cluster.db(self.agreement.executed)
         self._base_fingerprint = (await self.cluster.db(self.agreement.base)).fingerprint
         self.node = await self._restore_node({p: Mode.READ_WRITE for p in self.peers})
+        backup = await self.cluster.db(self.agreement.split_backup)
+        if backup:
+            self.split_backup_name, self._backup_recorded_at = backup
+        self._split_point_moved(self.node.split_point)
+        if await self.cluster.db(self.agreement.rollback_owed) is not None:
+            self._start_rollback()  # a crash came between a truncation and its rollback
         for peer in self.peers:
             self._senders[peer] = _Sender(self, peer)
         self._tasks = [asyncio.create_task(self._applier(), name="sync applier"),
@@ -201,7 +220,8 @@ class SyncDriver:
     async def _restore_node(self, peers: Mapping[str, Mode]) -> SyncNode:
         state, missing = await self.cluster.db(self.agreement.load)
         return SyncNode.restore(self.node_id, state, now=now_ms(), peers=dict(peers),
-                                mode=self.mode, timing=self.timing, missing_payloads=missing)
+                                mode=self.mode, timing=self.timing, missing_payloads=missing,
+                                split_recovery=self.split_recovery)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -281,9 +301,74 @@ class SyncDriver:
         self._step(lambda now: self.node.receive(st, now))
         if "payloads" in body:
             self._take_pushed(st, body["payloads"])
-        info.last_heard, info.seq = time.time(), st.seq
+        info.last_heard = info.direct_heard = time.time()
+        info.seq = st.seq
+        info.direct_status = body.get("status")
+        info.silent = {p for p in body.get("silent", ()) if isinstance(p, str)} \
+            if isinstance(body.get("silent"), list) else set()
         if isinstance(executed, dict):
             self._compare(st.sender, info, executed)
+        relayed = body.get("relayed")
+        if isinstance(relayed, list):
+            self._take_relayed(st.sender, relayed)
+
+    # Relaying (spec, "Split-brain use case": with one connection lost, "the updates that
+    # are communicated with the reachable master are sent to the unreachable master on the
+    # next ADD step"). Each status names the peers its sender has not heard from directly
+    # for a while ("silent"); a master that hears one of them passes that peer's latest
+    # status on, with the payloads of its queue that it holds. A relayed status is a
+    # status like any other to the core (it is the origin's, and every hop is
+    # authenticated by the peer secret), so a lost link is not a split while some master
+    # reaches both ends.
+
+    def _silent_peers(self) -> list[str]:
+        now = time.time()
+        quiet = max(3 * self.timing.round_timeout, 2 * self.timing.idle_interval) / 1000
+        return sorted(p for p, i in self.peers.items()
+                      if i.direct_heard is None or now - i.direct_heard > quiet)
+
+    def _to_relay(self, recipient: str) -> list[dict[str, Any]]:
+        wanted = self.peers[recipient].silent - {recipient, self.node_id}
+        out = []
+        budget = PUSH_BYTES
+        holding = {i.tx.txid for i in self.node.incoming if i.acquired}
+        for peer in sorted(wanted):
+            info = self.peers.get(peer)
+            if info is None or info.direct_status is None or peer in self._silent_peers():
+                continue
+            payloads: dict[str, str] = {}
+            for tx in info.direct_status.get("queue", []):
+                txid = tx.get("txid") if isinstance(tx, dict) else None
+                if txid not in holding:
+                    continue
+                data = self._payload_bytes(txid)
+                if data is not None and len(data) <= budget:
+                    budget -= len(data)
+                    payloads[txid] = data.decode()
+            out.append({"status": info.direct_status, "payloads": payloads})
+        return out
+
+    def _payload_bytes(self, txid: str) -> bytes | None:
+        return self._own_payloads.get(txid) or self.agreement.payload(txid)
+
+    def _take_relayed(self, relayer: str, relayed: list) -> None:
+        for item in relayed[:len(self.peers)]:
+            if not isinstance(item, dict):
+                continue
+            try:
+                st = wire.status_from_json(item.get("status"))
+                if st.sender in (self.node_id, relayer):
+                    continue
+                self._peer(st.sender)
+            except InvalidMessage as exc:
+                log.warning("sync: ignored a status relayed by %s: %s", relayer, exc)
+                continue
+            if self.node.peers.get(st.sender) is not st.mode:
+                continue  # modes are learnt from the peer itself
+            self._step(lambda now, st=st: self.node.receive(st, now))
+            self.peers[st.sender].last_heard = time.time()
+            if item.get("payloads"):
+                self._take_pushed(st, item["payloads"], any_origin=True)
 
     def _payloads_to_push(self, peer: str, st: Status) -> dict[str, str]:
         """Our own new transactions' payloads, sent along with the status that first lists
@@ -304,10 +389,10 @@ class SyncDriver:
             sent.add(tx.txid)
         return out
 
-    def _take_pushed(self, st: Status, pushed: Any) -> None:
+    def _take_pushed(self, st: Status, pushed: Any, any_origin: bool = False) -> None:
         if not isinstance(pushed, dict):
             return
-        metas = {tx.txid: tx for tx in st.queue if tx.origin == st.sender}
+        metas = {tx.txid: tx for tx in st.queue if any_origin or tx.origin == st.sender}
         for txid, text in pushed.items():
             tx = metas.get(txid)
             if tx is None or not isinstance(text, str) or txid not in self._unacquired():
@@ -378,6 +463,20 @@ class SyncDriver:
         self._exec_wake.set()
         log.info("sync: %s is now %s", self.node_id, mode.value)
 
+    async def set_split_recovery(self, strategy: SplitRecovery) -> None:
+        """SplitRecovery changed at runtime; refused during a split (the spec: the
+        strategies are stateful)."""
+        if strategy is self.split_recovery:
+            return
+        if self.split_point is not None or self._rollback is not None:
+            raise ValueError("SplitRecovery can't be changed during a split")
+        await self._idle.wait()
+        peers = self.node.peers
+        self.split_recovery = strategy
+        self.node = await self._restore_node(peers)
+        self._step(lambda now: self.node.tick(now))
+        log.info("sync: split recovery is now %s", strategy.value)
+
     # ------------------------------------------------------------------ the applier
 
     async def _applier(self) -> None:
@@ -404,6 +503,20 @@ class SyncDriver:
                 self._idle.set()
 
     async def _persist(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]) -> None:
+        """Merge the Readies into as few SQLite transactions as their order allows: one,
+        unless a split recovery truncated the agreed queue (the truncation must come after
+        the appends of the Readies before it and before those of its own)."""
+        start = 0
+        for i, (ready, _) in enumerate(batch):
+            if ready.truncated is not None and i > start:
+                await self._persist_merged(batch[start:i])
+                start = i
+        await self._persist_merged(batch[start:])
+
+    async def _persist_merged(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]
+                              ) -> None:
+        truncated = batch[0][0].truncated if batch else None
+        split_point: tuple[int | None] | None = None
         counter = None
         incoming: dict[str, Incoming] = {}
         synchronised: list[TxMeta] = []
@@ -423,11 +536,15 @@ class SyncDriver:
                 incoming.pop(tx.txid, None)  # agreed in this batch: never incoming on disk
             synchronised.extend(ready.synchronised)
             payloads.extend(pays)
-        if counter is None and not incoming and not synchronised and not payloads:
+            if ready.split_point_changed:
+                split_point = (ready.split_point,)
+        if (counter is None and not incoming and not synchronised and not payloads
+                and truncated is None and split_point is None):
             return
         await self.cluster.db(lambda: self.agreement.persist(
             counter=counter, incoming=list(incoming.values()), synchronised=synchronised,
-            payloads=payloads))
+            payloads=payloads, split_point=split_point,
+            truncate_after=None if truncated is None else truncated.after_seq))
 
     def _act(self, ready: Ready) -> None:
         for post in ready.posts:
@@ -468,6 +585,15 @@ class SyncDriver:
                 log.warning("sync: every peer is back")
         for inc in ready.inconsistencies:
             self._diverged(inc.peer, inc.kind, inc.detail)
+        if ready.split_point_changed:
+            self._split_point_moved(ready.split_point)
+        if ready.truncated is not None:
+            t = ready.truncated
+            log.warning("sync: split recovery (%s): the %d agreed transactions after "
+                        "position %d are negotiated again; this data centre returns to the "
+                        "state at that position", self.split_recovery.value, len(t.entries),
+                        t.after_seq)
+            self._start_rollback()
         if ready.next_round_at != self._deadline_seen:
             # The core moves the round deadline exactly when a round ends (protocol.py,
             # _complete_round): that is how the driver sees rounds.
@@ -502,6 +628,9 @@ class SyncDriver:
             pushed = self._payloads_to_push(peer, msg)
             if pushed:
                 body["payloads"] = pushed
+            body["silent"] = self._silent_peers()
+            if self.peers[peer].silent:
+                body["relayed"] = self._to_relay(peer)
         else:
             body = wire.tail_to_json(msg)
         try:
@@ -563,8 +692,17 @@ class SyncDriver:
             while not self._stopping:
                 if self.mode is Mode.READ_ONLY:
                     break  # cluster-basics.txt: a read-only master does not apply them
+                if self._rollback is not None:
+                    break  # split recovery: nothing runs before the data centre is back
+                limit = MAX_GROUP
+                if self._backup_for is not None:
+                    # Simple/Smart: nothing after the split point runs before the backup
+                    # of the last known good state is taken (txlog-sync-protocol.txt).
+                    limit = min(limit, self._backup_for - self.executed_pos)
+                    if limit <= 0:
+                        break
                 batch = await self.cluster.db(self.agreement.to_execute, self.executed_pos,
-                                              MAX_GROUP)
+                                              limit)
                 if not batch:
                     break
                 try:
@@ -631,6 +769,94 @@ class SyncDriver:
                                  "time": time.time()})
         del self.divergences[:-50]
 
+    # ------------------------------------------------------------------ split recovery
+
+    def _split_point_moved(self, point: int | None) -> None:
+        self.split_point = point
+        if point is None:
+            self._backup_for = None
+            self._exec_wake.set()
+            return
+        log.warning("sync: split detected; last known good state: agreed position %d", point)
+        if self.split_recovery is SplitRecovery.NONE:
+            return
+        backup = self.split_backup_name and self._backup_recorded_at == point
+        if not backup:
+            self._backup_for = point
+            self._tasks.append(asyncio.create_task(self._split_backup(point),
+                                                   name="split backup"))
+
+    async def _split_backup(self, point: int) -> None:
+        """Simple/Smart: a backup from an up-to-date worker at split detection, of the
+        state after the split point (the executor runs exactly up to it first)."""
+        name = f"split-{self.node_id}"
+        while not self._stopping and self.split_point == point:
+            if self.executed_pos < point:
+                self._exec_wake.set()
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                record = await self.cluster.backup(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("sync: split backup not taken yet: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            await self.cluster.db(self.agreement.record_split_backup, name, point)
+            self.split_backup_name, self._backup_recorded_at = name, point
+            log.warning("sync: split backup '%s' taken at agreed position %d (seq %d)", name,
+                        point, record["seq"])
+            break
+        if self._backup_for == point:
+            self._backup_for = None
+        self._exec_wake.set()
+
+    def _start_rollback(self) -> None:
+        if self._rollback is None or self._rollback.done():
+            self._rollback = asyncio.create_task(self._roll_back(), name="split rollback")
+
+    async def _roll_back(self) -> None:
+        """Return this data centre to the state at the truncation point: restore every
+        worker from the split backup when something after it was executed here."""
+        db = self.cluster.db
+        try:
+            while True:
+                owed = await db(self.agreement.rollback_owed)
+                if owed is None:
+                    break
+                target = await db(self.agreement.state_at, owed)
+                head = (self.cluster.head_seq, self.cluster.head_fingerprint)
+                if target is None or target == head:
+                    # Nothing after that position was executed here: nothing to undo.
+                    await db(self.agreement.rolled_back, owed, self.cluster.head_seq)
+                    continue
+                backup = await db(self.agreement.split_backup)
+                record = await db(self.cluster.txlog.backup, backup[0]) if backup else None
+                if record is None or (record.seq, record.fingerprint) != target:
+                    self.recovery_problem = (
+                        f"cannot return to agreed position {owed}: no backup of that state "
+                        f"(split backup: {backup}); restore the workers by hand and restart")
+                    log.critical("sync: %s", self.recovery_problem)
+                    return  # execution stays held: better stopped than wrong
+                log.warning("sync: restoring every worker from '%s' (agreed position %d)",
+                            record.name, owed)
+                await self.cluster.rollback(
+                    record.name, lambda seq, owed=owed: self.agreement.rolled_back(owed, seq))
+            self.executed_pos, self.executed_fp = await db(self.agreement.executed)
+            self._recent.clear()
+            self.recovery_problem = None
+            log.warning("sync: this data centre is back at agreed position %d; executing the "
+                        "re-agreed transactions", self.executed_pos)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.recovery_problem = f"rollback failed: {exc}"
+            log.exception("sync: rollback failed")
+            return
+        self._rollback = None
+        self._exec_wake.set()
+
     # ------------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
@@ -641,7 +867,9 @@ class SyncDriver:
         waited = [p for p, m in modes.items() if m is not Mode.MUTED]
         missing = [p for p in waited if self.peers[p].last_heard is None
                    or now - self.peers[p].last_heard > stale]
-        if self.split_suspected:
+        if self._rollback is not None:
+            state = "recovering"
+        elif self.split_suspected or self.split_point is not None:
             state = "split"
         elif missing:
             state = "waiting"
@@ -657,6 +885,10 @@ class SyncDriver:
             "activity": node.activity.value if node else Activity.BUSY.value,
             "incoming": len(node.incoming) if node else 0,
             "split_suspected": sorted(self.split_suspected),
+            "split_recovery": self.split_recovery.value,
+            "split_point": self.split_point,
+            "split_backup": self.split_backup_name,
+            "recovery_problem": self.recovery_problem,
             "failed": self.failed,
             "peers": [
                 {"id": p, "url": i.url, "mode": modes.get(p, Mode.READ_WRITE).value,

@@ -119,7 +119,8 @@ class AgreementLog:
         newest = max([t.timestamp for t, _ in agreed] + [i.tx.timestamp for i in incoming],
                      default=0)
         counter = max(self._counter_mark, newest)
-        state = PersistentState(tuple(t for t, _ in agreed), tuple(incoming), counter)
+        state = PersistentState(tuple(t for t, _ in agreed), tuple(incoming), counter,
+                                split_point=self.split_point())
         missing = [t.txid for t, has in agreed if not has]
         return state, missing
 
