@@ -592,6 +592,10 @@ class Simulation:
             return 0
         node, fresh = sn.node, 0
         start = node.seq - len(ready.synchronised)
+        if start > len(self.agreed):  # a truncation re-based the record below our queue
+            for q in range(len(self.agreed), start):
+                self.agreed.append(node.synchronised[q])
+                self.agreed_by.append(sn.name)
         for offset, tx in enumerate(ready.synchronised):
             p = start + offset
             if p < len(self.agreed):

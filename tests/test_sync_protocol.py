@@ -266,33 +266,59 @@ def test_a_truncation_puts_the_entries_after_the_split_point_back_into_incoming(
     assert [p.status.seq for p in ready.posts] == [1, 1]  # posted at once, at the split point
 
 
+def _smart_node_split_from_n3():
+    """n1 (Smart) agreed A with everybody, then n3 went silent: after max peer lag n1
+    goes on with n2 alone (split point 1) and agrees B."""
+    timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
+                    max_peer_lag=500)
+    node = SyncNode.restore("n1", PersistentState((tx("A", 1),), (), 1), now=0,
+                            peers=["n2", "n3"], timing=timing,
+                            split_recovery=SplitRecovery.SMART)
+    node.tick(0)
+    b = node.submit("B", size=1, digest="d", now=10).incoming[0].tx
+    for t in range(100, 800, 100):
+        node.receive(Status("n2", Mode.READ_WRITE, "A", 1, t, (b,), chain_hash("", "A")),
+                     now=t)
+        node.tick(t)
+    assert node.split_suspected == frozenset({"n3"}) and node.split_point == 1
+    assert [t.txid for t in node.synchronised] == ["A", "B"]
+    return node
+
+
 def test_smart_keeps_with_the_majority_and_tails_stop_at_the_split_point():
-    node = _split_node(SplitRecovery.SMART)
-    # n2 lags at seq 0 (consistent): a lagger gets nothing past the split point while split
-    ready = node.receive(Status("n2", Mode.READ_WRITE, None, 0, 20, ()), now=11)
-    assert ready.truncated is None
-    assert [(t.to, [e.txid for e in t.segment.entries]) for t in ready.tails] == [("n2", ["A"])]
-    # n3 diverged: excluded; 2 of 3 is a majority, so n1 keeps B and C
+    node = _smart_node_split_from_n3()
+    # n3 is back, diverged: 2 of 3 is a majority, so n1 keeps B; n3 stays excluded
     chain = chain_hash(chain_hash("", "A"), "X")
-    ready = node.receive(Status("n3", Mode.READ_WRITE, "X", 2, 20, (), chain), now=12)
-    assert ready.truncated is None and node.seq == 3 and node.split_point == 1
+    ready = node.receive(Status("n3", Mode.READ_WRITE, "X", 2, 900, (), chain), now=900)
+    assert ready.truncated is None and node.seq == 2 and node.split_point == 1
     assert node.split_suspected == frozenset({"n3"})
     assert [i.kind for i in ready.inconsistencies] == ["diverged"]
+    # a lagger gets nothing past the split point while n1 is split
+    ready = node.receive(Status("n2", Mode.READ_WRITE, None, 0, 900, ()), now=901)
+    assert [(t.to, [e.txid for e in t.segment.entries]) for t in ready.tails] == [("n2", ["A"])]
     # n3 truncated and posts its split point: consistent, waited for again, split over
-    ready = node.receive(Status("n3", Mode.READ_WRITE, "A", 1, 21, (), chain_hash("", "A")),
-                         now=13)
+    ready = node.receive(Status("n3", Mode.READ_WRITE, "A", 1, 901, (), chain_hash("", "A")),
+                         now=902)
     assert node.split_suspected == frozenset() and node.split_point is None
     assert ready.split_point_changed
-    assert [[e.txid for e in t.segment.entries] for t in ready.tails] == [["B", "C"]]
+    assert [[e.txid for e in t.segment.entries] for t in ready.tails] == [["B"]]
+
+
+def test_a_node_restored_while_split_truncates_at_its_first_rejoin():
+    """The excluded set is not persisted: after a restart a split node cannot vote, so
+    under Smart too it goes back to its split point on the first status it receives."""
+    node = _split_node(SplitRecovery.SMART)
+    ready = node.receive(Status("n2", Mode.READ_WRITE, "A", 1, 20, (), chain_hash("", "A")),
+                         now=11)
+    assert ready.truncated == Truncation(1, (tx("B", 2), tx("C", 3, "n3")))
 
 
 def test_smart_loses_the_vote_alone():
-    node = _split_node(SplitRecovery.SMART)
+    node = _smart_node_split_from_n3()
     chain = chain_hash(chain_hash("", "A"), "X")
-    for peer, now in (("n2", 11), ("n3", 12)):
-        ready = node.receive(Status(peer, Mode.READ_WRITE, "X", 2, 20, (), chain), now=now)
-    assert ready.truncated == Truncation(1, (tx("B", 2), tx("C", 3, "n3")))
-    assert node.seq == 1
+    ready = node.receive(Status("n2", Mode.READ_WRITE, "X", 2, 900, (), chain), now=900)
+    assert ready.truncated == Truncation(1, (node.incoming[0].tx,))  # n2 diverged too
+    assert node.seq == 1 and node.split_point is None and node.split_suspected == frozenset()
 
 
 def test_without_split_recovery_nothing_is_truncated():

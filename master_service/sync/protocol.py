@@ -112,10 +112,10 @@ before any tail segment is sent, on a status from
 - a peer we exclude (any relation, diverged included);
 - a peer whose merge base diverged from ours although we do not exclude it (it went on
   without us): it is excluded now, since we can never ADD with it;
-- after a restart with a split point (the excluded set is not persisted, so every
-  non-muted peer is *rejoining* until it posts a merge base consistent with ours): under
-  SIMPLE any status of a rejoining peer, under SMART one ahead of us (we can't tell
-  whether it is consistent) — the peer is excluded and the vote is taken;
+- after a restart with a split point: any status. The excluded set is not persisted, so
+  a restarted split node cannot vote; under SMART too it truncates (the simulator found
+  that a restarted node that waited for "consistent" peers instead ended its split on
+  statuses of peers that still excluded it, which then diverged from it);
 - and on a tail segment that diverges from our queue (see *diverged tails* below).
 
 What the node does:
@@ -512,8 +512,8 @@ class SyncNode:
         self._excluded: set[str] = set()
         # the last known good position while split (module docstring, "Split recovery")
         self._split_point: int | None = state.split_point
-        # restored while split: we forgot whom we excluded, so every peer is rejoining
         self._apart_since: dict[str, int] = {}  # SMART: excluded peer -> diverged since
+        # restored while split: we forgot whom we excluded, so every peer is rejoining
         self._rejoining: set[str] = set() if self._split_point is None else {
             p for p, s in self._peers.items() if s.mode is not Mode.MUTED}
         self._reported: set[tuple[str, str, str]] = set()
@@ -695,8 +695,7 @@ class SyncNode:
         if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
                 st.sender in self._excluded
                 or (relation == _DIVERGED and peer.mode is not Mode.MUTED)
-                or (st.sender in self._rejoining and (
-                    self._recovery is SplitRecovery.SIMPLE or relation == _AHEAD))):
+                or st.sender in self._rejoining):
             self._rejoin(st.sender, relation, now)  # before anything is sent
             relation = self._relation(st.seq, st.merge_base, st.chain)
         if st.sender in self._rejoining and relation in (_SAME, _BEHIND):
@@ -948,7 +947,8 @@ class SyncNode:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our
         entries up to there, which it cannot append — so it learns that it diverged even
         when its queue is longer than ours (a status ahead of us tells us nothing) and
-        rejoins. Only from a node that will not take them back (``_tail_limit``)."""
+        rejoins. Only from a node without a split point: they are all in its good prefix,
+        so even if the peer could append them later (after truncating) they are right."""
         start = max(0, seq - self._timing.max_tail)
         after = self._synced[start - 1].txid if start else None
         self._out.tails.append(Tail(peer, TailSegment(
@@ -972,7 +972,7 @@ class SyncNode:
         if peer not in self._excluded:
             self._excluded.add(peer)  # it diverged from us: we cannot wait for it
             self._out.split_changed = True
-        if self._recovery is SplitRecovery.SMART and self._keeps():
+        if self._recovery is SplitRecovery.SMART and self._keeps() and not self._rejoining:
             if relation not in (_DIVERGED, _AHEAD):
                 return  # consistent with us: waited for again below
             # Both sides may win their own vote (each counts its own excluded set): if
