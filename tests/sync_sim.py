@@ -30,7 +30,8 @@ acknowledged one). A truncation (split recovery) re-bases invariant 1: the agree
 sequence becomes the longest persisted synchronised queue (what the others will follow).
 
 Replay a seed:   .venv/bin/python -m tests.sync_sim --seed 123 [--nodes 5] [--fault-rate 0.7]
-Soak many seeds: .venv/bin/python -m tests.sync_sim --soak 600   (seconds)
+                 [--set max_peer_lag=800 --set long_partitions=2 --set split_recovery=Smart]
+Soak many seeds: .venv/bin/python -m tests.sync_sim --soak 600   (seconds; every strategy)
 """
 
 from __future__ import annotations
