@@ -18,7 +18,7 @@ from tests.chaos.workload import History, statement
 
 ROUNDS = {
     101: ["kill-worker", "kill-master-during-replication"],
-    102: ["kill-master", "kill-master-during-backup"],
+    102: ["kill-master", "pause-worker", "kill-master-during-backup"],
 }
 
 

@@ -9,6 +9,8 @@ register with ``needs="peering"`` and be chosen only for multi-master rounds.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +68,23 @@ def kill_worker(r: Round) -> None:
     _pause(r, 0.2, 2.0)
     w.start()
     r.event("restart", f"worker {w.url}")
+
+
+@fault("pause-worker")
+def pause_worker(r: Round) -> None:
+    """SIGSTOP of one worker for a random 0.5-4 s, then SIGCONT: a worker that is cut off
+    (it neither answers nor closes connections, as behind a partition) and comes back
+    with requests still in flight. Stands in for isolating one worker until network
+    namespaces isolate nodes."""
+    w = r.rng.choice(r.cluster.workers)
+    assert w.pid is not None
+    os.kill(w.pid, signal.SIGSTOP)
+    r.event("SIGSTOP", f"worker {w.url}")
+    try:
+        _pause(r, 0.5, 4.0)
+    finally:
+        os.kill(w.pid, signal.SIGCONT)
+    r.event("SIGCONT", f"worker {w.url}")
 
 
 @fault("kill-master")
