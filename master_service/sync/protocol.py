@@ -147,7 +147,11 @@ a node that wins the vote now may lose a later one after its excluded set grew, 
 node that took its post-split entries from it has no split point to go back to and
 keeps them — diverged for good). So post-split entries spread only by ADD between split
 nodes that wait for each other, and all of them are later either truncated or kept by a
-node that recovered.
+node that recovered. The price is liveness *during* a split: a node of the same side
+that lags behind post-split entries (its peer added one more entry with its status from
+before the split) never gets them, so it cannot ADD with that peer and the side stops
+until the split heals. Lifting it needs the receiver to inherit the sender's split point
+with the entries, which a tail segment cannot say today.
 
 *Diverged tails.* A node without a split point that receives a diverged status sends
 the peer its entries up to the peer's position (at most ``max_tail``): the peer cannot
