@@ -9,11 +9,13 @@ import uuid
 import httpx
 import pytest
 
-# Which data centres' workers a write through each data centre's master reaches. Masters
-# don't peer yet, so each data centre is a cluster of its own; when cross-DC replication
-# arrives with the peering issue this becomes {"dc1": ALL, "dc2": ALL} with
-# ALL = {"dc1", "dc2"}, and the same test then checks it.
-REACHES = {"dc1": {"dc1"}, "dc2": {"dc2"}}
+# Which data centres' workers a write through each data centre's master reaches: the
+# masters peer (TxLog sync protocol), so every write reaches both. side_effect.yml cut the
+# link with SplitRecovery=Smart and max-peer-lag 3 s: each side went on alone, and after
+# the heal the tie-break kept dc1-master's log (smallest node id of two equal halves),
+# dc2 restored its split backup and its write of the cut was negotiated again.
+ALL = {"dc1", "dc2"}
+REACHES = {"dc1": ALL, "dc2": ALL}
 
 WORKER_PORT, MASTER_PORT = 7300, 7200
 MARKER = '<urn:txcluster:verify> <urn:txcluster:marker> "{}"'  # one triple per write
