@@ -450,10 +450,6 @@ class Simulation:
             d.synced.append(tx)
             d.synced_ids.add(tx.txid)
             d.incoming.pop(tx.txid, None)
-        if via_tail and ready.synchronised and self.recovering:
-            # entries past a split point reach a node of the sender's side only with the
-            # sender's split: its good prefix must stay consistent with everybody's
-            self.check_split_points()
         self.check_durable(sn, ready)
         for txid in ready.acknowledge:
             self.acked[sn.name].add(txid)

@@ -136,11 +136,6 @@ class TailSegment:
 
     ``entries`` follow the entry at position ``after_seq`` whose id is ``after`` (None and
     0 for the start of the queue).
-
-    ``split_point`` and ``excluded``: the sender's split point and the peers it went on
-    without (excluded or rejoining) when it sent the segment, if it was split. A node
-    that appends entries past ``split_point`` joins the sender's side of the split
-    (protocol.py, "Split recovery"). Optional: a sender that is not split leaves them out.
     """
 
     sender: str
@@ -148,18 +143,10 @@ class TailSegment:
     after: str | None
     entries: tuple[TxMeta, ...]
     after_chain: str = ""  # chain_hash of the sender's queue up to after_seq
-    split_point: int | None = None  # the sender's split point, while split
-    excluded: tuple[str, ...] = ()  # whom the sender went on without, while split
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
         _check_int("after_seq", self.after_seq)
-        if self.split_point is not None:
-            _check_int("split_point", self.split_point)
-        if not isinstance(self.excluded, tuple):
-            raise InvalidMessage(f"excluded must be a tuple, got {self.excluded!r}")
-        for peer in self.excluded:
-            _check_id("excluded peer", peer)
         if (self.after is None) != (self.after_seq == 0):
             raise InvalidMessage("after is None exactly when after_seq is 0")
         if self.after is not None:

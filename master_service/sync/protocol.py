@@ -97,10 +97,8 @@ Claim: **the good prefixes of any two nodes are consistent** (one is a prefix of
 other). Everything in a good prefix was added by an ADD of a node that excluded nobody
 — which agrees with every node it waits for, so with everybody (paragraph above) — or
 while it excluded peers that all came back with merge bases consistent with it, or came
-in a tail segment from another good prefix (below: a split node hands out entries past
-its split point only to a node of its side, which takes a split point no later than the
-sender's with them, so they are not in its good prefix either); a truncation only
-shortens a queue to its good prefix.
+in a tail segment from another good prefix (below: a split node never hands out entries
+past its split point); a truncation only shortens a queue to its good prefix.
 The simulator checks the claim on every split point change and truncation. The split
 point is persisted (``Ready.split_point`` with ``split_point_changed``; ``restore``
 takes it back), and the driver takes its backup of the workers' state there. It is
@@ -143,37 +141,17 @@ What the node does:
   a peer is still diverged (or ahead) ``max_peer_lag`` after the first such vote, the
   node with the larger id of the two truncates (the simulator found this deadlock).
 
-*Tail segments while split*: a node that takes post-split entries joins the sender's
-side of the split. To a peer it excludes or counts as rejoining, or to a muted one, a
-split node (SIMPLE or SMART) hands out nothing past its split point: it may take those
-entries back (SIMPLE, or SMART when the vote goes against it), and even a node that
-would keep now may lose a later vote after its excluded set grew. To a peer of its own
-side (neither excluded nor rejoining; read-write or read-only) it sends everything, and
-every tail segment of a split node carries its ``split_point`` and whom it went on
-without (``excluded``: excluded and rejoining peers). The receiver appends entries past
-the sender's split point only if it is split itself (it has a split point and excludes
-somebody, not the sender, and is not restored-and-rejoining); it then takes ``min(its
-split point, its queue length, the sender's split point)`` as split point (persisted
-like any split point) and adds the sender's excluded peers to its own. Otherwise it
-appends only the entries up to the sender's split point: a node that waits for everybody
-— one that truncated at its rejoin, or has not noticed the split yet — re-negotiates
-instead of taking back post-split decisions (the simulator found SIMPLE nodes of one
-side handing a truncated peer its old post-split entries back, over and over); one that
-has not noticed the split yet joins once it excludes the missing peers itself (after
-``max_peer_lag``). So the receiver treats those entries exactly as the sender does: its
-good prefix stops no later than the sender's; at its rejoin it truncates (SIMPLE) or
-votes with (at least) the sender's view of the split (SMART: ``side = n - excluded``
-counts the inherited exclusions; the deadlock breaker and re-votes apply as for any
-split node); after a restart it holds the persisted split point and truncates at its
-first rejoin (the excluded set is not persisted). This lifts a liveness hole that the
-simulator did not catch before it checked progress *during* a split
-(tests/test_partitions.py found it with real processes): a node of the larger side
-that lagged one entry behind a peer at the split (the peer added it with the node's
-status from before the node excluded anyone) used to get no tail past the peer's split
-point, so the two never waited at one merge base again and the larger side stopped for
-the whole split. A muted master never splits, so it still gets nothing past a split
-point until the split heals. (A master from before this rule sends no split with its
-segments, but it never sends past its split point either.)
+*Tail segments while split* stop at the split point, under SIMPLE and SMART alike (the
+design allowed a SMART node that would keep to send more; the simulator found why not:
+a node that wins the vote now may lose a later one after its excluded set grew, while a
+node that took its post-split entries from it has no split point to go back to and
+keeps them — diverged for good). So post-split entries spread only by ADD between split
+nodes that wait for each other, and all of them are later either truncated or kept by a
+node that recovered. The price is liveness *during* a split: a node of the same side
+that lags behind post-split entries (its peer added one more entry with its status from
+before the split) never gets them, so it cannot ADD with that peer and the side stops
+until the split heals. Lifting it needs the receiver to inherit the sender's split point
+with the entries, which a tail segment cannot say today.
 
 *Diverged tails.* A node without a split point that receives a diverged status sends
 the peer its entries up to the peer's position (at most ``max_tail``): the peer cannot
@@ -783,7 +761,6 @@ class SyncNode:
                              else "conflicting-transaction",
                              f"{tx.txid} conflicts with what we hold")
                 return
-        new = self._join_senders_side(seg, new)
         if not new:
             return
         for tx in new:
@@ -949,66 +926,26 @@ class SyncNode:
             self._out.split_changed = True
         self._stalled_since = now
 
-    def _split(self) -> bool:
-        return self._split_point is not None and self._recovery is not SplitRecovery.NONE
-
-    def _tail_limit(self, peer: str) -> int | None:
-        """While split, a node hands out entries after its split point only to a peer of
-        its own side (read-write or read-only, neither excluded nor rejoining), which
-        joins the split with them (``_join_senders_side``); to the others — excluded,
-        rejoining, muted — never: it may take them back (SIMPLE, or SMART when the vote
-        goes against it), and a node that took them without a split point would keep
-        them."""
-        if not self._split():
-            return None
-        state = self._peers[peer]
-        if (state.mode is not Mode.MUTED and peer not in self._excluded
-                and peer not in self._rejoining):
+    def _tail_limit(self) -> int | None:
+        """While split, a node never hands out an entry after its split point: it may
+        take it back (SIMPLE, or SMART when the vote goes against it), and even a node
+        that would keep now may lose a later vote, while a node that took the entry
+        from it has no split point to go back to."""
+        if self._split_point is None or self._recovery is SplitRecovery.NONE:
             return None
         return self._split_point
 
-    def _join_senders_side(self, seg: TailSegment,
-                           new: tuple[TxMeta, ...]) -> tuple[TxMeta, ...]:
-        """We are about to append ``new`` (the end of ``seg``) after our queue. Entries
-        past the sender's split point are post-split decisions of its side: we take them
-        only if we are split ourselves (a split point and somebody excluded, the sender
-        not) — then we join its side: its split point (if lower than ours; never above
-        our queue) and whom it went on without — else only those up to its split point
-        (a node that truncated, or that waits for everybody, re-negotiates instead)."""
-        point = seg.split_point
-        if point is None or self._recovery is SplitRecovery.NONE:
-            return new
-        past = len(self._synced) + len(new) - point
-        if past <= 0:
-            return new
-        if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
-                or seg.sender in self._excluded or self._rejoining):
-            return new[:max(0, len(new) - past)]
-        point = min(point, len(self._synced))
-        if point < self._split_point:
-            self._split_point = point
-            self._out.split_point_changed = True
-        joined = {p for p in seg.excluded if p in self._peers} - self._excluded
-        if joined:
-            self._excluded |= joined
-            self._out.split_changed = True
-        return new
-
     def _send_tail(self, peer: str, seq: int) -> None:
         end = seq + self._timing.max_tail
-        limit = self._tail_limit(peer)
+        limit = self._tail_limit()
         if limit is not None:
             end = min(end, limit)
         if end <= seq:
             return
         entries = tuple(self._synced[seq:end])
         after = self._synced[seq - 1].txid if seq else None
-        point, excluded = None, ()
-        if self._split():
-            point = self._split_point
-            excluded = tuple(sorted(self._excluded | self._rejoining))
         self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries,
-                                                      self._chain[seq], point, excluded)))
+                                                      self._chain[seq])))
 
     def _send_diverged(self, peer: str, seq: int) -> None:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our

@@ -24,12 +24,8 @@ def status_to_json(st: Status) -> dict[str, Any]:
 
 
 def tail_to_json(seg: TailSegment) -> dict[str, Any]:
-    out = {"sender": seg.sender, "after_seq": seg.after_seq, "after": seg.after,
-           "after_chain": seg.after_chain, "entries": [tx_to_json(t) for t in seg.entries]}
-    if seg.split_point is not None or seg.excluded:
-        out["split_point"] = seg.split_point
-        out["excluded"] = list(seg.excluded)
-    return out
+    return {"sender": seg.sender, "after_seq": seg.after_seq, "after": seg.after,
+            "after_chain": seg.after_chain, "entries": [tx_to_json(t) for t in seg.entries]}
 
 
 def _obj(value: Any, what: str) -> dict[str, Any]:
@@ -74,11 +70,4 @@ def tail_from_json(value: Any) -> TailSegment:
                        _field(obj, "after_seq", "tail segment"),
                        _field(obj, "after", "tail segment"),
                        _txs(_field(obj, "entries", "tail segment"), "entries"),
-                       obj.get("after_chain", ""), obj.get("split_point"),
-                       _strs(obj.get("excluded", []), "excluded"))
-
-
-def _strs(value: Any, what: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise InvalidMessage(f"{what} must be a JSON array")
-    return tuple(value)  # TailSegment checks that each is a non-empty string
+                       obj.get("after_chain", ""))
