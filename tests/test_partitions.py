@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from tests import netlab
-from tests.procs import NodeProcess, free_port, make_secret, worker_node
+from tests.procs import NodeProcess, agreed_queue, free_port, make_secret, worker_node
 from txcluster.local import master_node
 
 _why = netlab.unavailable()
@@ -142,15 +142,7 @@ class UkUs:
         return r.json()
 
     def agreed(self, name: str) -> list[str]:
-        out: list[str] = []
-        while True:
-            r = httpx.get(f"{self.sites[name].url}/admin/sync/agreed",
-                          params={"after": len(out), "limit": 5000}, timeout=10)
-            r.raise_for_status()
-            page = [e["txid"] for e in r.json()]
-            if not page:
-                return out
-            out += page
+        return agreed_queue(self.sites[name].url)
 
     def fingerprints(self) -> dict[str, str]:
         """Each worker's fingerprint from its own /health, by '<master>/<worker dir>'."""

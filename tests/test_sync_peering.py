@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import LocalCluster
-from tests.procs import free_port, make_secret
+from tests.procs import agreed_queue, free_port, make_secret
 from txcluster.auth import sign
 
 P = "urn:txc:p"
@@ -72,15 +72,7 @@ class DataCentres:
 
     @staticmethod
     def agreed(dc: LocalCluster) -> list[str]:
-        out: list[str] = []
-        while True:
-            r = httpx.get(f"{dc.master.url}/admin/sync/agreed",
-                          params={"after": len(out), "limit": 5000}, timeout=10)
-            r.raise_for_status()
-            page = [e["txid"] for e in r.json()]
-            if not page:
-                return out
-            out += page
+        return agreed_queue(dc.master.url)
 
     def wait_converged(self, timeout: float = 90.0, masters: list[int] | None = None) -> None:
         """Every master at the same agreed position with nothing incoming, everything

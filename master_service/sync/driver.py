@@ -455,12 +455,7 @@ class SyncDriver:
         persisted (as after a crash): the core takes its mode at construction."""
         if mode is self.mode:
             return
-        await self._idle.wait()
-        peers = self.node.peers
-        self.mode = mode
-        self.node = await self._restore_node(peers)
-        self._step(lambda now: self.node.tick(now))
-        self._exec_wake.set()
+        await self._restart_core(lambda: setattr(self, "mode", mode))
         log.info("sync: %s is now %s", self.node_id, mode.value)
 
     async def set_split_recovery(self, strategy: SplitRecovery) -> None:
@@ -470,12 +465,18 @@ class SyncDriver:
             return
         if self.split_point is not None or self._rollback is not None:
             raise ValueError("SplitRecovery can't be changed during a split")
+        await self._restart_core(lambda: setattr(self, "split_recovery", strategy))
+        log.info("sync: split recovery is now %s", strategy.value)
+
+    async def _restart_core(self, change: Callable[[], None]) -> None:
+        """Apply ``change`` and rebuild the core from what it persisted, keeping the peers'
+        modes: the core takes its mode and strategy only at construction."""
         await self._idle.wait()
         peers = self.node.peers
-        self.split_recovery = strategy
+        change()
         self.node = await self._restore_node(peers)
         self._step(lambda now: self.node.tick(now))
-        log.info("sync: split recovery is now %s", strategy.value)
+        self._exec_wake.set()
 
     # ------------------------------------------------------------------ the applier
 
