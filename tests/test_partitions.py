@@ -44,20 +44,12 @@ pytestmark = pytest.mark.skipif(_why is not None, reason=f"real network partitio
 # ends as an xfail; once removed, the same failure fails the test. A listed behaviour
 # that holds is printed as "holds now", so the entry can go.
 NOT_YET = {
-    # After the heal: the majority's log wins, the minority is restored and caught up with
-    # its post-split writes kept, every fingerprint equal, every master connected.
-    "split-recovery",
     # Every master cut off from the other side reports the split. Today a UK master that
     # follows the other UK master by tail segments may never stall, so it says "waiting".
     "every-master-reports-split",
     # The minority goes on acknowledging after max-peer-lag (spec: after the timeout both
     # parts continue to execute updates).
     "minority-acks-during-split",
-    # With Simple/Smart a master that split hands tail segments out only up to its split
-    # point; a master of the same side that lags behind it (it added one more entry with
-    # the laggard's status from before the split) never reaches its merge base, and the
-    # majority stops: the split must be inherited with the entries (next session).
-    "majority-acks-during-split",
 }
 
 MAX_PEER_LAG_S = 2.0

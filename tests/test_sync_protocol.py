@@ -54,6 +54,7 @@ from master_service.sync import (
     UnknownPeer,
     chain_hash,
 )
+from master_service.sync.wire import status_from_json, status_to_json
 
 TESTDATA = Path(__file__).parent / "testdata" / "sync"
 TIMING = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4)
@@ -126,6 +127,10 @@ def test_a_local_timestamp_is_above_every_timestamp_the_node_has_seen():
     (lambda: TailSegment("n1", 1, None, (tx("A", 1),)), "after is None"),
     (lambda: TailSegment("n1", 1, "A", (tx("A", 1),), "c"), "twice"),
     (lambda: TailSegment("n1", 1, "A", (tx("B", 1),)), "chain"),
+    (lambda: TailSegment("n1", 0, None, (tx("A", 1),), "", -1), "split_point"),
+    (lambda: TailSegment("n1", 0, None, (tx("A", 1),), "", True), "split_point"),
+    (lambda: TailSegment("n1", 0, None, (tx("A", 1),), "", 0, ["n2"]), "excluded"),
+    (lambda: TailSegment("n1", 0, None, (tx("A", 1),), "", 0, ("",)), "excluded"),
     (lambda: Status("n1", Mode.READ_WRITE, "U1", 1, 1, ()), "chain"),
     (lambda: Status("n1", Mode.READ_WRITE, None, 0, 1, (), "abc"), "chain"),
 ])
@@ -285,23 +290,71 @@ def _smart_node_split_from_n3():
     return node
 
 
-def test_smart_keeps_with_the_majority_and_tails_stop_at_the_split_point():
+def test_smart_keeps_with_the_majority_and_tails_go_past_the_split_point_to_its_side():
     node = _smart_node_split_from_n3()
-    # n3 is back, diverged: 2 of 3 is a majority, so n1 keeps B; n3 stays excluded
+    # n3 is back, diverged, split since position 1 (its X is post-split): 2 of 3 is a
+    # majority, so n1 keeps B; n3 stays excluded
     chain = chain_hash(chain_hash("", "A"), "X")
-    ready = node.receive(Status("n3", Mode.READ_WRITE, "X", 2, 900, (), chain), now=900)
+    ready = node.receive(Status("n3", Mode.READ_WRITE, "X", 2, 900, (), chain, 1,
+                                chain_hash("", "A")), now=900)
     assert ready.truncated is None and node.seq == 2 and node.split_point == 1
     assert node.split_suspected == frozenset({"n3"})
     assert [i.kind for i in ready.inconsistencies] == ["diverged"]
-    # a lagger gets nothing past the split point while n1 is split
+    # a lagger of our side gets the post-split entries too, with our view of the split
     ready = node.receive(Status("n2", Mode.READ_WRITE, None, 0, 900, ()), now=901)
-    assert [(t.to, [e.txid for e in t.segment.entries]) for t in ready.tails] == [("n2", ["A"])]
+    assert [(t.to, [e.txid for e in t.segment.entries]) for t in ready.tails] == [
+        ("n2", ["A", "B"])]
+    assert ready.tails[0].segment.split_point == 1
+    assert ready.tails[0].segment.excluded == ("n3",)
     # n3 truncated and posts its split point: consistent, waited for again, split over
     ready = node.receive(Status("n3", Mode.READ_WRITE, "A", 1, 901, (), chain_hash("", "A")),
                          now=902)
     assert node.split_suspected == frozenset() and node.split_point is None
     assert ready.split_point_changed
     assert [[e.txid for e in t.segment.entries] for t in ready.tails] == [["B"]]
+
+
+def test_smart_keeps_no_post_split_entry_that_contradicts_a_good_prefix():
+    # n3 comes back diverged and NOT split: X at position 2 is in its good prefix (it
+    # agreed X with a node that no longer excluded it). B contradicts it: the majority
+    # vote does not matter, n1 goes back to its split point (simulator seed 2201640281).
+    node = _smart_node_split_from_n3()
+    chain = chain_hash(chain_hash("", "A"), "X")
+    ready = node.receive(Status("n3", Mode.READ_WRITE, "X", 2, 900, (), chain), now=900)
+    assert ready.truncated is not None and ready.truncated.after_seq == 1
+    assert [t.txid for t in ready.truncated.entries] == ["B"]
+    assert node.seq == 1 and node.split_point is None
+    # and a status that shows the split point says whose entries are post-split
+    assert ready.posts[0].status.split_point is None
+
+
+def test_a_split_node_posts_its_good_prefix():
+    node = _smart_node_split_from_n3()
+    ready = node.tick(2_000)
+    st = ready.posts[0].status
+    assert (st.seq, st.split_point, st.split_chain) == (2, 1, chain_hash("", "A"))
+    assert status_from_json(status_to_json(st)) == st
+
+
+def test_a_split_node_that_takes_post_split_entries_joins_the_senders_side():
+    # n1 is split from n3 since position 1 and at [A, B]; n2 sends C after B, with its
+    # own split: split point 0, n3 excluded. n1 appends C and takes split point 0.
+    node = _smart_node_split_from_n3()
+    chain = chain_hash(chain_hash("", "A"), "B")
+    ready = node.receive(TailSegment("n2", 2, "B", (tx("C", 3, "n2"),), chain, 0,
+                                     ("n1", "n3")), now=801)
+    assert [t.txid for t in ready.synchronised] == ["C"]
+    assert node.split_point == 0 and ready.split_point_changed
+    assert node.split_suspected == frozenset({"n3"})  # ourselves left out
+
+
+def test_a_node_that_is_not_split_takes_nothing_past_the_senders_split_point():
+    node = SyncNode("n2", now=0, peers=["n1", "n3"], timing=TIMING,
+                    split_recovery=SplitRecovery.SIMPLE)
+    ready = node.receive(TailSegment("n1", 0, None, (tx("A", 1), tx("B", 2)), "", 1,
+                                     ("n3",)), now=1)
+    assert [t.txid for t in ready.synchronised] == ["A"]  # up to n1's split point
+    assert node.split_point is None and node.split_suspected == frozenset()
 
 
 def test_a_node_restored_while_split_truncates_at_its_first_rejoin():
@@ -525,8 +578,10 @@ class Scenario:
                        f"counter={status.counter} [{queue}]")
         for tail in ready.tails:
             seg = tail.segment
+            split = ("" if seg.split_point is None else f" (split point {seg.split_point}, "
+                     f"excluded {','.join(seg.excluded) or 'none'})")
             out.append(f"{name}: tail to {tail.to} after {seg.after}/{seg.after_seq}: "
-                       f"{self.ids(seg.entries)}")
+                       f"{self.ids(seg.entries)}{split}")
             if (name, tail.to) not in self.cut:
                 self.queue.append((name, tail.to, seg))
         for acq in ready.acquire:
@@ -583,3 +638,17 @@ def test_scenario(path: Path):
         path.write_text(re.sub(r"\n{3,}", "\n\n", "\n".join(out).rstrip("\n") + "\n"))
     elif mismatches:
         pytest.fail("\n\n".join(mismatches))
+
+
+def test_tail_segments_carry_the_senders_split_on_the_wire():
+    from master_service.sync.wire import tail_from_json, tail_to_json
+
+    seg = TailSegment("n1", 0, None, (tx("A", 1), tx("B", 2)), "", 1, ("n3",))
+    assert tail_from_json(tail_to_json(seg)) == seg
+    plain = TailSegment("n1", 0, None, (tx("A", 1),))
+    assert "split_point" not in tail_to_json(plain)  # an old receiver sees what it knows
+    assert tail_from_json(tail_to_json(plain)) == plain  # and an old sender parses
+    with pytest.raises(InvalidMessage, match="excluded"):
+        tail_from_json({**tail_to_json(seg), "excluded": "n3"})
+    with pytest.raises(InvalidMessage, match="split_point"):
+        tail_from_json({**tail_to_json(seg), "split_point": "1"})

@@ -483,3 +483,22 @@ class TxLogMachine(RuleBasedStateMachine):
 
 
 TestTxLogInvariants = TxLogMachine.TestCase
+
+
+def test_a_peer_payload_that_arrives_twice_in_one_group_is_logged_once(log):
+    # Fetched, and pushed (or relayed) with a status: both copies reach one group commit
+    # of the peering driver. A CRITICAL "same transaction id twice" stopped peering
+    # (tests/test_partitions.py, one link lost).
+    from master_service.sync import Incoming, TxMeta
+    from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
+
+    agreement = AgreementLog(log)
+    agreement.enable()
+    payload = ops(1)
+    tx = TxMeta("t1", 1_000, "us1", len(canonical_payload(payload)),
+                payload_digest(canonical_payload(payload)))
+    agreement.persist(counter=1_000, incoming=[Incoming(tx, True)], synchronised=[],
+                      payloads=[(tx, payload), (tx, payload)])
+    assert agreement.payload("t1") == canonical_payload(payload)
+    state, missing = agreement.load()
+    assert [i.tx for i in state.incoming] == [tx] and not missing

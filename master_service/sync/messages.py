@@ -98,7 +98,11 @@ class Status:
     Extensions, see the theory of operation in ``protocol.py``: ``seq`` — the length of
     the sender's synchronised queue (the position of the merge base), so that a divergence
     is reported instead of mistaken for a lag; ``mode`` — the sender's master mode, so
-    that a mode misconfiguration is reported.
+    that a mode misconfiguration is reported; ``split_point`` and ``split_chain`` — while
+    the sender is split, its split point and the hash chain up to it, i.e. its *good
+    prefix* (protocol.py, "Split recovery": a SMART node never keeps post-split entries
+    that contradict another node's good prefix). Not split: None and "" (the whole queue
+    is good).
     """
 
     sender: str
@@ -108,6 +112,8 @@ class Status:
     counter: int
     queue: tuple[TxMeta, ...]
     chain: str = ""
+    split_point: int | None = None  # the sender's last known good position, while split
+    split_chain: str = ""  # chain_hash of the sender's queue up to split_point
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
@@ -128,6 +134,15 @@ class Status:
             raise InvalidMessage("the counter must have moved past every queued timestamp: "
                                  f"{self.queue[-1].timestamp} > counter {self.counter}")
         _check_chain(self.seq, self.chain)
+        if self.split_point is None:
+            if self.split_chain != "":
+                raise InvalidMessage("split_chain without a split_point")
+        else:
+            _check_int("split_point", self.split_point)
+            if self.split_point > self.seq:
+                raise InvalidMessage(f"split_point {self.split_point} is past the merge base "
+                                     f"(seq {self.seq})")
+            _check_chain(self.split_point, self.split_chain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +151,11 @@ class TailSegment:
 
     ``entries`` follow the entry at position ``after_seq`` whose id is ``after`` (None and
     0 for the start of the queue).
+
+    ``split_point`` and ``excluded``: the sender's split point and the peers it went on
+    without (excluded or rejoining) when it sent the segment, if it was split. A node
+    that appends entries past ``split_point`` joins the sender's side of the split
+    (protocol.py, "Split recovery"). Optional: a sender that is not split leaves them out.
     """
 
     sender: str
@@ -143,10 +163,18 @@ class TailSegment:
     after: str | None
     entries: tuple[TxMeta, ...]
     after_chain: str = ""  # chain_hash of the sender's queue up to after_seq
+    split_point: int | None = None  # the sender's split point, while split
+    excluded: tuple[str, ...] = ()  # whom the sender went on without, while split
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
         _check_int("after_seq", self.after_seq)
+        if self.split_point is not None:
+            _check_int("split_point", self.split_point)
+        if not isinstance(self.excluded, tuple):
+            raise InvalidMessage(f"excluded must be a tuple, got {self.excluded!r}")
+        for peer in self.excluded:
+            _check_id("excluded peer", peer)
         if (self.after is None) != (self.after_seq == 0):
             raise InvalidMessage("after is None exactly when after_seq is 0")
         if self.after is not None:

@@ -97,8 +97,10 @@ Claim: **the good prefixes of any two nodes are consistent** (one is a prefix of
 other). Everything in a good prefix was added by an ADD of a node that excluded nobody
 — which agrees with every node it waits for, so with everybody (paragraph above) — or
 while it excluded peers that all came back with merge bases consistent with it, or came
-in a tail segment from another good prefix (below: a split node never hands out entries
-past its split point); a truncation only shortens a queue to its good prefix.
+in a tail segment from another good prefix (below: a split node hands out entries past
+its split point only to a node of its side, which takes a split point no later than the
+sender's with them, so they are not in its good prefix either); a truncation only
+shortens a queue to its good prefix.
 The simulator checks the claim on every split point change and truncation. The split
 point is persisted (``Ready.split_point`` with ``split_point_changed``; ``restore``
 takes it back), and the driver takes its backup of the workers' state there. It is
@@ -140,18 +142,51 @@ What the node does:
   different views of the split can both keep and wait for each other forever; hence: if
   a peer is still diverged (or ahead) ``max_peer_lag`` after the first such vote, the
   node with the larger id of the two truncates (the simulator found this deadlock).
+  And the vote never keeps a post-split entry that *contradicts another node's good
+  prefix*: every status of a split node carries its good prefix (``Status.split_point``
+  and ``split_chain``; a node that is not split posts none, its whole queue is good), and
+  a rejoining peer whose good prefix differs from our queue past our split point (or a
+  diverged tail segment that differs inside the sender's good prefix) makes us truncate
+  whatever the vote. Good prefixes being consistent, such a difference always lies past
+  our split point, and the peer cannot go back before it; without this rule the two
+  wait for each other for ever. The simulator found it (seed 2201640281, Smart, 3
+  masters): n3 ended its split when the excluded n1 came back *behind* it, so the two
+  entries n3 had agreed with n2 during the split became good; a crash kept them from n2,
+  which then split from n3 at an earlier position with n1 and agreed other entries
+  there; n1 and n2 won the vote, and n3, holding them in its good prefix, had nothing to
+  truncate.
 
-*Tail segments while split* stop at the split point, under SIMPLE and SMART alike (the
-design allowed a SMART node that would keep to send more; the simulator found why not:
-a node that wins the vote now may lose a later one after its excluded set grew, while a
-node that took its post-split entries from it has no split point to go back to and
-keeps them — diverged for good). So post-split entries spread only by ADD between split
-nodes that wait for each other, and all of them are later either truncated or kept by a
-node that recovered. The price is liveness *during* a split: a node of the same side
-that lags behind post-split entries (its peer added one more entry with its status from
-before the split) never gets them, so it cannot ADD with that peer and the side stops
-until the split heals. Lifting it needs the receiver to inherit the sender's split point
-with the entries, which a tail segment cannot say today.
+*Tail segments while split*: a node that takes post-split entries joins the sender's
+side of the split. To a peer it excludes or counts as rejoining, or to a muted one, a
+split node (SIMPLE or SMART) hands out nothing past its split point: it may take those
+entries back (SIMPLE, or SMART when the vote goes against it), and even a node that
+would keep now may lose a later vote after its excluded set grew. To a peer of its own
+side (neither excluded nor rejoining; read-write or read-only) it sends everything, and
+every tail segment of a split node carries its ``split_point`` and whom it went on
+without (``excluded``: excluded and rejoining peers). The receiver appends entries past
+the sender's split point only if it is split itself (it has a split point and excludes
+somebody, not the sender, and is not restored-and-rejoining); it then takes ``min(its
+split point, its queue length, the sender's split point)`` as split point (persisted
+like any split point) and adds the sender's excluded peers to its own. Otherwise it
+appends only the entries up to the sender's split point: a node that waits for everybody
+— one that truncated at its rejoin, or has not noticed the split yet — re-negotiates
+instead of taking back post-split decisions (the simulator found SIMPLE nodes of one
+side handing a truncated peer its old post-split entries back, over and over); one that
+has not noticed the split yet joins once it excludes the missing peers itself (after
+``max_peer_lag``). So the receiver treats those entries exactly as the sender does: its
+good prefix stops no later than the sender's; at its rejoin it truncates (SIMPLE) or
+votes with (at least) the sender's view of the split (SMART: ``side = n - excluded``
+counts the inherited exclusions; the deadlock breaker and re-votes apply as for any
+split node); after a restart it holds the persisted split point and truncates at its
+first rejoin (the excluded set is not persisted). This lifts a liveness hole that the
+simulator did not catch before it checked progress *during* a split
+(tests/test_partitions.py found it with real processes): a node of the larger side
+that lagged one entry behind a peer at the split (the peer added it with the node's
+status from before the node excluded anyone) used to get no tail past the peer's split
+point, so the two never waited at one merge base again and the larger side stopped for
+the whole split. A muted master never splits, so it still gets nothing past a split
+point until the split heals. (A master from before this rule sends no split with its
+segments, but it never sends past its split point either.)
 
 *Diverged tails.* A node without a split point that receives a diverged status sends
 the peer its entries up to the peer's position (at most ``max_tail``): the peer cannot
@@ -700,7 +735,8 @@ class SyncNode:
                 st.sender in self._excluded
                 or (relation == _DIVERGED and peer.mode is not Mode.MUTED)
                 or st.sender in self._rejoining):
-            self._rejoin(st.sender, relation, now)  # before anything is sent
+            self._rejoin(st.sender, relation, now,  # before anything is sent
+                         self._contradicts(*self._good_prefix(st)))
             relation = self._relation(st.seq, st.merge_base, st.chain)
         if st.sender in self._rejoining and relation in (_SAME, _BEHIND):
             self._rejoining.discard(st.sender)  # restored while split: it is consistent
@@ -739,11 +775,14 @@ class SyncNode:
         start = seg.after_seq
         if start > len(self._synced):
             return  # not next to our queue; our next status asks from where we are
+        # the sender's good prefix ends here (the whole segment when it is not split)
+        good = start + len(seg.entries) if seg.split_point is None else seg.split_point
         if self._relation(start, seg.after, seg.after_chain) == _DIVERGED:
             self._report(seg.sender, "tail-diverged",
                          f"segment after {seg.after} at seq {start}, ours there is "
                          f"{self._synced[start - 1].txid}")
-            self._tail_diverged(seg.sender, now)
+            # the queues differ somewhere up to ``start``
+            self._tail_diverged(seg.sender, now, start <= good)
             return
         overlap = min(len(seg.entries), len(self._synced) - start)
         for i in range(overlap):
@@ -751,7 +790,7 @@ class SyncNode:
                 self._report(seg.sender, "tail-diverged",
                              f"seq {start + i + 1} is {seg.entries[i].txid}, ours is "
                              f"{self._synced[start + i].txid}")
-                self._tail_diverged(seg.sender, now)
+                self._tail_diverged(seg.sender, now, start + i + 1 <= good)
                 return
         new = seg.entries[overlap:]
         for tx in new:
@@ -761,6 +800,7 @@ class SyncNode:
                              else "conflicting-transaction",
                              f"{tx.txid} conflicts with what we hold")
                 return
+        new = self._join_senders_side(seg, new)
         if not new:
             return
         for tx in new:
@@ -810,20 +850,32 @@ class SyncNode:
                 return 0  # missing this round: an empty round
             least = min(least, st.counter)
             collected.append(st.queue)
-        n = 0
+        chosen: list[str] = []
         for ts, txid in self._order:
-            if ts > least or not self._incoming[txid].acquired:
+            if ts > least:
                 break
+            entry = self._incoming[txid]
+            if not entry.acquired:
+                if entry.tx.origin in self._excluded:
+                    # A transaction of the other side of a split that we heard of but
+                    # could not fetch: without skipping it our side stops for the whole
+                    # split (tests/test_partitions.py found it). Safe: statuses list
+                    # acquired transactions only, so "(1) two nodes that wait for each
+                    # other agree" holds for queues without such entries, and what we add
+                    # past it is post-split, which split recovery settles.
+                    continue
+                break
+            n = len(chosen)
             if any(len(q) <= n or q[n].txid != txid for q in collected):
                 break
-            n += 1
-        if n:
-            keys = self._order[:n]
-            del self._order[:n]
-            for _, txid in keys:
+            chosen.append(txid)
+        if chosen:
+            taken = set(chosen)
+            self._order = [k for k in self._order if k[1] not in taken]
+            for txid in chosen:
                 entry = self._incoming.pop(txid)
                 self._append_synced(entry.tx, entry, self._id, now)
-        return n
+        return len(chosen)
 
     def _post(self, now: int) -> None:
         """POST our status (more than once per round is fine: statuses are cumulative
@@ -833,8 +885,9 @@ class SyncNode:
             return
         counter = self._clock.tick(now)
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
+        point = self._split_point if self._split() else None
         status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter, queue,
-                        self._chain[-1])
+                        self._chain[-1], point, "" if point is None else self._chain[point])
         self._out.posts.extend(Post(p, status) for p in sorted(self._peers))
 
     # ------------------------------------------------------------------ helpers
@@ -926,26 +979,66 @@ class SyncNode:
             self._out.split_changed = True
         self._stalled_since = now
 
-    def _tail_limit(self) -> int | None:
-        """While split, a node never hands out an entry after its split point: it may
-        take it back (SIMPLE, or SMART when the vote goes against it), and even a node
-        that would keep now may lose a later vote, while a node that took the entry
-        from it has no split point to go back to."""
-        if self._split_point is None or self._recovery is SplitRecovery.NONE:
+    def _split(self) -> bool:
+        return self._split_point is not None and self._recovery is not SplitRecovery.NONE
+
+    def _tail_limit(self, peer: str) -> int | None:
+        """While split, a node hands out entries after its split point only to a peer of
+        its own side (read-write or read-only, neither excluded nor rejoining), which
+        joins the split with them (``_join_senders_side``); to the others — excluded,
+        rejoining, muted — never: it may take them back (SIMPLE, or SMART when the vote
+        goes against it), and a node that took them without a split point would keep
+        them."""
+        if not self._split():
+            return None
+        state = self._peers[peer]
+        if (state.mode is not Mode.MUTED and peer not in self._excluded
+                and peer not in self._rejoining):
             return None
         return self._split_point
 
+    def _join_senders_side(self, seg: TailSegment,
+                           new: tuple[TxMeta, ...]) -> tuple[TxMeta, ...]:
+        """We are about to append ``new`` (the end of ``seg``) after our queue. Entries
+        past the sender's split point are post-split decisions of its side: we take them
+        only if we are split ourselves (a split point and somebody excluded, the sender
+        not) — then we join its side: its split point (if lower than ours; never above
+        our queue) and whom it went on without — else only those up to its split point
+        (a node that truncated, or that waits for everybody, re-negotiates instead)."""
+        point = seg.split_point
+        if point is None or self._recovery is SplitRecovery.NONE:
+            return new
+        past = len(self._synced) + len(new) - point
+        if past <= 0:
+            return new
+        if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
+                or seg.sender in self._excluded or self._rejoining):
+            return new[:max(0, len(new) - past)]
+        point = min(point, len(self._synced))
+        if point < self._split_point:
+            self._split_point = point
+            self._out.split_point_changed = True
+        joined = {p for p in seg.excluded if p in self._peers} - self._excluded
+        if joined:
+            self._excluded |= joined
+            self._out.split_changed = True
+        return new
+
     def _send_tail(self, peer: str, seq: int) -> None:
         end = seq + self._timing.max_tail
-        limit = self._tail_limit()
+        limit = self._tail_limit(peer)
         if limit is not None:
             end = min(end, limit)
         if end <= seq:
             return
         entries = tuple(self._synced[seq:end])
         after = self._synced[seq - 1].txid if seq else None
+        point, excluded = None, ()
+        if self._split():
+            point = self._split_point
+            excluded = tuple(sorted(self._excluded | self._rejoining))
         self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries,
-                                                      self._chain[seq])))
+                                                      self._chain[seq], point, excluded)))
 
     def _send_diverged(self, peer: str, seq: int) -> None:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our
@@ -958,10 +1051,31 @@ class SyncNode:
         self._out.tails.append(Tail(peer, TailSegment(
             self._id, start, after, tuple(self._synced[start:seq]), self._chain[start])))
 
-    def _tail_diverged(self, peer: str, now: int) -> None:
+    def _tail_diverged(self, peer: str, now: int, in_good_prefix: bool) -> None:
+        """A tail segment does not extend our queue; ``in_good_prefix``: the first
+        difference lies in the sender's good prefix."""
         if (self._split_point is not None and self._recovery is not SplitRecovery.NONE
                 and self._peers[peer].mode is not Mode.MUTED):
-            self._rejoin(peer, _DIVERGED, now)
+            # Good prefixes are consistent, so a difference inside the sender's good
+            # prefix is past our split point: one of our post-split entries contradicts it.
+            self._rejoin(peer, _DIVERGED, now, in_good_prefix)
+
+    @staticmethod
+    def _good_prefix(st: Status) -> tuple[int, str]:
+        """The length and chain of the sender's good prefix, as its status says."""
+        if st.split_point is None:
+            return st.seq, st.chain
+        return st.split_point, st.split_chain
+
+    def _contradicts(self, good: int, chain: str) -> bool:
+        """Does a peer's good prefix (``good`` entries, hash chain ``chain``) contradict
+        our queue? Only past our split point, since good prefixes are consistent; so it
+        means that one of our post-split entries differs from an entry of its good
+        prefix. When its good prefix is longer than our queue we cannot tell from a
+        status (a diverged tail segment tells, ``_on_tail``)."""
+        if self._split_point is None or good <= self._split_point:
+            return False
+        return good <= len(self._synced) and self._chain[good] != chain
 
     def _keeps(self) -> bool:
         """SMART's majority vote (module docstring, "Split recovery")."""
@@ -970,13 +1084,15 @@ class SyncNode:
         side, n = len(voters) - len(out), len(voters)
         return 2 * side > n or (2 * side == n and min(voters) not in out)
 
-    def _rejoin(self, peer: str, relation: str, now: int) -> None:
+    def _rejoin(self, peer: str, relation: str, now: int, contradicted: bool) -> None:
         """A peer of the other side is back (or diverged from us): SIMPLE truncates,
-        SMART truncates unless the vote says we keep our state."""
+        SMART truncates unless the vote says we keep our state — and always when one of
+        our post-split entries contradicts the peer's good prefix (``contradicted``)."""
         if peer not in self._excluded:
             self._excluded.add(peer)  # it diverged from us: we cannot wait for it
             self._out.split_changed = True
-        if self._recovery is SplitRecovery.SMART and self._keeps() and not self._rejoining:
+        if (self._recovery is SplitRecovery.SMART and self._keeps() and not self._rejoining
+                and not contradicted):
             if relation not in (_DIVERGED, _AHEAD):
                 return  # consistent with us: waited for again below
             # Both sides may win their own vote (each counts its own excluded set): if

@@ -18,14 +18,22 @@ def tx_to_json(tx: TxMeta) -> dict[str, Any]:
 
 
 def status_to_json(st: Status) -> dict[str, Any]:
-    return {"sender": st.sender, "mode": st.mode.value, "merge_base": st.merge_base,
-            "seq": st.seq, "counter": st.counter, "chain": st.chain,
-            "queue": [tx_to_json(t) for t in st.queue]}
+    out = {"sender": st.sender, "mode": st.mode.value, "merge_base": st.merge_base,
+           "seq": st.seq, "counter": st.counter, "chain": st.chain,
+           "queue": [tx_to_json(t) for t in st.queue]}
+    if st.split_point is not None:
+        out["split_point"] = st.split_point
+        out["split_chain"] = st.split_chain
+    return out
 
 
 def tail_to_json(seg: TailSegment) -> dict[str, Any]:
-    return {"sender": seg.sender, "after_seq": seg.after_seq, "after": seg.after,
-            "after_chain": seg.after_chain, "entries": [tx_to_json(t) for t in seg.entries]}
+    out = {"sender": seg.sender, "after_seq": seg.after_seq, "after": seg.after,
+           "after_chain": seg.after_chain, "entries": [tx_to_json(t) for t in seg.entries]}
+    if seg.split_point is not None or seg.excluded:
+        out["split_point"] = seg.split_point
+        out["excluded"] = list(seg.excluded)
+    return out
 
 
 def _obj(value: Any, what: str) -> dict[str, Any]:
@@ -61,7 +69,8 @@ def status_from_json(value: Any) -> Status:
             from None
     return Status(_field(obj, "sender", "status"), mode, _field(obj, "merge_base", "status"),
                   _field(obj, "seq", "status"), _field(obj, "counter", "status"),
-                  _txs(_field(obj, "queue", "status"), "queue"), obj.get("chain", ""))
+                  _txs(_field(obj, "queue", "status"), "queue"), obj.get("chain", ""),
+                  obj.get("split_point"), obj.get("split_chain", ""))
 
 
 def tail_from_json(value: Any) -> TailSegment:
@@ -70,4 +79,11 @@ def tail_from_json(value: Any) -> TailSegment:
                        _field(obj, "after_seq", "tail segment"),
                        _field(obj, "after", "tail segment"),
                        _txs(_field(obj, "entries", "tail segment"), "entries"),
-                       obj.get("after_chain", ""))
+                       obj.get("after_chain", ""), obj.get("split_point"),
+                       _strs(obj.get("excluded", []), "excluded"))
+
+
+def _strs(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise InvalidMessage(f"{what} must be a JSON array")
+    return tuple(value)  # TailSegment checks that each is a non-empty string

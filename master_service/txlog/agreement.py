@@ -154,7 +154,14 @@ class AgreementLog:
                 known = {r["txid"] for r in db.query(
                     "select txid from transactions where txid in ("
                     + ",".join("?" * len(payloads)) + ")", [t.txid for t, _ in payloads])}
-                fresh = [(t, ops) for t, ops in payloads if t.txid not in known]
+                # One payload can come twice in a group (fetched, and pushed or relayed
+                # with a status; tests/test_partitions.py one-link-lost found it): the
+                # digest was checked on arrival, so the first copy stands.
+                fresh = []
+                for t, ops in payloads:
+                    if t.txid not in known:
+                        known.add(t.txid)
+                        fresh.append((t, ops))
                 if fresh:
                     self.txlog.log_pending(
                         (t.txid, t.timestamp / 1000.0, t.origin, ops) for t, ops in fresh)
