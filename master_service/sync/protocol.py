@@ -76,7 +76,10 @@ Where safety ends: the split
 When no progress was made for ``max_peer_lag`` while there is work, the waited-for peers
 not heard from for that long are *excluded* and reported in ``split_suspected``; the
 remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
-their status or counter. (1) still holds between nodes that wait for each other, and a
+their status or counter, nor for the payloads of their transactions that we heard of but
+could not fetch: ADD passes over those (statuses list acquired transactions only, so the
+argument of (1) holds for queues without them; without it a side that heard of one write
+of the other side before the cut stops for the whole split). (1) still holds between nodes that wait for each other, and a
 node that excludes nobody agrees with every node it waits for, even one that excluded it
 (the case analysis of (1) with the counters of (2)). Two nodes can therefore only
 diverge when one excludes the other and the other excludes somebody: the split brain of
