@@ -60,6 +60,7 @@ from master_service.sync.protocol import (
     Acquire,
     Activity,
     Incoming,
+    PersistentState,
     Ready,
     Refused,
     SplitRecovery,
@@ -219,6 +220,10 @@ class SyncDriver:
 
     async def _restore_node(self, peers: Mapping[str, Mode]) -> SyncNode:
         state, missing = await self.cluster.db(self.agreement.load)
+        return self._core(state, missing, peers)
+
+    def _core(self, state: PersistentState, missing: list[str],
+              peers: Mapping[str, Mode]) -> SyncNode:
         return SyncNode.restore(self.node_id, state, now=now_ms(), peers=dict(peers),
                                 mode=self.mode, timing=self.timing, missing_payloads=missing,
                                 split_recovery=self.split_recovery)
@@ -471,10 +476,15 @@ class SyncDriver:
     async def _restart_core(self, change: Callable[[], None]) -> None:
         """Apply ``change`` and rebuild the core from what it persisted, keeping the peers'
         modes: the core takes its mode and strategy only at construction."""
-        await self._idle.wait()
+        while not self._idle.is_set():  # everything the old core promised is persisted
+            await self._idle.wait()
+        # From here to the swap nothing awaits: an input that stepped the old core after
+        # its state was read (as when the read ran in the executor) would be lost with it.
+        # A short SQLite read on the loop, for a rare admin action.
         peers = self.node.peers
         change()
-        self.node = await self._restore_node(peers)
+        state, missing = self.agreement.load()
+        self.node = self._core(state, missing, peers)
         self._step(lambda now: self.node.tick(now))
         self._exec_wake.set()
 
