@@ -336,7 +336,6 @@ class SyncDriver:
         wanted = self.peers[recipient].silent - {recipient, self.node_id}
         out = []
         budget = PUSH_BYTES
-        holding = {i.tx.txid for i in self.node.incoming if i.acquired}
         for peer in sorted(wanted):
             info = self.peers.get(peer)
             if info is None or info.direct_status is None or peer in self._silent_peers():
@@ -344,7 +343,7 @@ class SyncDriver:
             payloads: dict[str, str] = {}
             for tx in info.direct_status.get("queue", []):
                 txid = tx.get("txid") if isinstance(tx, dict) else None
-                if txid not in holding:
+                if not isinstance(txid, str) or not self.node.holds_payload(txid):
                     continue
                 data = self._payload_bytes(txid)
                 if data is not None and len(data) <= budget:
@@ -400,7 +399,7 @@ class SyncDriver:
         metas = {tx.txid: tx for tx in st.queue if any_origin or tx.origin == st.sender}
         for txid, text in pushed.items():
             tx = metas.get(txid)
-            if tx is None or not isinstance(text, str) or txid not in self._unacquired():
+            if tx is None or not isinstance(text, str) or not self.node.wants_payload(txid):
                 continue
             data = text.encode()
             if len(data) != tx.size or payload_digest(data) != tx.digest:
@@ -410,10 +409,6 @@ class SyncDriver:
             self._pushed.add(txid)
             self._step(lambda now, txid=txid: self.node.acquired(txid, now),
                        [(tx, json.loads(data))])
-
-    def _unacquired(self) -> set[str]:
-        return {i.tx.txid for i in self.node.incoming if not i.acquired} | \
-            set(self.node.missing_payloads)
 
     def receive_tail(self, body: Any) -> None:
         seg = wire.tail_from_json(body)

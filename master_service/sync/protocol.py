@@ -79,14 +79,15 @@ remaining nodes go on without them (spec, "Missing nodes") and ADD no longer wai
 their status or counter, nor for the payloads of their transactions that we heard of but
 could not fetch: ADD passes over those (statuses list acquired transactions only, so the
 argument of (1) holds for queues without them; without it a side that heard of one write
-of the other side before the cut stops for the whole split). (1) still holds between nodes that wait for each other, and a
-node that excludes nobody agrees with every node it waits for, even one that excluded it
-(the case analysis of (1) with the counters of (2)). Two nodes can therefore only
-diverge when one excludes the other and the other excludes somebody: the split brain of
-the spec (a partition longer than max peer lag). An excluded peer is waited for again as
-soon as it posts a merge base consistent with ours. A status whose merge base is not
-ours at its position, or a tail segment that does not extend our queue, is reported in
-``inconsistencies`` and never applied; what happens next is the split recovery strategy.
+of the other side before the cut stops for the whole split). (1) still holds between
+nodes that wait for each other, and a node that excludes nobody agrees with every node
+it waits for, even one that excluded it (the case analysis of (1) with the counters of
+(2)). Two nodes can therefore only diverge when one excludes the other and the other
+excludes somebody: the split brain of the spec (a partition longer than max peer lag).
+An excluded peer is waited for again as soon as it posts a merge base consistent with
+ours. A status whose merge base is not ours at its position, or a tail segment that does
+not extend our queue, is reported in ``inconsistencies`` and never applied; what happens
+next is the split recovery strategy.
 
 Split recovery
 --------------
@@ -628,6 +629,17 @@ class SyncNode:
     @property
     def missing_payloads(self) -> frozenset[str]:
         return frozenset(self._missing)
+
+    def wants_payload(self, txid: str) -> bool:
+        """Is ``txid`` incoming or synchronised here without its payload? (O(1), for a
+        driver that checks every pushed payload.)"""
+        entry = self._incoming.get(txid)
+        return (entry is not None and not entry.acquired) or txid in self._missing
+
+    def holds_payload(self, txid: str) -> bool:
+        """Is ``txid`` incoming here with its payload acquired?"""
+        entry = self._incoming.get(txid)
+        return entry is not None and entry.acquired
 
     def persistent_state(self) -> PersistentState:
         """What the Readies so far asked to persist (for checks and tests)."""
