@@ -31,7 +31,7 @@ from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from txcluster import tls
-from txcluster.auth import Verifier, load_secret
+from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
 from txcluster.properties import ConfigError, parse_url
 
 log = logging.getLogger("txcluster.master")
@@ -45,7 +45,13 @@ class MasterService:
         self.secret = load_secret(config.cluster_secret_file)
         self.peer_secret = load_secret(config.peer_secret_file) if config.peer_secret_file \
             else self.secret
-        self.peer_verifier = Verifier(self.peer_secret)
+        # Peers sign for the Host they send to: master-url, or another advertised name.
+        self.peer_authorities = NodeAuthorities(
+            config.host, config.port, (url_authority(config.master_url),
+                                       *config.advertised_hosts))
+        self.peer_verifier = Verifier(self.peer_secret, self.peer_authorities)
+        # One TLS context for every server this master calls: workers and peers.
+        self.client_tls = tls.client_context(config.tls_ca_file)
         self.txlog: TxLog | None = None
         self.agreement: AgreementLog | None = None
         self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
@@ -119,7 +125,7 @@ class MasterService:
             secret=self.peer_secret, agreement=self.agreement, cluster=self.cluster,
             scheduler=self.scheduler, request_timeout=c.request_timeout_s,
             data_centre=c.data_centre, on_round=self.metrics.sync_round,
-            split_recovery=SplitRecovery(c.split_recovery),
+            split_recovery=SplitRecovery(c.split_recovery), tls=self.client_tls,
             timing=Timing(round_timeout=c.sync_round_timeout_ms,
                           idle_interval=c.sync_idle_interval_ms,
                           max_peer_lag=None if c.max_peer_lag_s is None
@@ -144,7 +150,7 @@ class MasterService:
             mode=c.mode, strict=c.consistency == "strict",
             request_timeout=c.request_timeout_s,
             log_limits=(c.log_max_size, float(c.log_max_depth_hours)),
-            peered=peered, tls=tls.client_context(c.tls_ca_file),
+            peered=peered, tls=self.client_tls,
         )
         await self.cluster.start()
         self.scheduler = AsyncIOScheduler()
@@ -160,6 +166,8 @@ class MasterService:
             self.jmx.start()
         log.info("master %s for repository '%s' at head seq %d with %d workers",
                  c.node_id, c.repository_id, self.cluster.head_seq, len(self.cluster.workers))
+        if peered:
+            log.info("signed peer requests are taken for %s", self.peer_authorities.describe())
 
     async def stop(self) -> None:
         if self.sync:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pyoxigraph as ox
 
 from txcluster import tls
+from txcluster.auth import parse_advertised_hosts
 from txcluster.properties import (
     ConfigError,
     Key,
@@ -244,6 +245,11 @@ SCHEMA = Schema(
         Key("peer-secret-file", parse_path,
             description="secret shared by peer masters (mode 600); default: "
             "cluster-secret-file"),
+        # txcluster/auth.py NodeAuthorities: a signed peer request names the master it is for.
+        Key("advertised-hosts", parse_advertised_hosts,
+            description="host or host:port (comma-separated) peers reach this master at, "
+            "besides master-url and its listen address; a signed peer request for any "
+            "other Host is refused"),
         Key("sync-round-timeout-ms", parse_int(1), default=300,
             description="a busy sync round ends here if some peer did not post"),
         Key("sync-idle-interval-ms", parse_int(1), default=1000,
@@ -265,13 +271,14 @@ SCHEMA = Schema(
         Key("jmx.ssl.keystore-password-file", parse_path,
             description="file holding the keystore password (mode 600)"),
         Key("log-level", parse_choice("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
-        # Optional TLS (txcluster/tls.py): the client/admin API over HTTPS, and the CA
-        # that verifies workers whose URLs are https.
+        # Optional TLS (txcluster/tls.py): every API of the master over HTTPS (client,
+        # admin and peer API: one server), and the CA that verifies https workers and peers.
         Key("tls-cert-file", tls.parse_pem_file,
-            description="PEM certificate: serve the client and admin APIs over HTTPS"),
+            description="PEM certificate: serve the client, admin and peer APIs over HTTPS"),
         Key("tls-key-file", tls.parse_pem_file, description="its private key (mode 600)"),
         Key("tls-ca-file", tls.parse_pem_file,
-            description="CA bundle that verifies https workers (default: system CAs)"),
+            description="CA bundle that verifies https workers and peers (default: system "
+            "CAs)"),
     ),
     patterns=(
         (WORKER_KEY, parse_url),
@@ -393,6 +400,7 @@ class MasterConfig:
     log_level: str
     data_centre: str | None = None
     peer_secret_file: Path | None = None
+    advertised_hosts: tuple[str, ...] = ()
     sync_round_timeout_ms: int = 300
     sync_idle_interval_ms: int = 1000
     max_peer_lag_s: float | None = None
@@ -456,6 +464,7 @@ class MasterConfig:
             log_level=values["log-level"],
             data_centre=values["data-centre"],
             peer_secret_file=values["peer-secret-file"],
+            advertised_hosts=values["advertised-hosts"] or (),
             sync_round_timeout_ms=values["sync-round-timeout-ms"],
             sync_idle_interval_ms=values["sync-idle-interval-ms"],
             max_peer_lag_s=values["max-peer-lag-s"],

@@ -73,6 +73,7 @@ def test_required_keys_only_gives_the_documented_defaults(tmp_path):
     assert config.jmx_port is None
     assert config.jmx_host == "127.0.0.1"
     assert config.log_level == "INFO"
+    assert config.advertised_hosts == ()
 
 
 def test_every_key_is_parsed(tmp_path):
@@ -105,7 +106,9 @@ def test_every_key_is_parsed(tmp_path):
         "jmx.port": "9999",
         "jmx.host": "0.0.0.0",
         "log-level": "debug",
+        "advertised-hosts": "m1.example, [2001:db8::1]:8443",
     }))
+    assert config.advertised_hosts == ("m1.example", "[2001:db8::1]:8443")
     assert config.workers == ("https://w1:7200", "http://w2:7200", "http://w10:7200")
     assert config.peers == (("m2", "http://m2.example:8080"), ("m3", "http://m3.example:8080"))
     assert config.net_speed_bits_per_sec == 1_000_000_000
@@ -156,6 +159,9 @@ def test_every_key_is_parsed(tmp_path):
     ("peer.1.url", "not-a-url"),
     ("control-queries", "/nonexistent/control.rq"),
     ("client-auth-file", "/nonexistent/clients"),
+    ("advertised-hosts", "http://m1.example"),
+    ("advertised-hosts", "m1.example:http"),
+    ("advertised-hosts", " , "),
 ])
 def test_an_invalid_value_is_refused_naming_its_key(tmp_path, key, value):
     extra = {key: value}

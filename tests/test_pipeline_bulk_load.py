@@ -18,7 +18,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     from starlette.testclient import TestClient
 
 from txcluster import rdf4j
-from txcluster.auth import HmacAuth
+from txcluster.auth import HmacAuth, NodeAuthorities
 from worker_service import fingerprint
 from worker_service.app import create_app
 from worker_service.repository import Repository
@@ -52,7 +52,8 @@ def repo(tmp_path):
 
 @pytest.fixture
 def client(repo):
-    with TestClient(create_app(repo, SECRET), base_url="http://testserver") as c:
+    node = NodeAuthorities("testserver", 80)  # the Host of TestClient's requests
+    with TestClient(create_app(repo, SECRET, node), base_url="http://testserver") as c:
         c.auth = HmacAuth(SECRET)
         yield c
 

@@ -1,9 +1,10 @@
 """Authentication on every channel (issue 9), on real processes.
 
 * A worker takes cluster-control calls and writes only with its master's credential
-  (txcluster.auth: HMAC over method, target, time, nonce and body): missing, wrong,
-  malformed, expired, retargeted, tampered and replayed credentials are refused with 403
-  and a reason, logged, and change nothing.
+  (txcluster.auth: HMAC over method, Host, target, time, nonce and body): missing, wrong,
+  malformed, expired, retargeted, tampered and replayed credentials, and credentials
+  signed for another node (a request captured on its way to one worker and replayed to
+  another), are refused with 403 and a reason, logged, and change nothing.
 * A master with a client-auth-file takes reads from read users and writes from write
   users only (HTTP basic auth): missing, wrong and read-role-writing are refused (401 /
   403), logged, and change nothing.
@@ -13,17 +14,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import secrets
+import socket
 import time
 
 import httpx
 import pytest
 
 from tests.conftest import LocalCluster
-from tests.procs import make_secret, worker_node
-from txcluster.auth import SCHEME, WINDOW_S, _signature, sign
+from tests.procs import make_secret, signed_client, worker_node
+from txcluster.auth import (
+    SCHEME,
+    WINDOW_S,
+    NodeAuthorities,
+    _signature,
+    host_header,
+    parse_advertised_hosts,
+    sign,
+    sign_for,
+    url_authority,
+)
+from txcluster.signed_session import SignedSession
 
 STATEMENTS = "/repositories/repo/statements"
 
@@ -35,12 +49,12 @@ def apply_body(seq: int, n: int) -> bytes:
                                     "changeset": {"added": added}}]}).encode()
 
 
-def header_at(secret: bytes, method: str, target: str, body: bytes, ts: int,
+def header_at(secret: bytes, method: str, base: str, target: str, body: bytes, ts: int,
               nonce: str | None = None) -> str:
     """A credential signed correctly but at time ``ts`` (for expired / future ones)."""
     nonce = nonce or secrets.token_hex(12)
     return f"{SCHEME} ts={ts},nonce={nonce},sig=" \
-           f"{_signature(secret, method, target, str(ts), nonce, body)}"
+           f"{_signature(secret, method, host_header(base), target, str(ts), nonce, body)}"
 
 
 # ---- a worker: every channel refuses what its master did not sign ----
@@ -60,10 +74,15 @@ def worker_state(node) -> tuple[int, str, int]:
     return st["seq"], st["fingerprint"], st["quads"]
 
 
-def _bad_credentials(secret: bytes, method: str, target: str, body: bytes) -> dict[str, tuple]:
-    """{case: (authorization header or None, the reason the worker must give)}."""
+def _bad_credentials(secret: bytes, method: str, base: str, target: str,
+                     body: bytes) -> dict[str, tuple]:
+    """{case: (authorization header or None, the reason the worker must give)} for a
+    request to ``base`` + ``target``."""
     now = int(time.time())
     other = b"another secret of the right length, 0123456789"
+    url = base + target
+    # The same port at another address: another node (its Host is what httpx sends).
+    elsewhere = base.replace("127.0.0.1", "127.0.0.2")
     return {
         "missing": (None, "missing cluster credential"),
         "wrong scheme": ("Bearer abc", "wrong credential scheme"),
@@ -71,19 +90,21 @@ def _bad_credentials(secret: bytes, method: str, target: str, body: bytes) -> di
                        "wrong credential scheme"),
         "malformed": (f"{SCHEME} ts=1", "malformed cluster credential"),
         "non-numeric time": (f"{SCHEME} ts=x,nonce=n,sig=s", "malformed cluster credential"),
-        "wrong secret": (sign(other, method, target, body), "wrong cluster credential"),
-        "expired": (header_at(secret, method, target, body, now - WINDOW_S - 60),
+        "wrong secret": (sign(other, method, url, body), "wrong cluster credential"),
+        "expired": (header_at(secret, method, base, target, body, now - WINDOW_S - 60),
                     "expired"),
-        "from the future": (header_at(secret, method, target, body, now + WINDOW_S + 60),
-                            "expired"),
-        "signed for another path": (sign(secret, method, "/cluster/verify", body),
+        "from the future": (header_at(secret, method, base, target, body,
+                                      now + WINDOW_S + 60), "expired"),
+        "signed for another path": (sign(secret, method, base + "/cluster/verify", body),
                                     "wrong cluster credential"),
-        "signed for another method": (sign(secret, "PATCH", target, body),
+        "signed for another method": (sign(secret, "PATCH", url, body),
                                       "wrong cluster credential"),
-        "signed for another body": (sign(secret, method, target, body + b" "),
+        "signed for another body": (sign(secret, method, url, body + b" "),
+                                    "wrong cluster credential"),
+        "signed for another node": (sign(secret, method, elsewhere + target, body),
                                     "wrong cluster credential"),
         "signature of another request": (
-            sign(secret, method, target, body).replace("sig=", "sig=0"),
+            sign(secret, method, url, body).replace("sig=", "sig=0"),
             "wrong cluster credential"),
     }
 
@@ -113,7 +134,8 @@ def test_worker_refuses_every_bad_credential_and_changes_nothing(worker, method,
     }.get(target, b"")
     before = worker_state(node)
     log_before = len(node.log_path.read_bytes())
-    for case, (header, reason) in _bad_credentials(secret, method, target, body).items():
+    cases = _bad_credentials(secret, method, node.url, target, body)
+    for case, (header, reason) in cases.items():
         headers = {"authorization": header} if header else {}
         if ctype:
             headers["content-type"] = ctype
@@ -126,7 +148,7 @@ def test_worker_refuses_every_bad_credential_and_changes_nothing(worker, method,
     new_log = node.log_path.read_bytes()[log_before:].decode(errors="replace")
     refusals = [line for line in new_log.splitlines()
                 if f"refused {method} {target}" in line]
-    assert len(refusals) == len(_bad_credentials(secret, method, target, body)), new_log
+    assert len(refusals) == len(cases), new_log
     assert any("wrong cluster credential" in line for line in refusals)
 
 
@@ -136,7 +158,7 @@ def test_worker_refuses_a_replayed_request(worker):
     node, secret = worker
     seq = worker_state(node)[0]
     body = apply_body(seq + 1, 10_000 + seq)
-    header = sign(secret, "POST", "/cluster/apply", body)
+    header = sign(secret, "POST", f"{node.url}/cluster/apply", body)
     headers = {"authorization": header, "content-type": "application/json"}
     r = httpx.post(f"{node.url}/cluster/apply", content=body, headers=headers, timeout=30)
     assert r.status_code == 200, r.text
@@ -150,6 +172,28 @@ def test_worker_refuses_a_replayed_request(worker):
     assert r.status_code == 403 and "wrong cluster credential" in r.text, r.text
     assert worker_state(node) == after_first
     assert "replayed cluster credential" in node.log_tail(20_000)
+
+
+def test_both_signers_sign_the_host_and_the_path_the_worker_decodes(worker):
+    """The master's signed session (txcluster.signed_session, aiohttp) and HmacAuth
+    (httpx: tests, image pulls between workers) sign the Host they send and the path as
+    the worker decodes it: a backup name with escapes passes the credential and is
+    refused by the handler for what it is (400), not as a wrong credential (403)."""
+    node, secret = worker
+    path = "/cluster/backups/no%20such%25name"
+
+    async def via_session() -> tuple[int, bytes]:
+        session = SignedSession(secret, timeout=30)
+        try:
+            return await session.request("GET", node.url + path)
+        finally:
+            await session.close()
+
+    status, body = asyncio.run(via_session())
+    assert status == 400 and "'no such%name' is not a valid backup name" in body.decode()
+    with signed_client(node, secret) as c:
+        r = c.get(path)
+    assert r.status_code == 400 and "'no such%name' is not a valid backup name" in r.text
 
 
 def test_worker_refuses_a_world_readable_secret_file(tmp_path):
@@ -224,7 +268,8 @@ def test_client_auth_refuses_missing_wrong_and_read_role_writes(secured):
          {**update, "headers": {**update["headers"], "authorization": "Basic %%%"}}, 401),
         ("the cluster credential is no client credential", "POST", f"{repo}/statements",
          {**update, "headers": {**update["headers"],
-                                "authorization": sign(c.secret, "POST", "/x", b"")}}, 401),
+                                "authorization": sign(c.secret, "POST", f"{c.master.url}/x",
+                                                      b"")}}, 401),
         ("write by a read user", "POST", f"{repo}/statements", {**update, "auth": READER},
          403),
         ("transaction begun by a read user", "POST", f"{repo}/transactions",
@@ -294,25 +339,151 @@ def test_secrets_are_never_logged_nor_in_urls_or_status(secured):
         assert "@" not in w["url"] and c.secret.decode() not in w["url"]
 
 
-@pytest.mark.xfail(strict=True, reason="known weakness: the signature does not bind the "
-                   "receiving node (no host in the signed message), and each worker keeps "
-                   "its own nonce cache, so a request captured on its way to one worker can "
-                   "be replayed to another worker of the cluster within the time window. "
-                   "TLS prevents the capture; the fix is to sign the Host header.")
+# ---- the credential names the node it is for (the Host it was sent to) ----
+
+
 def test_a_request_for_one_worker_cannot_be_replayed_to_another(tmp_path):
-    root = tmp_path
-    secret_file, secret = make_secret(root / "secrets")
-    a = worker_node(root / "a", secret_file).start()
-    b = worker_node(root / "b", secret_file).start()
+    """Each worker keeps its own nonce cache, so the credential signs the Host: a request
+    captured on its way to worker A and sent to worker B within the time window is
+    refused by B, whether sent as captured (B's Host is not the one signed) or with A's
+    Host header kept (authentic, but not for B); B changes nothing."""
+    secret_file, secret = make_secret(tmp_path / "secrets")
+    a = worker_node(tmp_path / "a", secret_file).start()
+    b = worker_node(tmp_path / "b", secret_file).start()
     try:
         body = apply_body(1, 1)
-        headers = {"authorization": sign(secret, "POST", "/cluster/apply", body),
+        headers = {"authorization": sign(secret, "POST", f"{a.url}/cluster/apply", body),
                    "content-type": "application/json"}
         assert httpx.post(f"{a.url}/cluster/apply", content=body, headers=headers,
                           timeout=30).status_code == 200
+        before = worker_state(b)
+        log_before = len(b.log_path.read_bytes())
         r = httpx.post(f"{b.url}/cluster/apply", content=body, headers=headers, timeout=30)
+        assert r.status_code == 403 and "wrong cluster credential" in r.text, r.text
+        r = httpx.post(f"{b.url}/cluster/apply", content=body, timeout=30,
+                       headers={**headers, "host": host_header(a.url)})
         assert r.status_code == 403, r.text
-        assert worker_state(b)[0] == 0
+        assert f"cluster credential for another node: Host '{host_header(a.url)}' is not " \
+               f"this node (port {b.port} at 127.0.0.1, localhost" in r.text, r.text
+        assert worker_state(b) == before and before[0] == 0
+        log = b.log_path.read_bytes()[log_before:].decode(errors="replace")
+        assert log.count("refused POST /cluster/apply") == 2, log
+        assert "for another node" in log
+        # B still takes what is signed for it.
+        with signed_client(b, secret) as c:
+            assert c.post("/cluster/apply", json=json.loads(body)).status_code == 200
+        assert worker_state(b)[0] == 1
     finally:
         a.stop()
         b.stop()
+
+
+def _local_non_loopback_address() -> str | None:
+    """An address of this machine's other than loopback (the one a route out uses), if
+    there is one; a UDP connect sends nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_worker_on_a_wildcard_takes_its_addresses_names_and_advertised_hosts_only(
+        tmp_path):
+    """listen-address 0.0.0.0 (what the Ansible role configures): every local address,
+    localhost and the host name at the listening port, and advertised-hosts (a name the
+    worker cannot see itself, a port mapping) are its own; any other Host is refused
+    with the reason, logged, and changes nothing."""
+    secret_file, secret = make_secret(tmp_path / "secrets")
+    node = worker_node(tmp_path / "w", secret_file,
+                       **{"advertised-hosts": "worker.example:8443, Alias.example"})
+    node.properties["listen-address"] = f"0.0.0.0:{node.port}"  # reached at 127.0.0.1
+    node.start()
+    port = node.port
+    own = [f"127.0.0.1:{port}", f"LOCALHOST:{port}", f"{socket.gethostname()}:{port}",
+           "worker.example:8443", f"alias.example:{port}"]
+    if (address := _local_non_loopback_address()) is not None:
+        own.append(f"{address}:{port}")
+    if _ipv6_loopback():
+        own.append(f"[::1]:{port}")
+    others = [f"127.0.0.1:{port + 1}", f"192.0.2.1:{port}", f"0.0.0.0:{port}",
+              f"worker.example:{port}", "alias.example:8443", f"elsewhere.example:{port}",
+              "localhost", "worker.example", f"[2001:db8::1]:{port}"]
+    try:
+        for host in own:
+            r = httpx.get(f"{node.url}/cluster/state", timeout=30, headers={
+                "host": host, "authorization": sign_for(secret, "GET", host, "/cluster/state")})
+            assert r.status_code == 200, (host, r.text)
+        before = worker_state(node)
+        log_before = len(node.log_path.read_bytes())
+        body = apply_body(before[0] + 1, 77)
+        for host in others:
+            r = httpx.post(f"{node.url}/cluster/apply", content=body, timeout=30, headers={
+                "host": host, "content-type": "application/json",
+                "authorization": sign_for(secret, "POST", host, "/cluster/apply", body)})
+            assert r.status_code == 403, (host, r.text)
+            assert f"cluster credential for another node: Host '{host}'" in r.text, r.text
+            assert f"port {port} at any address of this machine" in r.text, r.text
+            assert "advertised: alias.example:" in r.text and "advertised-hosts" in r.text
+        assert worker_state(node) == before
+        log = node.log_path.read_bytes()[log_before:].decode(errors="replace")
+        assert log.count("for another node") == len(others), log
+    finally:
+        node.stop()
+
+
+def test_which_host_headers_a_node_takes():
+    """NodeAuthorities without processes: bound to one address, a name, a wildcard;
+    advertised entries with and without a port; a Host without a port (80 or 443)."""
+    loopback = NodeAuthorities("127.0.0.1", 7200)
+    assert loopback.accepts("127.0.0.1:7200") and loopback.accepts("localhost:7200")
+    assert loopback.accepts("LocalHost:7200")  # host names are case-insensitive
+    assert not loopback.accepts("127.0.0.1:7201")
+    assert not loopback.accepts("127.0.0.2:7200")  # local, but not what it is bound to
+    assert not loopback.accepts(f"{socket.gethostname()}:7200")  # bound to loopback only
+    for bad in (None, "", ":7200", "127.0.0.1:x", "a b:7200", "user@127.0.0.1:7200",
+                "127.0.0.1:7200/path"):
+        assert not loopback.accepts(bad), bad
+    # A service IP in a network namespace: that address only (tests/netlab.py).
+    service = NodeAuthorities("10.214.3.17", 7200)
+    assert service.accepts("10.214.3.17:7200") and not service.accepts("localhost:7200")
+    assert not service.accepts("10.214.3.18:7200")
+    # A master: its master-url (default port made explicit) and advertised names.
+    master = NodeAuthorities("10.0.0.5", 8080, [url_authority("https://m1.example"),
+                                                "m1-alias.example", "[2001:db8::5]:9443"])
+    assert master.accepts("m1.example") and master.accepts("m1.example:443")
+    assert not master.accepts("m1.example:8080")
+    assert master.accepts("m1-alias.example:8080")  # no port: the listening port
+    assert master.accepts("[2001:db8::5]:9443") and not master.accepts("[2001:db8::5]:8080")
+    assert "advertised: [2001:db8::5]:9443, m1-alias.example:8080, m1.example:443" in \
+        master.describe()
+    # On port 443 a Host without a port is the node's own.
+    assert NodeAuthorities("localhost", 443).accepts("localhost")
+    # A wildcard: local addresses (asked at request time), not others.
+    wildcard = NodeAuthorities("0.0.0.0", 7200)
+    assert wildcard.accepts("127.0.0.1:7200") and wildcard.accepts("127.0.0.53:7200")
+    assert wildcard.accepts(f"{socket.gethostname()}:7200")
+    assert not wildcard.accepts("192.0.2.1:7200") and not wildcard.accepts("0.0.0.0:7200")
+
+
+def test_advertised_hosts_and_sign_refuse_what_they_cannot_use():
+    assert parse_advertised_hosts(" a.example , b.example:8443,[::1]:7200 ") == (
+        "a.example", "b.example:8443", "[::1]:7200")
+    for bad in ("", " , ", "http://a.example", "a.example:port", "a.example/x",
+                "a.example:99999"):
+        with pytest.raises(ValueError):
+            parse_advertised_hosts(bad)
+    # The receiving node is part of the signature: a bare path is a programming error.
+    with pytest.raises(ValueError, match="absolute http"):
+        sign(b"s" * 32, "GET", "/cluster/state")

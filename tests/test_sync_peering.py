@@ -202,7 +202,8 @@ def test_a_write_through_one_master_is_readable_through_every_other(three_dcs):
 def _signed_post(url: str, path: str, body: dict, secret: bytes) -> httpx.Response:
     data = json.dumps(body).encode()
     return httpx.post(url + path, content=data, timeout=10, headers={
-        "content-type": "application/json", "authorization": sign(secret, "POST", path, data)})
+        "content-type": "application/json",
+        "authorization": sign(secret, "POST", url + path, data)})
 
 
 def test_strangers_forged_and_replayed_peer_messages_are_refused(three_dcs):
@@ -225,7 +226,7 @@ def test_strangers_forged_and_replayed_peer_messages_are_refused(three_dcs):
     # A captured, correctly signed message sent again (a harmless old status of m2's).
     data = json.dumps({"status": {**status, "counter": 0, "queue": []}}).encode()
     headers = {"content-type": "application/json",
-               "authorization": sign(secret, "POST", "/peer/status", data)}
+               "authorization": sign(secret, "POST", f"{m1.master.url}/peer/status", data)}
     first = httpx.post(f"{m1.master.url}/peer/status", content=data, headers=headers)
     again = httpx.post(f"{m1.master.url}/peer/status", content=data, headers=headers)
     assert first.status_code in (204, 400), first.text
@@ -235,7 +236,8 @@ def test_strangers_forged_and_replayed_peer_messages_are_refused(three_dcs):
     assert r.status_code == 400 and "mode" in r.text
     # Payloads are only for configured peers.
     path = "/peer/transactions/anything?peer=intruder"
-    r = httpx.get(m1.master.url + path, headers={"authorization": sign(secret, "GET", path)})
+    r = httpx.get(m1.master.url + path,
+                  headers={"authorization": sign(secret, "GET", m1.master.url + path)})
     assert r.status_code == 403
     after = three_dcs.sync(m1)
     assert after["counter"] < 10**15  # the stranger's counter was not observed

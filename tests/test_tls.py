@@ -6,6 +6,10 @@ against tls-ca-file, workers verifying each other's image sources.
 * a full replication (an image pulled worker to worker) over https;
 * a client without the CA is refused by verification, plain http to an https port fails;
 * a master without the CA cannot talk to the workers (verification is never off);
+* peered masters over https: the peer API is served by the master's one HTTPS server,
+  the sync driver verifies peers with tls-ca-file; writes on each master are agreed and
+  executed on both; a peer presenting a certificate of another CA is refused, logged,
+  and nothing is agreed;
 * configuration: a certificate without its key, a key readable by others, a file that is
   not PEM are errors naming the key.
 """
@@ -16,6 +20,7 @@ import datetime
 import ipaddress
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -23,27 +28,29 @@ import pyoxigraph as ox
 import pytest
 
 from tests.conftest import LocalCluster
-from tests.procs import make_secret
+from tests.procs import free_port, make_secret
 from txcluster.local import master_node
 
 UPDATE = {"content-type": "application/sparql-update"}
 
 
-def make_ca_and_cert(folder: Path) -> dict[str, Path]:
+def make_ca_and_cert(folder: Path, ca_name: str = "txcluster test CA") -> dict[str, Path]:
     """A CA and a certificate for 127.0.0.1 / localhost signed by it (PEM files; the key
-    mode 600). The cryptography package when installed, else the openssl command."""
+    mode 600). The cryptography package when installed, else the openssl command.
+    Two CAs meant to sit in one bundle need two names (a verifier finds the issuer by
+    name)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key", "ca-key")}
     try:
-        _with_cryptography(paths)
+        _with_cryptography(paths, ca_name)
     except ImportError:
-        _with_openssl(folder, paths)
+        _with_openssl(folder, paths, ca_name)
     for key in ("key", "ca-key"):
         paths[key].chmod(0o600)
     return paths
 
 
-def _with_cryptography(paths: dict[str, Path]) -> None:
+def _with_cryptography(paths: dict[str, Path], ca_name_text: str) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -51,7 +58,7 @@ def _with_cryptography(paths: dict[str, Path]) -> None:
 
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "txcluster test CA")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name_text)])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -78,13 +85,13 @@ def _with_cryptography(paths: dict[str, Path]) -> None:
                                                 serialization.NoEncryption()))
 
 
-def _with_openssl(folder: Path, paths: dict[str, Path]) -> None:
+def _with_openssl(folder: Path, paths: dict[str, Path], ca_name: str) -> None:
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
     run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
         "-nodes", "-keyout", str(paths["ca-key"]), "-out", str(paths["ca"]), "-days", "1",
-        "-subj", "/CN=txcluster test CA")
+        "-subj", f"/CN={ca_name}")
     csr = folder / "node.csr"
     run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
         "-keyout", str(paths["key"]), "-out", str(csr), "-subj", "/CN=127.0.0.1")
@@ -195,6 +202,132 @@ def test_master_without_the_ca_does_not_trust_workers(tmp_path, certs):
         assert "certificate" in status["workers"][0]["last_error"].lower(), status
     finally:
         c.stop_all()
+
+
+# ---- peered masters over https (the peer API and the sync driver's client) ----
+
+
+class TlsDataCentres:
+    """Two data centres (a master and one worker each), the masters sync peers at https
+    URLs. ``certs[i]``: what data centre i's nodes serve (a CA and a certificate signed
+    by it); ``trust[i]``: the CA bundle its nodes verify others with (tls-ca-file)."""
+
+    def __init__(self, root: Path, certs: list[dict[str, Path]], trust: list[Path],
+                 **master_extra: str) -> None:
+        secret = make_secret(root / "secrets")
+        ports = [free_port() for _ in certs]
+        self.dcs: list[TlsCluster] = []
+        for i, dc_certs in enumerate(certs):
+            other = 1 - i
+            dc = TlsCluster(root / f"dc{i + 1}", secret, 1, dc_certs, master_port=ports[i],
+                            node_id=f"m{i + 1}", **{
+                                "data-centre": f"dc{i + 1}", "sync-idle-interval-ms": "300",
+                                "peer.1.id": f"m{other + 1}",
+                                "peer.1.url": f"https://127.0.0.1:{ports[other]}",
+                                **master_extra})
+            for node in dc.nodes:
+                node.properties["tls-ca-file"] = str(trust[i])
+            self.dcs.append(dc)
+
+    def start(self) -> TlsDataCentres:
+        for dc in self.dcs:
+            for w in dc.workers:
+                w.start()
+        for dc in self.dcs:
+            dc.master.start()
+        for dc in self.dcs:
+            # Not wait_in_sync: a peered master is writable only once its peers answer.
+            dc.wait_for(lambda s: all(w["status"] == "ON" for w in s["workers"]),
+                        "workers ON")
+        return self
+
+    def stop_all(self) -> None:
+        for dc in self.dcs:
+            dc.stop_all()
+
+    @staticmethod
+    def sync(dc: TlsCluster) -> dict:
+        r = httpx.get(f"{dc.master.url}/admin/sync", timeout=10, verify=dc.verify)
+        r.raise_for_status()
+        return r.json()
+
+    @staticmethod
+    def agreed(dc: TlsCluster) -> list[str]:
+        r = httpx.get(f"{dc.master.url}/admin/sync/agreed", params={"limit": 5000},
+                      timeout=10, verify=dc.verify)
+        r.raise_for_status()
+        return [e["txid"] for e in r.json()]
+
+    def wait_converged(self, timeout: float = 60.0) -> list[dict]:
+        """Both masters at one agreed position, all of it executed on their workers."""
+        deadline = time.monotonic() + timeout
+        last: list[dict] = []
+        while time.monotonic() < deadline:
+            last = [self.sync(dc) for dc in self.dcs]
+            if (len({s["seq"] for s in last}) == 1
+                    and all(s["incoming"] == 0 and s["executed_seq"] == s["seq"]
+                            for s in last)
+                    and all(TlsCluster.in_sync(dc.status()) for dc in self.dcs)):
+                return last
+            time.sleep(0.1)
+        logs = "\n".join(dc.master.log_tail(3000) for dc in self.dcs)
+        raise AssertionError(f"not converged after {timeout}s: {last}\n{logs}")
+
+
+def test_peered_masters_agree_over_https(tmp_path, certs):
+    """The peer API is served by the master's one HTTPS server (tls-cert-file), and the
+    sync driver verifies its peers with tls-ca-file: a write through each master is
+    agreed and executed in both data centres, every peer call over https."""
+    dcs = TlsDataCentres(tmp_path, [certs, certs], [certs["ca"], certs["ca"]])
+    try:
+        dcs.start()
+        for i, dc in enumerate(dcs.dcs):
+            r = dc.update(f"INSERT DATA {{ <urn:tls:peer{i}> <urn:tls:p> {i} }}")
+            assert r.status_code == 204, r.text
+        syncs = dcs.wait_converged()
+        assert syncs[0]["seq"] >= 2
+        assert dcs.agreed(dcs.dcs[0]) == dcs.agreed(dcs.dcs[1])
+        for s in syncs:
+            [peer] = s["peers"]
+            assert peer["url"].startswith("https://") and peer["reachable"], s
+            assert s["state"] == "connected" and not s["divergences"], s
+        for dc in dcs.dcs:
+            rows = dc.select("SELECT ?s { ?s <urn:tls:p> ?o }", dc.workers[0].url)
+            assert {r["s"] for r in rows} == {"urn:tls:peer0", "urn:tls:peer1"}
+        # The peer API itself takes no plain http.
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(dcs.dcs[0].master.url.replace("https://", "http://") + "/peer/status",
+                       content=b"{}", timeout=10)
+    finally:
+        dcs.stop_all()
+
+
+def test_a_peer_with_a_certificate_of_another_ca_is_refused(tmp_path, certs):
+    """m2 serves a certificate of a CA that m1 does not trust (m2 trusts both, so its
+    own calls to m1 go through): m1 refuses to talk to m2 and logs why, so nothing m1
+    takes is agreed, and m2 and its worker change nothing."""
+    rogue = make_ca_and_cert(tmp_path / "rogue", "txcluster rogue CA")
+    both = tmp_path / "both-cas.pem"
+    both.write_bytes(certs["ca"].read_bytes() + rogue["ca"].read_bytes())
+    dcs = TlsDataCentres(tmp_path, [certs, rogue], [certs["ca"], both],
+                         **{"request-timeout-s": "3"})
+    m1, m2 = dcs.dcs
+    try:
+        dcs.start()
+        m2_worker_before = m2.worker_states()
+        r = m1.update("INSERT DATA { <urn:tls:unagreed> <urn:tls:p> 1 }", timeout=30)
+        assert r.status_code == 504 and "not yet agreed" in r.text, r.text
+        peer = dcs.sync(m1)["peers"][0]
+        assert peer["id"] == "m2" and peer["reachable"] is False, peer
+        log = m1.master.log_tail(20_000)
+        assert f"ERROR txcluster.tls: TLS: {m2.master.url} presented a certificate this " \
+               f"node does not trust (unable to get local issuer certificate; trusted: " \
+               f"tls-ca-file" in log, log
+        assert dcs.agreed(m1) == [] and dcs.agreed(m2) == []
+        assert m2.worker_states() == m2_worker_before
+        assert not m2.select("SELECT * { <urn:tls:unagreed> ?p ?o }", m2.workers[0].url)
+    finally:
+        dcs.stop_all()
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -165,10 +165,10 @@ def test_control_api_refuses_missing_wrong_and_replayed_credentials(worker_facto
     from txcluster.auth import sign
 
     body = b'{"entries": []}'
-    header = sign(b"another secret of enough length", "POST", "/cluster/apply", body)
+    header = sign(b"another secret of enough length", "POST", f"{w.url}/cluster/apply", body)
     r = plain.post("/cluster/apply", content=body, headers={"authorization": header})
     assert r.status_code == 403 and "wrong cluster credential" in r.text
-    good = sign(secret[1], "GET", "/cluster/state")
+    good = sign(secret[1], "GET", f"{w.url}/cluster/state")
     assert plain.get("/cluster/state", headers={"authorization": good}).status_code == 200
     r = plain.get("/cluster/state", headers={"authorization": good})
     assert r.status_code == 403 and "replayed" in r.text

@@ -21,7 +21,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     from starlette.testclient import TestClient
 
 from tests.procs import free_port
-from txcluster.auth import HmacAuth, Verifier
+from txcluster.auth import HmacAuth, NodeAuthorities, Verifier
 from worker_service.api.rdf4j import rdf4j_router
 from worker_service.changeset import Changeset
 from worker_service.repository import Repository
@@ -73,7 +73,9 @@ def repo(tmp_path):
 
 def make_app(repo) -> FastAPI:
     app = FastAPI()
-    app.include_router(rdf4j_router(lambda: repo, Verifier(SECRET)))
+    # TestClient's requests are for Host 'testserver' (BASE).
+    node = NodeAuthorities("testserver", 80)
+    app.include_router(rdf4j_router(lambda: repo, Verifier(SECRET, node)))
     return app
 
 

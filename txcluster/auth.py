@@ -1,28 +1,47 @@
 """The cluster credential: an HMAC over each request, keyed by a shared secret file.
 
 The secret never travels: a request carries ``Authorization: TXC-HMAC ts=..,nonce=..,sig=..``
-where sig = HMAC-SHA256(secret, method, path?query, ts, nonce, SHA-256(body)). The
-receiver checks the signature, that ``ts`` is within a window of its clock, and that the
-nonce was not seen in that window (a captured request cannot be re-sent). The secret is
-read from a file that only its owner may read (mode 600); anything looser is refused.
+where sig = HMAC-SHA256(secret, method, Host, path?query, ts, nonce, SHA-256(body)). The
+receiver checks the signature, that ``ts`` is within a window of its clock, that the
+nonce was not seen in that window (a captured request cannot be re-sent to it), and that
+the Host the request was signed for is one of its own (``NodeAuthorities``): each node
+keeps its own nonce cache, so without the Host a request captured on its way to one
+worker could be replayed to another worker within the window. The secret is read from a
+file that only its owner may read (mode 600); anything looser is refused.
+
+The Host signed is the Host header as sent (``host_header``), compared as received: a
+proxy in front of a node must pass the Host header on unchanged. The path signed is the
+path as the receiver decodes it (percent-escapes undone), the query string as sent
+(``signed_target``). A sender of a version before the Host was signed gets "wrong
+cluster credential": masters and workers are upgraded together.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
+import socket
 import stat
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
 SCHEME = "TXC-HMAC"
 WINDOW_S = 300
+# The ports a Host header without one stands for. http's or https's, whichever the
+# sender used: behind a TLS-terminating proxy the node cannot tell which.
+DEFAULT_PORTS = (80, 443)
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class CredentialError(Exception):
@@ -57,15 +76,47 @@ def write_secret(path: str | Path) -> bytes:
     return secret
 
 
-def _signature(secret: bytes, method: str, target: str, ts: str, nonce: str, body: bytes) -> str:
-    msg = "\n".join([method.upper(), target, ts, nonce, hashlib.sha256(body).hexdigest()])
+# ---- the signature ----
+
+def host_header(url: str) -> str:
+    """The Host header of a request to ``url``: its authority without user info.
+    The signed-session helper (txcluster.signed_session) sends exactly this."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    if not netloc:
+        raise ValueError(f"'{url}' is not an absolute http(s) URL")
+    return netloc.lower()
+
+
+def signed_target(raw_path: str, raw_query: str = "") -> str:
+    """What is signed of a request's target: its path decoded as the receiver decodes it
+    (ASGI's ``path``, which txcluster.http_auth checks), and the query string as sent."""
+    return unquote(raw_path or "/") + (f"?{raw_query}" if raw_query else "")
+
+
+def _signature(secret: bytes, method: str, host: str, target: str, ts: str, nonce: str,
+               body: bytes) -> str:
+    msg = "\n".join([method.upper(), host.strip().lower(), target, ts, nonce,
+                     hashlib.sha256(body).hexdigest()])
     return hmac.new(secret, msg.encode(), hashlib.sha256).hexdigest()
 
 
-def sign(secret: bytes, method: str, target: str, body: bytes = b"") -> str:
+def sign(secret: bytes, method: str, url: str, body: bytes = b"") -> str:
+    """The Authorization header of a request to the absolute ``url`` (the receiving node
+    is part of what is signed, so a bare path is refused)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"sign() needs the absolute http(s) URL of the request (it binds "
+                         f"the receiving node), got '{url}'")
+    return sign_for(secret, method, host_header(url), signed_target(parts.path, parts.query),
+                    body)
+
+
+def sign_for(secret: bytes, method: str, host: str, target: str, body: bytes = b"") -> str:
+    """The Authorization header for a request with this Host header and this target
+    (``signed_target``: the decoded path, ``?`` and the query as sent)."""
     ts = str(int(time.time()))
     nonce = secrets.token_hex(12)
-    sig = _signature(secret, method, target, ts, nonce, body)
+    sig = _signature(secret, method, host, target, ts, nonce, body)
     return f"{SCHEME} ts={ts},nonce={nonce},sig={sig}"
 
 
@@ -78,24 +129,176 @@ class HmacAuth(httpx.Auth):
         self._secret = secret
 
     def auth_flow(self, request: httpx.Request):  # type: ignore[override]
-        target = request.url.raw_path.decode("ascii")
-        request.headers["Authorization"] = sign(
-            self._secret, request.method, target, request.content
+        # The Host header httpx will send (set from the URL when the request was built).
+        path, _, query = request.url.raw_path.decode("ascii").partition("?")
+        request.headers["Authorization"] = sign_for(
+            self._secret, request.method, request.headers["host"],
+            signed_target(path, query), request.content
         )
         yield request
 
 
-class Verifier:
-    """Checks signed requests; remembers recent nonces to refuse replays."""
+# ---- which Host headers are this node's ----
 
-    def __init__(self, secret: bytes, window_s: int = WINDOW_S) -> None:
+def split_authority(text: str) -> tuple[str, int | None]:
+    """(host, port or None) of a Host header or an ``advertised-hosts`` entry: the host
+    lowercased, an IPv6 address without its brackets. ValueError if it is not one."""
+    text = text.strip()
+    if not text or any(c in text for c in "/?#@ \t"):
+        raise ValueError(f"'{text}' is not host or host:port")
+    parts = urlsplit(f"//{text}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"bad port in '{text}'") from None
+    if not parts.hostname:
+        raise ValueError(f"'{text}' is not host or host:port")
+    return parts.hostname, port
+
+
+def url_authority(url: str) -> str:
+    """``host:port`` of a URL, the port made explicit (e.g. master-url -> an authority
+    that its peers' Host headers are checked against)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_advertised_hosts(text: str) -> tuple[str, ...]:
+    """Configuration value of ``advertised-hosts``: comma-separated host or host:port."""
+    entries = tuple(e.strip() for e in text.split(",") if e.strip())
+    if not entries:
+        raise ValueError("expected host or host:port entries separated by commas")
+    for entry in entries:
+        split_authority(entry)  # names the bad entry
+    return entries
+
+
+def _ip(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _is_local_address(ip: IPAddress) -> bool:
+    """Whether ``ip`` is an address of this machine (of this network namespace): binding a
+    socket to it succeeds only then. Asked at request time, so addresses added after the
+    start (a service IP, DHCP) count; no interface enumeration library needed. (With the
+    net.ipv*.ip_nonlocal_bind sysctl on, every address binds: list advertised-hosts and
+    bind listen-address to one address instead of a wildcard.)"""
+    if ip.is_unspecified or ip.is_multicast:
+        return False
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((str(ip), 0))
+    except OSError:
+        return False
+    return True
+
+
+def _resolve(host: str) -> set[IPAddress]:
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return set()  # a name that does not resolve (yet) still counts as a name
+    out: set[IPAddress] = set()
+    for info in infos:
+        if (ip := _ip(str(info[4][0]).partition("%")[0])) is not None:
+            out.add(ip)
+    return out
+
+
+class NodeAuthorities:
+    """The Host headers (host:port) a node takes as addressed to itself.
+
+    A node is its listening port at its own addresses and names:
+
+    * bound to a wildcard (0.0.0.0, ::): any address of this machine (``_is_local_address``),
+      ``localhost``, the machine's host name and FQDN;
+    * bound to one address or name (loopback in tests, a service IP in a network
+      namespace): that address (a name: the name and what it resolves to at start), and
+      ``localhost`` when it is a loopback address;
+    * plus ``advertised`` entries: names or ``host:port`` the node is reached at that it
+      cannot see itself (a DNS alias, a NAT or port mapping, a proxy that keeps the Host
+      header; a master's master-url). An entry without a port takes the listening port.
+
+    A Host header without a port stands for port 80 or 443 (DEFAULT_PORTS).
+    """
+
+    def __init__(self, listen_host: str, port: int, advertised: Iterable[str] = ()) -> None:
+        self.port = port
+        self.wildcard = listen_host in _WILDCARDS
+        self._names: set[str] = set()
+        self._ips: set[IPAddress] = set()
+        if self.wildcard:
+            self._names |= {"localhost", socket.gethostname().lower(),
+                            socket.getfqdn().lower()}
+        else:
+            host = listen_host.strip("[]").lower()
+            if (ip := _ip(host)) is not None:
+                self._ips.add(ip)
+            else:
+                self._names.add(host)
+                self._ips |= _resolve(host)
+            if any(ip.is_loopback for ip in self._ips) or host == "localhost":
+                self._names.add("localhost")
+        self._advertised: set[tuple[str, int]] = set()
+        for entry in advertised:
+            h, p = split_authority(entry)
+            self._advertised.add((h, p if p is not None else port))
+
+    def accepts(self, host: str | None) -> bool:
+        """Whether a request with this Host header is addressed to this node."""
+        try:
+            name, port = split_authority(host or "")
+        except ValueError:
+            return False
+        return any(self._accepts(name, p)
+                   for p in ((port,) if port is not None else DEFAULT_PORTS))
+
+    def _accepts(self, host: str, port: int) -> bool:
+        if (host, port) in self._advertised:
+            return True
+        if port != self.port:
+            return False
+        if host in self._names:
+            return True
+        ip = _ip(host.partition("%")[0])
+        if ip is None:
+            return False
+        return _is_local_address(ip) if self.wildcard else ip in self._ips
+
+    def describe(self) -> str:
+        """What this node answers to, for a refusal's log line and message."""
+        where = ["any address of this machine"] if self.wildcard else \
+            sorted(str(ip) for ip in self._ips)
+        own = ", ".join([*where, *sorted(self._names)])
+        text = f"port {self.port} at {own}"
+        if self._advertised:
+            text += "; advertised: " + ", ".join(
+                sorted(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._advertised))
+        return text
+
+
+class Verifier:
+    """Checks signed requests: authentic, recent, addressed to this node (``node``), and
+    not seen before (a cache of recent nonces refuses replays)."""
+
+    def __init__(self, secret: bytes, node: NodeAuthorities,
+                 window_s: int = WINDOW_S) -> None:
         self._secret = secret
+        self.node = node
         self._window = window_s
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, header: str | None, method: str, target: str, body: bytes) -> str | None:
-        """None when the request is authentic, else the reason it is not."""
+    def check(self, header: str | None, method: str, host: str | None, target: str,
+              body: bytes) -> str | None:
+        """None when the request is authentic, else the reason it is not. ``host`` is the
+        Host header as received."""
         if not header:
             return "missing cluster credential"
         scheme, _, rest = header.partition(" ")
@@ -110,9 +313,19 @@ class Verifier:
         now = time.time()
         if abs(now - when) > self._window:
             return "cluster credential expired (clock skew or replay)"
-        expected = _signature(self._secret, method, target, ts, nonce, body)
+        if not host:
+            return "request without a Host header (the credential signs it)"
+        expected = _signature(self._secret, method, host, target, ts, nonce, body)
         if not hmac.compare_digest(expected, sig):
-            return "wrong cluster credential"
+            # (A sender of a version that did not sign the Host also ends here.)
+            return "wrong cluster credential (another secret, or signed for another " \
+                "method, Host, path or body)"
+        # Authentic, so the sender meant this Host: is it us? (Checked before the nonce is
+        # remembered: a refused request changes nothing, not even the cache.)
+        if not self.node.accepts(host):
+            return (f"cluster credential for another node: Host '{host}' is not this node "
+                    f"({self.node.describe()}; a name or address it is reached at that it "
+                    f"cannot see belongs in advertised-hosts)")
         with self._lock:
             while self._seen and next(iter(self._seen.values())) < now - 2 * self._window:
                 self._seen.popitem(last=False)

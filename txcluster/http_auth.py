@@ -15,7 +15,9 @@ async def credential_problem(request: Request, verifier: Verifier) -> str | None
     """None if the request carries a valid cluster credential, else why not."""
     body = await request.body()  # cached by Starlette: handlers can read it again
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return verifier.check(request.headers.get("authorization"), request.method, target, body)
+    # The Host header as received: the credential is bound to the node it was sent to.
+    return verifier.check(request.headers.get("authorization"), request.method,
+                          request.headers.get("host"), target, body)
 
 
 async def require_credential(request: Request, verifier: Verifier, what: str) -> None:

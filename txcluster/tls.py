@@ -6,10 +6,13 @@ Both node kinds take the same keys (worker.properties and cluster.properties):
     tls-key-file=/etc/txcluster/tls/node.key    # its private key (mode 600, like secrets)
     tls-ca-file=/etc/txcluster/tls/ca.crt       # CA bundle this node trusts as a client
 
-A node with a certificate serves HTTPS only (uvicorn's ssl_certfile / ssl_keyfile). As a
-client — a master calling its workers, a worker pulling an image from another worker —
-a node verifies the server against tls-ca-file, or against the system's CAs without it;
-verification is never turned off. Absent keys: plain HTTP, as before.
+A node with a certificate serves HTTPS only (uvicorn's ssl_certfile / ssl_keyfile); a
+master serves its client, admin and peer APIs from one server, so all of them. As a
+client — a master calling its workers or its peer masters (https peer.<n>.url), a worker
+pulling an image from another worker — a node verifies the server against tls-ca-file
+(a bundle may hold several CAs: the workers' and the other data centres'), or against
+the system's CAs without it; verification is never turned off. Absent keys: plain HTTP,
+as before.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from txcluster import tls
-from txcluster.auth import Verifier, load_secret
+from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
 from worker_service.config import WorkerConfig
@@ -18,11 +18,13 @@ from worker_service.repository import Repository
 log = logging.getLogger("txcluster.worker")
 
 
-def create_app(repo: Repository, secret: bytes, title: str = "txcluster worker",
+def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
+               title: str = "txcluster worker",
                client_tls: ssl.SSLContext | None = None) -> FastAPI:
+    """``node``: the Host headers this worker answers signed requests for."""
     app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
                   "for reads, cluster-control API for its master.")
-    verifier = Verifier(secret)
+    verifier = Verifier(secret, node)
     app.state.repository = repo
 
     def provider() -> Repository:
@@ -50,7 +52,9 @@ def serve(config: WorkerConfig) -> None:
     st = repo.state()
     log.info("repository '%s' at seq %d, %d quads, listening on %s:%d",
              repo.id, st.seq, st.quads, config.host, config.port)
-    app = create_app(repo, secret, title=f"txcluster worker {config.repository_id}",
+    node = NodeAuthorities(config.host, config.port, config.advertised_hosts)
+    log.info("signed requests are taken for %s", node.describe())
+    app = create_app(repo, secret, node, title=f"txcluster worker {config.repository_id}",
                      client_tls=tls.client_context(config.tls_ca_file))
     try:
         uvicorn.run(app, host=config.host, port=config.port, log_level="warning",

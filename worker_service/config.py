@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txcluster import tls
+from txcluster.auth import parse_advertised_hosts
 from txcluster.properties import (
     ConfigError,
     Key,
@@ -27,6 +28,11 @@ SCHEMA = Schema((
         description="host:port of the HTTP API"),
     Key("cluster-secret-file", parse_path, required=True,
         description="file (mode 600) with the secret shared with the master"),
+    # txcluster/auth.py NodeAuthorities: a signed request names the node it is for.
+    Key("advertised-hosts", parse_advertised_hosts,
+        description="host or host:port (comma-separated) the master reaches this worker "
+        "at, besides its listen address (a wildcard: every local address, localhost, "
+        "its host name); a signed request for any other Host is refused"),
     Key("repository-title", parse_nonempty, default="txcluster repository"),
     Key("verify-on-start", parse_bool, default=True,
         description="recompute the fingerprint at start; a mismatch reports the real one"),
@@ -60,6 +66,7 @@ class WorkerConfig:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
+    advertised_hosts: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:
@@ -80,4 +87,5 @@ class WorkerConfig:
             tls_cert_file=values["tls-cert-file"],
             tls_key_file=values["tls-key-file"],
             tls_ca_file=values["tls-ca-file"],
+            advertised_hosts=values["advertised-hosts"] or (),
         )

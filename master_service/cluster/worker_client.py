@@ -1,11 +1,9 @@
 """The master's HTTP client for one worker: signed cluster-control calls and reads.
 
-aiohttp rather than httpx on this path: every write costs the master one call to the
-probe and one to each other worker, and every read one call to a worker. Measured on
-this machine against a worker's /cluster/state: ~0.5-0.65 ms of client CPU per request
-with aiohttp against ~2.3 ms with httpx's AsyncClient; the master's CPU is what bounds
-group-commit throughput and the read-proxy ratio. (The CLI, tests and worker-to-worker
-image pulls keep httpx.)
+Signed calls go through txcluster.signed_session (aiohttp: every write costs the master
+one call to the probe and one to each other worker, and every read one call to a worker;
+the master's CPU is what bounds group-commit throughput and the read-proxy ratio, see
+that module for the measurement). Reads share its connection pool, unsigned.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from txcluster.auth import sign
+from txcluster.signed_session import SignedSession
 
 # Ceiling of a call that does a transaction's work (execute, apply): a large load
 # legitimately takes longer than request-timeout-s, so that timeout does not apply to it;
@@ -41,45 +39,27 @@ class WorkerClient:
     def __init__(self, url: str, secret: bytes, timeout: float = 30.0,
                  tls: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
-        self._secret = secret
-        # Verifies an https worker (tls-ca-file); None: the system's CAs. Never off.
-        self._tls: ssl.SSLContext | bool = tls if tls is not None else True
         self.timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
+        # tls verifies an https worker (tls-ca-file); None: the system's CAs. Never off.
+        self._http = SignedSession(secret, tls=tls, timeout=timeout, limit=128,
+                                   ttl_dns_cache=300, auto_decompress=False)
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        # Created on first use, inside the running loop (aiohttp binds sessions to it).
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=128, ttl_dns_cache=300,
-                                               ssl=self._tls),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                auto_decompress=False,
-            )
-        return self._session
+        return self._http.session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     async def _call(self, method: str, path: str, payload: Any = None,
                     timeout: float | None = None, nquads: bytes | None = None) -> Any:
         body = nquads if nquads is not None else \
             b"" if payload is None else jsonlib.dumps(payload).encode()
-        headers = {"authorization": sign(self._secret, method, path, body)}
-        if payload is not None:
-            headers["content-type"] = "application/json"
-        elif nquads is not None:
-            headers["content-type"] = "application/n-quads"
+        content_type = "application/json" if payload is not None else \
+            "application/n-quads" if nquads is not None else None
         try:
-            async with self.session.request(
-                method, self.url + path, data=body or None, headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
-            ) as resp:
-                content = await resp.read()
-                status = resp.status
+            status, content = await self._http.request(method, self.url + path, body,
+                                                       content_type, timeout or self.timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
         if status >= 400:

@@ -42,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+import ssl
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -51,7 +52,6 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
-from yarl import URL
 
 from master_service.cluster.core import MAX_GROUP, NotWritable, WriteFailed
 from master_service.sync import wire
@@ -69,7 +69,7 @@ from master_service.sync.protocol import (
     UnknownPeer,
 )
 from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
-from txcluster.auth import sign
+from txcluster.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
 
@@ -137,7 +137,8 @@ class SyncDriver:
                  agreement: AgreementLog, cluster: Any, scheduler: Any, timing: Timing,
                  request_timeout: float = 30.0, data_centre: str | None = None,
                  on_round: Callable[[float], None] | None = None,
-                 split_recovery: SplitRecovery = SplitRecovery.NONE) -> None:
+                 split_recovery: SplitRecovery = SplitRecovery.NONE,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.data_centre = data_centre or node_id
         self.mode = mode
@@ -167,7 +168,8 @@ class SyncDriver:
         self._recent: OrderedDict[int, str] = OrderedDict()  # pos -> fingerprint (cache)
         self._senders: dict[str, _Sender] = {}
         self._tasks: list[asyncio.Task] = []
-        self._http: aiohttp.ClientSession | None = None
+        self._http: SignedSession | None = None
+        self._tls = tls  # verifies https peers (tls-ca-file; None: the system's CAs)
         self._round_at: int | None = None
         self._stopping = False
         self._not_executing: str | None = None
@@ -190,11 +192,11 @@ class SyncDriver:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        # aiohttp, as for the workers (worker_client.py): httpx's AsyncClient costs about
-        # four times the CPU per request, and the master's CPU bounds agreed tx/s.
-        self._http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=64),
-            timeout=aiohttp.ClientTimeout(total=min(self.request_timeout, 10.0)))
+        # Signed and sent as the workers' calls are (txcluster/signed_session.py): an
+        # https peer is verified with tls-ca-file; one whose certificate is not trusted
+        # is refused with that reason (logged there, and by _send as unreachable).
+        self._http = SignedSession(self._secret, tls=self._tls, limit=64,
+                                   timeout=min(self.request_timeout, 10.0))
         self.executed_pos, self.executed_fp = await self.cluster.db(self.agreement.executed)
         self._base_fingerprint = (await self.cluster.db(self.agreement.base)).fingerprint
         self.node = await self._restore_node({p: Mode.READ_WRITE for p in self.peers})
@@ -654,14 +656,11 @@ class SyncDriver:
         info.reachable = ok
 
     async def _request(self, method: str, url: str, body: bytes = b"") -> tuple[int, bytes]:
-        """One signed request (txcluster/auth.py: over the path and query as sent)."""
-        target = URL(url, encoded=True).raw_path_qs
-        headers = {"authorization": sign(self._secret, method, target, body)}
-        if body:
-            headers["content-type"] = "application/json"
-        async with self._http.request(method, URL(url, encoded=True), data=body or None,
-                                      headers=headers) as resp:
-            return resp.status, await resp.read()
+        """One signed request (txcluster/signed_session.py: over the Host, path and query
+        as sent)."""
+        assert self._http is not None
+        return await self._http.request(method, url, body,
+                                        "application/json" if body else None)
 
     async def _fetch(self, acq: Acquire) -> None:
         tx = acq.tx
