@@ -11,9 +11,8 @@ What an operator relies on:
   equal afterwards;
 * the link between the data centres cut: both sides detect the split after max-peer-lag,
   the majority (UK) goes on acknowledging; after the heal the majority's log wins, the
-  minority is restored and catches up, its post-split writes are kept, all workers equal.
-  That last part needs split recovery (issue 5): until it is implemented it is an xfail
-  (NOT_YET lists what the code does not do yet);
+  minority is restored and catches up, its post-split writes are kept, all workers equal
+  (NOT_YET can list a behaviour the code does not have yet: its failure is an xfail);
 * the lab leaves nothing behind: no namespace, link or nft table of the run.
 
 Needs root (namespaces, veth, nftables); skipped with the reason otherwise.
@@ -43,14 +42,7 @@ pytestmark = pytest.mark.skipif(_why is not None, reason=f"real network partitio
 # a failure of its assertions is recorded (with what holds today, printed) and the test
 # ends as an xfail; once removed, the same failure fails the test. A listed behaviour
 # that holds is printed as "holds now", so the entry can go.
-NOT_YET = {
-    # Every master cut off from the other side reports the split. Today a UK master that
-    # follows the other UK master by tail segments may never stall, so it says "waiting".
-    "every-master-reports-split",
-    # The minority goes on acknowledging after max-peer-lag (spec: after the timeout both
-    # parts continue to execute updates).
-    "minority-acks-during-split",
-}
+NOT_YET: set[str] = set()  # every behaviour of the issue holds (issue 5)
 
 MAX_PEER_LAG_S = 2.0
 RECOVERY_TIMEOUT_S = 30.0  # heal -> every fingerprint equal, or the recovery part fails
