@@ -652,3 +652,4 @@ def test_tail_segments_carry_the_senders_split_on_the_wire():
         tail_from_json({**tail_to_json(seg), "excluded": "n3"})
     with pytest.raises(InvalidMessage, match="split_point"):
         tail_from_json({**tail_to_json(seg), "split_point": "1"})
+    assert node.transaction("B") == tx("B", 5, "n2") and node.transaction("C") is None

@@ -278,8 +278,16 @@ class SyncDriver:
             self._waiters.pop(txid, None)
             raise
         # Its metadata is incoming, or already synchronised (a master without peers).
-        tx = next(t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
-                  if t.txid == txid)
+        tx = next((t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
+                   if t.txid == txid), None)
+        if tx is None:
+            # Seen once under heavy load (StopIteration here); the core still has it.
+            tx = self.node.transaction(txid)
+            log.warning("sync: the Ready of client transaction %s did not list it (%s)",
+                        txid, "found in the core" if tx else "unknown to the core")
+            if tx is None:
+                self._waiters.pop(txid, None)
+                raise WriteFailed(500, f"transaction {txid} was not taken; retry it")
         if self.peers:
             self._own_payloads[txid] = payload
         pays.append((tx, operations))  # its payload: in the same commit as its metadata

@@ -630,6 +630,14 @@ class SyncNode:
     def missing_payloads(self) -> frozenset[str]:
         return frozenset(self._missing)
 
+    def transaction(self, txid: str) -> TxMeta | None:
+        """The metadata of ``txid`` if it is incoming or synchronised here."""
+        entry = self._incoming.get(txid)
+        if entry is not None:
+            return entry.tx
+        pos = self._synced_pos.get(txid)
+        return None if pos is None else self._synced[pos]
+
     def wants_payload(self, txid: str) -> bool:
         """Is ``txid`` incoming or synchronised here without its payload? (O(1), for a
         driver that checks every pushed payload.)"""
