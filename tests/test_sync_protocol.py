@@ -652,4 +652,15 @@ def test_tail_segments_carry_the_senders_split_on_the_wire():
         tail_from_json({**tail_to_json(seg), "excluded": "n3"})
     with pytest.raises(InvalidMessage, match="split_point"):
         tail_from_json({**tail_to_json(seg), "split_point": "1"})
+
+
+def test_payload_views_answer_for_one_transaction():
+    node = SyncNode("n1", now=0, peers=["n2"], timing=TIMING)
+    node.submit("A", size=1, digest="d", now=1)
+    node.receive(Status("n2", Mode.READ_WRITE, None, 0, 5, (tx("B", 5, "n2"),)), now=2)
+    assert node.holds_payload("A") and not node.wants_payload("A")
+    assert node.wants_payload("B") and not node.holds_payload("B")
+    assert not node.wants_payload("C") and not node.holds_payload("C")
     assert node.transaction("B") == tx("B", 5, "n2") and node.transaction("C") is None
+    node.acquired("B", now=3)
+    assert node.holds_payload("B") and not node.wants_payload("B")
