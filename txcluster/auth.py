@@ -307,9 +307,14 @@ class Verifier:
         try:
             fields = dict(part.split("=", 1) for part in rest.split(","))
             ts, nonce, sig = fields["ts"], fields["nonce"], fields["sig"]
-            when = int(ts)
         except (ValueError, KeyError):
             return "malformed cluster credential"
+        # ts: 1-20 ASCII digits (int() takes other digits, "_", and thousands of digits,
+        # too large to compare with the float clock: a 500); sig: ASCII (compare_digest
+        # raises TypeError on other text: a 500). Found by tests/fuzz.
+        if not (ts.isascii() and ts.isdigit() and len(ts) <= 20 and sig.isascii()):
+            return "malformed cluster credential"
+        when = int(ts)
         now = time.time()
         if abs(now - when) > self._window:
             return "cluster credential expired (clock skew or replay)"

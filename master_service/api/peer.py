@@ -12,7 +12,6 @@ nothing. A malformed message is a 400 naming the rule it breaks.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from master_service.cluster.core import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.protocol import UnknownPeer
+from txcluster import jsonbody
 from txcluster.auth import Verifier
 from txcluster.http_auth import require_credential
 
@@ -45,9 +45,9 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
 
     async def message(request: Request) -> Any:
         try:
-            return json.loads(await request.body())
+            return jsonbody.parse(await request.body())
         except ValueError as exc:
-            raise HTTPException(400, f"the body is not JSON: {exc}") from None
+            raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
 
     async def deliver(request: Request, what: str, call: Callable[[Any, Any], None]) -> Response:
         await require_credential(request, verifier, f"peer {what}")

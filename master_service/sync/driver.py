@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -87,6 +88,19 @@ def mode_of(read_only: bool, mode: str) -> Mode:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _operations(payload: bytes) -> list[dict] | None:
+    """A payload's operations, or None if it is not a JSON list of objects: a peer's
+    digest only says which bytes it announced, not that they are a transaction (a
+    pushed payload that was not JSON was a 500 of the peer API, found by tests/fuzz)."""
+    try:
+        operations = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
+        return None
+    return operations
 
 
 @dataclass
@@ -416,9 +430,14 @@ class SyncDriver:
                 log.error("sync: payload of %s pushed by %s does not match its digest", txid,
                           st.sender)
                 continue
+            operations = _operations(data)
+            if operations is None:
+                log.error("sync: payload of %s pushed by %s is not a list of operations",
+                          txid, st.sender)
+                continue
             self._pushed.add(txid)
             self._step(lambda now, txid=txid: self.node.acquired(txid, now),
-                       [(tx, json.loads(data))])
+                       [(tx, operations)])
 
     def receive_tail(self, body: Any) -> None:
         seg = wire.tail_from_json(body)
@@ -677,9 +696,12 @@ class SyncDriver:
                 info = self.peers.get(source)
                 if info is None:
                     continue
+                # Quoted: a transaction id is any non-empty string (messages.py); unquoted,
+                # a '?', '#', '/' or control character in one fetched another URL or none
+                # (found by tests/fuzz).
+                path = f"/peer/transactions/{quote(tx.txid, safe='')}?peer={self.node_id}"
                 try:
-                    status, data = await self._request(
-                        "GET", f"{info.url}/peer/transactions/{tx.txid}?peer={self.node_id}")
+                    status, data = await self._request("GET", info.url + path)
                 except (TimeoutError, aiohttp.ClientError, OSError):
                     continue
                 if status != 200:
@@ -688,7 +710,11 @@ class SyncDriver:
                     log.error("sync: payload of %s from %s does not match its digest",
                               tx.txid, source)
                     continue
-                operations = json.loads(data)
+                operations = _operations(data)
+                if operations is None:
+                    log.error("sync: payload of %s from %s is not a list of operations",
+                              tx.txid, source)
+                    continue
                 if not self._stopping and not self.failed:
                     self._step(lambda now: self.node.acquired(tx.txid, now),
                                [(tx, operations)])
