@@ -29,6 +29,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
+from txcluster import jsonbody
 from txcluster.auth import HmacAuth, Verifier
 from txcluster.http_auth import require_credential
 from worker_service import fingerprint
@@ -56,7 +57,7 @@ def state_json(repo: Repository) -> dict:
 
 async def _json_body(request: Request) -> dict:
     try:
-        data = json.loads(await request.body() or b"{}")
+        data = jsonbody.parse(await request.body() or b"{}")  # deep nesting: not a 500
     except ValueError as exc:
         raise HTTPException(400, f"request body is not JSON: {exc}") from None
     if not isinstance(data, dict):
