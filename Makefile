@@ -60,11 +60,13 @@ fuzz: $(STAMP)
 	TXC_FUZZ_PROFILE=long $(BIN)/pytest -q -p no:cacheprovider tests/fuzz
 
 # Seeded chaos rounds (tests/chaos): faults on a real local cluster, then the checker;
-# prints a table. make chaos ROUNDS=200 SEED=1
+# prints a table. make chaos ROUNDS=200 SEED=1; TOPOLOGY=multi-dc: three peered masters
+# of two data centres in network namespaces, with partitions (root only).
 ROUNDS ?= 10
 SEED ?= 1
+TOPOLOGY ?= single-dc
 chaos: $(STAMP)
-	$(BIN)/python -m tests.chaos --rounds $(ROUNDS) --seed $(SEED)
+	$(BIN)/python -m tests.chaos --rounds $(ROUNDS) --seed $(SEED) --topology $(TOPOLOGY)
 
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m bench.$$m || exit 1; done

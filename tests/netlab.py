@@ -30,7 +30,13 @@ Faults (all idempotent):
 * ``cut(a, b)``: an nftables set in each of the two namespaces drops every packet to
   and from the other's addresses, on both nets; ``uncut``; ``isolate(host)`` cuts it
   from every other host (the test process still reaches it, over the management path).
-* ``heal()``: no cuts, every adapter up.
+* ``lossy(a, b, percent)``: an nftables rule in each of the two namespaces drops that
+  share of the packets to the other (random, per packet; works wherever nft does).
+* ``slow(a, b, delay_ms, jitter_ms, loss_pct)``: tc netem delays (and drops) what each of
+  the two sends to the other, and only that: nftables sets the packets' priority to the
+  class of an htb qdisc on the host's adapters whose leaf is the netem qdisc (one netem
+  setting per host). Needs the kernel's sch_netem: ``netem_unavailable()`` says why not.
+* ``heal()``: no cuts, no loss, no slow links, every adapter up.
 
 Cleanup: ``close()`` (also from ``with``, and from atexit if the test never got there)
 deletes every namespace whose name starts with the run's prefix and the root veth.
@@ -52,6 +58,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 PREFIX = "txc-"
 NETS = ("a", "b")
@@ -141,6 +148,10 @@ class NetLab:
         self.prefix = f"{PREFIX}{self.run_id}-"
         self.subnet: ipaddress.IPv4Network | None = None
         self._cuts: set[frozenset[str]] = set()
+        self._loss: dict[frozenset[str], int] = {}  # pair -> percent of packets dropped
+        self._slow: dict[frozenset[str], str] = {}  # pair -> leaf qdisc ("netem delay ..")
+        self._leaf: dict[str, str] = {}  # host -> leaf qdisc installed on its adapters
+        self._netem_why: str | bool | None = False  # False: not probed yet
         self._down: set[tuple[str, str]] = set()
         self._routes: set[tuple[str, str, str]] = set()  # (from ns key, to host, net)
         self._started = False
@@ -345,9 +356,7 @@ class NetLab:
 
     def cut(self, a: str, b: str) -> None:
         """Drop all traffic between hosts a and b, on both nets."""
-        self._index(a), self._index(b)
-        if a == b:
-            raise ValueError("a host cannot be cut from itself")
+        self._pair(a, b)
         self._cuts.add(frozenset((a, b)))
         self._apply_cuts(a, b)
 
@@ -361,21 +370,132 @@ class NetLab:
                 self.cut(host, other)
 
     def heal(self) -> None:
-        """No cuts, every adapter up."""
+        """No cuts, no loss, no slow links, every adapter up."""
         self._cuts.clear()
         self._apply_cuts(*self.hosts)
+        degraded = {h for pair in [*self._loss, *self._slow] for h in pair}
+        self._loss.clear()
+        self._slow.clear()
+        for host in sorted(degraded):
+            self._apply_loss(host)
+            self._apply_slow(host)
         for host, net in sorted(self._down):
             self.adapter_up(host, net)
 
+    def lossy(self, a: str, b: str, percent: int) -> None:
+        """Drop ``percent`` % of the packets between hosts a and b (each way, at random);
+        0 ends it."""
+        self._pair(a, b)
+        if not 0 <= percent <= 100:
+            raise ValueError(f"percent must be 0..100, got {percent}")
+        if percent:
+            self._loss[frozenset((a, b))] = percent
+        else:
+            self._loss.pop(frozenset((a, b)), None)
+        self._apply_loss(a)
+        self._apply_loss(b)
+
+    def slow(self, a: str, b: str, delay_ms: int, jitter_ms: int = 0,
+             loss_pct: float = 0.0) -> None:
+        """What a and b send each other is delayed by ``delay_ms`` (+- ``jitter_ms``) and
+        ``loss_pct`` % of it dropped (tc netem; each way, so the round trip gains twice the
+        delay). A host takes one netem setting: every slow pair it is in shares it.
+        NetlabError where the kernel has no netem (``netem_unavailable``)."""
+        self._pair(a, b)
+        why = self.netem_unavailable()
+        if why:
+            raise NetlabError(why)
+        args = f"netem delay {int(delay_ms)}ms"
+        if jitter_ms:
+            args += f" {int(jitter_ms)}ms"
+        if loss_pct:
+            args += f" loss {loss_pct:g}%"
+        for host in (a, b):
+            other = {p for p, v in self._slow.items() if host in p and v != args}
+            if other - {frozenset((a, b))}:
+                raise ValueError(f"{host} is already slow with other settings: {other}")
+        self._slow[frozenset((a, b))] = args
+        self._apply_slow(a)
+        self._apply_slow(b)
+
+    def netem_unavailable(self) -> str | None:
+        """Why ``slow`` cannot work here (tc netem refused in the lab), or None."""
+        if self._netem_why is False:
+            if shutil.which("tc") is None:
+                self._netem_why = "needs the `tc` command (Debian package iproute2)"
+            else:
+                proc = subprocess.run(["ip", "netns", "exec", self.switch, "tc", "qdisc",
+                                       "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                                      capture_output=True, text=True, timeout=30)
+                if proc.returncode == 0:
+                    run("ip", "netns", "exec", self.switch, "tc", "qdisc", "del", "dev",
+                        "lo", "root")
+                    self._netem_why = None
+                else:
+                    self._netem_why = (f"tc qdisc add ... netem refused in a namespace: "
+                                       f"{proc.stderr.strip()} (the kernel has no "
+                                       f"sch_netem?)")
+        return self._netem_why or None
+
     def cuts(self) -> set[frozenset[str]]:
         return set(self._cuts)
+
+    def _pair(self, a: str, b: str) -> None:
+        self._index(a), self._index(b)
+        if a == b:
+            raise ValueError(f"a host and itself ({a}) are no pair")
+
+    def _addresses(self, host: str) -> list[str]:
+        return [self.service_ip(host), self.link_ip(host, "a"), self.link_ip(host, "b")]
+
+    def _peers(self, host: str, pairs: dict) -> list[tuple[str, Any]]:
+        return sorted((other, v) for pair, v in pairs.items() if host in pair
+                      for other in pair if other != host)
+
+    def _apply_loss(self, host: str) -> None:
+        script = f"flush chain inet {self._table} lossy\n"
+        for other, percent in self._peers(host, self._loss):
+            script += (f"add rule inet {self._table} lossy ip daddr "
+                       f"{{ {', '.join(self._addresses(other))} }} "
+                       f"numgen random mod 100 < {percent} drop\n")
+        run("ip", "netns", "exec", self.netns(host), "nft", "-f", "-", input=script)
+
+    def _apply_slow(self, host: str) -> None:
+        """The host's egress: htb root 1: (default class 1:1, unshaped), class 1:2 with the
+        leaf qdisc (netem); nftables gives packets to the slow peers priority 1:2."""
+        peers = self._peers(host, self._slow)
+        leaf = peers[0][1] if peers else None
+        ns = self.netns(host)
+        script = f"flush set inet {self._table} slow\n"
+        if peers:
+            ips = [ip for other, _ in peers for ip in self._addresses(other)]
+            script += f"add element inet {self._table} slow {{ {', '.join(ips)} }}\n"
+        if leaf == self._leaf.get(host):
+            run("ip", "netns", "exec", ns, "nft", "-f", "-", input=script)
+            return
+        for net in NETS:
+            tc = ["ip", "netns", "exec", ns, "tc"]
+            dev = f"eth-{net}"
+            run(*tc, "qdisc", "del", "dev", dev, "root", check=False)
+            if leaf:
+                run(*tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
+                    "default", "1")
+                for cls in ("1:1", "1:2"):
+                    run(*tc, "class", "add", "dev", dev, "parent", "1:", "classid", cls,
+                        "htb", "rate", "10gbit")
+                run(*tc, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:",
+                    *leaf.split())
+        if leaf:
+            self._leaf[host] = leaf
+        else:
+            self._leaf.pop(host, None)
+        run("ip", "netns", "exec", ns, "nft", "-f", "-", input=script)
 
     def _apply_cuts(self, *hosts: str) -> None:
         for host in hosts:
             blocked = sorted(ip for cut in self._cuts if host in cut
                              for other in cut if other != host
-                             for ip in (self.service_ip(other), self.link_ip(other, "a"),
-                                        self.link_ip(other, "b")))
+                             for ip in self._addresses(other))
             script = f"flush set inet {self._table} blocked\n"
             if blocked:
                 script += f"add element inet {self._table} blocked {{ {', '.join(blocked)} }}\n"
@@ -390,6 +510,11 @@ class NetLab:
   set blocked {{
     type ipv4_addr
   }}
+  set slow {{
+    type ipv4_addr
+  }}
+  chain lossy {{
+  }}
   chain input {{
     type filter hook input priority 0; policy accept;
     ip saddr @blocked drop
@@ -397,6 +522,8 @@ class NetLab:
   chain output {{
     type filter hook output priority 0; policy accept;
     ip daddr @blocked drop
+    jump lossy
+    ip daddr @slow meta priority set 1:2
   }}
 }}
 """

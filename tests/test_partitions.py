@@ -25,15 +25,13 @@ import sys
 import textwrap
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests import netlab
-from tests.procs import NodeProcess, agreed_queue, free_port, make_secret, worker_node
-from txcluster.local import master_node
+from tests.dclab import LAYOUT, MAX_PEER_LAG_S, P, UkUs
 
 _why = netlab.unavailable()
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"real network partitions: {_why}")
@@ -44,139 +42,10 @@ pytestmark = pytest.mark.skipif(_why is not None, reason=f"real network partitio
 # that holds is printed as "holds now", so the entry can go.
 NOT_YET: set[str] = set()  # every behaviour of the issue holds (issue 5)
 
-MAX_PEER_LAG_S = 2.0
 RECOVERY_TIMEOUT_S = 30.0  # heal -> every fingerprint equal, or the recovery part fails
-P = "urn:txc:p"
-LAYOUT = {"uk1": ("uk", 2), "uk2": ("uk", 1), "us1": ("us", 2)}  # master: (DC, workers)
 UK, US = ["uk1", "uk2"], ["us1"]
 
 RUNS: list[dict] = []  # what each lab of this module made, for the cleanup test
-
-
-# ---------------------------------------------------------------- the cluster
-
-
-@dataclass
-class Site:
-    """One master (its host in the lab) and its workers."""
-
-    name: str
-    master: NodeProcess
-    workers: list[NodeProcess]
-
-    @property
-    def url(self) -> str:
-        return self.master.url
-
-
-@dataclass
-class UkUs:
-    lab: netlab.NetLab
-    sites: dict[str, Site] = field(default_factory=dict)
-
-    @property
-    def processes(self) -> list[NodeProcess]:
-        return [n for s in self.sites.values() for n in (s.master, *s.workers)]
-
-    def start(self, root: Path) -> UkUs:
-        secret = make_secret(root / "secrets")[0]
-        ports = {name: free_port() for name in LAYOUT}
-        for name, (dc, n) in LAYOUT.items():
-            host, ns = self.lab.service_ip(name), self.lab.netns(name)
-            workers = [worker_node(root / name / f"worker{i}", secret, host=host, netns=ns)
-                       for i in range(1, n + 1)]
-            props = {"data-centre": dc, "health-interval-s": "0.2", "request-timeout-s": "5",
-                     "sync-idle-interval-ms": "300", "max-peer-lag-s": str(MAX_PEER_LAG_S),
-                     "split-recovery": "Smart"}
-            others = [o for o in LAYOUT if o != name]
-            for k, other in enumerate(others, 1):
-                props[f"peer.{k}.id"] = other
-                props[f"peer.{k}.url"] = f"http://{self.lab.service_ip(other)}:{ports[other]}"
-            master = master_node(root / name / "master", secret, name,
-                                 [w.url for w in workers], port=ports[name], host=host,
-                                 netns=ns, **props)
-            self.sites[name] = Site(name, master, workers)
-        for node in self.processes:
-            if node.kind == "worker":
-                node.start(wait=False)
-        for node in self.processes:
-            if node.kind == "worker":
-                node.wait_ready()
-        for site in self.sites.values():
-            site.master.start(wait=False)
-        for site in self.sites.values():
-            site.master.wait_ready()
-        self.wait_converged(timeout=60)
-        return self
-
-    def stop(self) -> None:
-        for node in self.processes:  # masters first (by PID)
-            node.stop()
-
-    # ---- observations ----
-
-    def sync(self, name: str, timeout: float = 5) -> dict:
-        r = httpx.get(f"{self.sites[name].url}/admin/sync", timeout=timeout)
-        r.raise_for_status()
-        return r.json()
-
-    def status(self, name: str) -> dict:
-        r = httpx.get(f"{self.sites[name].url}/admin/status", timeout=5)
-        r.raise_for_status()
-        return r.json()
-
-    def agreed(self, name: str) -> list[str]:
-        return agreed_queue(self.sites[name].url)
-
-    def fingerprints(self) -> dict[str, str]:
-        """Each worker's fingerprint from its own /health, by '<master>/<worker dir>'."""
-        return {f"{s.name}/{w.directory.name}":
-                httpx.get(f"{w.url}/health", timeout=5).json()["fingerprint"]
-                for s in self.sites.values() for w in s.workers}
-
-    def subjects(self) -> dict[str, set[str]]:
-        query = f"SELECT ?s WHERE {{ ?s <{P}> ?o }}"
-        out = {}
-        for s in self.sites.values():
-            for w in s.workers:
-                r = httpx.get(f"{w.url}/repositories/repo", params={"query": query},
-                              headers={"accept": "application/sparql-results+json"},
-                              timeout=30)
-                r.raise_for_status()
-                out[f"{s.name}/{w.directory.name}"] = {
-                    b["s"]["value"] for b in r.json()["results"]["bindings"]}
-        return out
-
-    def converged(self, names: list[str] | None = None) -> tuple[bool, object]:
-        """Every master (of ``names``) at the same agreed position, nothing incoming,
-        everything executed, every worker ON at its master's head."""
-        names = names or list(self.sites)
-        try:
-            syncs = {n: self.sync(n) for n in names}
-            statuses = {n: self.status(n) for n in names}
-        except httpx.HTTPError as exc:
-            return False, repr(exc)
-        summary = {n: {k: s[k] for k in ("state", "seq", "executed_seq", "incoming",
-                                         "split_suspected")} for n, s in syncs.items()}
-        ok = (len({s["seq"] for s in syncs.values()}) == 1
-              and all(s["incoming"] == 0 and s["executed_seq"] == s["seq"]
-                      for s in syncs.values())
-              and all(_workers_in_sync(st) for st in statuses.values()))
-        return ok, summary
-
-    def wait_converged(self, names: list[str] | None = None, timeout: float = 60) -> float:
-        start = time.monotonic()
-        last: object = None
-        while time.monotonic() - start < timeout:
-            ok, last = self.converged(names)
-            if ok:
-                return time.monotonic() - start
-            time.sleep(0.1)
-        raise AssertionError(f"not converged after {timeout}s: {last}\n{self.log_tails()}")
-
-    def log_tails(self, chars: int = 2500) -> str:
-        return "\n".join(f"--- {s.name} master log\n{s.master.log_tail(chars)}"
-                         for s in self.sites.values())
 
 
 def _gap(name: str, ok: bool, message: str, gaps: list[str]) -> None:
@@ -190,13 +59,6 @@ def _gap(name: str, ok: bool, message: str, gaps: list[str]) -> None:
 
 def _other_side(name: str) -> set[str]:
     return set(US) if name in UK else set(UK)
-
-
-def _workers_in_sync(status: dict) -> bool:
-    head = status["head"]
-    return all(w["status"] == "ON" and w["seq"] == head["seq"]
-               and w["fingerprint"] == head["fingerprint"] and w["pending_forwards"] == 0
-               for w in status["workers"])
 
 
 class Writers:
@@ -447,34 +309,10 @@ class TestUkUs:
     def _recovered(ukus: UkUs, heal_at: float) -> float:
         """Seconds from the heal until every master is connected again, converged, and
         every worker's fingerprint is equal."""
-        last: object = None
-        seen: dict[str, list[str]] = {n: [] for n in LAYOUT}  # state changes, in order
-        while time.monotonic() - heal_at < RECOVERY_TIMEOUT_S:
-            ok, last = ukus.converged()
-            if isinstance(last, dict):
-                for n, st in last.items():
-                    if not seen[n] or seen[n][-1] != st["state"]:
-                        seen[n].append(st["state"])
-            if ok:
-                try:
-                    fps = ukus.fingerprints()
-                    states = {n: ukus.sync(n) for n in LAYOUT}
-                except httpx.HTTPError as exc:
-                    last = repr(exc)
-                    time.sleep(0.2)
-                    continue
-                if len(set(fps.values())) == 1 and all(
-                        s["state"] == "connected" and not s["split_suspected"]
-                        for s in states.values()):
-                    took = time.monotonic() - heal_at
-                    print(f"\nheal -> converged (all fingerprints equal): {took:.2f}s; "
-                          f"states on the way {seen}")
-                    return took
-                last = {"fingerprints": fps,
-                        "states": {n: s["state"] for n, s in states.items()}}
-            time.sleep(0.2)
-        raise AssertionError(f"no recovery {RECOVERY_TIMEOUT_S}s after the heal: {last}; "
-                             f"states on the way {seen}")
+        took, seen = ukus.wait_recovered(heal_at, RECOVERY_TIMEOUT_S)
+        print(f"\nheal -> converged (all fingerprints equal): {took:.2f}s; "
+              f"states on the way {seen}")
+        return took
 
     @staticmethod
     def _report_today(ukus: UkUs, heal_at: float, writers: Writers,

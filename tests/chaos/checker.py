@@ -5,6 +5,10 @@
   the only writer, so a worker's quads are exactly its workload statements);
 * every worker is at the head of the master's log (seq) with the head's fingerprint and
   quad count (no divergence, and the log agrees with the data).
+
+Peered data centres (``check_peered``): the same for every master and its workers, and
+across them: every worker of every data centre has one fingerprint, and every master's
+agreed queue (GET /admin/sync/agreed) is the same list of transactions.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ def worker_values(url: str, repository_id: str) -> set[int]:
     return {int(b["o"]["value"]) for b in r.json()["results"]["bindings"]}
 
 
-def check(status: dict, workers: list, repository_id: str, history: History) -> Verdict:
-    """``status`` is the master's /admin/status once in sync; ``workers`` the nodes."""
-    v = Verdict()
+def check(status: dict, workers: list, repository_id: str, history: History,
+          v: Verdict | None = None) -> Verdict:
+    """``status`` is the master's /admin/status once in sync; ``workers`` the nodes.
+    Violations are added to ``v`` (a new Verdict by default), which is returned."""
+    v = Verdict() if v is None else v
     head = status["head"]
     acked = set(history.acked)
     for node in workers:
@@ -64,4 +70,33 @@ def check(status: dict, workers: list, repository_id: str, history: History) -> 
                 f"{node.url}: state seq={health['seq']} fp={health['fingerprint']} "
                 f"quads={health['quads']}, log head seq={head['seq']} "
                 f"fp={head['fingerprint']} quads={head['quads']}")
+    return v
+
+
+def check_peered(statuses: dict[str, dict], workers: dict[str, list], repository_id: str,
+                 history: History, agreed: dict[str, list[str]]) -> Verdict:
+    """Peered masters once recovered: ``statuses`` each master's /admin/status,
+    ``workers`` each master's worker nodes, ``agreed`` each master's agreed queue (txids
+    in order), all by master name."""
+    v = Verdict()
+    fingerprints: dict[str, list[str]] = {}
+    for name, status in statuses.items():
+        check(status, workers[name], repository_id, history, v)
+        for node in workers[name]:
+            fp = httpx.get(f"{node.url}/health", timeout=10).json()["fingerprint"]
+            fingerprints.setdefault(fp, []).append(f"{name}:{node.url}")
+    if len(fingerprints) > 1:
+        v.divergent = True
+        v.violations.append(f"{len(fingerprints)} worker fingerprints: "
+                            + "; ".join(f"{fp[:12]} on {', '.join(nodes)}"
+                                        for fp, nodes in sorted(fingerprints.items())))
+    queues = {tuple(q) for q in agreed.values()}
+    if len(queues) > 1:
+        v.divergent = True
+        first = min(len(q) for q in queues)
+        at = next((k for k in range(first) if len({q[k] for q in queues}) > 1), first)
+        v.violations.append("agreed queues differ from position " + str(at + 1) + ": "
+                            + ", ".join(f"{n} has {len(q)} entries"
+                                        + (f", {q[at][:12]} at {at + 1}" if at < len(q) else "")
+                                        for n, q in sorted(agreed.items())))
     return v

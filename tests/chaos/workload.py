@@ -4,6 +4,9 @@ for each acknowledged one back (read-your-writes), recording every outcome with 
 Statement i is ``<urn:chaos:s/i> <urn:chaos:p> i``: the set of i is what the checker
 compares. A write whose answer is lost (connection reset by a kill) is "attempted": it
 may or may not be in the data, and is never retried under the same i.
+
+With several masters (peered data centres) every master gets ``threads`` clients of its
+own: client n writes through ``repo_urls[n // threads]``, its i in n's own range.
 """
 
 from __future__ import annotations
@@ -41,13 +44,19 @@ class History:
         return time.monotonic() - self.t0
 
 
+CLIENT_RANGE = 1_000_000  # client n writes i in n * CLIENT_RANGE + 1, ...
+
+
 class Workload:
-    def __init__(self, repo_url: str, history: History, threads: int = 3) -> None:
-        self.url = repo_url
+    def __init__(self, repo_urls: str | list[str], history: History,
+                 threads: int = 3) -> None:
+        self.urls = [repo_urls] if isinstance(repo_urls, str) else list(repo_urls)
+        self.threads_per_url = threads
         self.history = history
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._client, args=(t,), daemon=True,
-                                          name=f"chaos-client-{t}") for t in range(threads)]
+                                          name=f"chaos-client-{t}")
+                         for t in range(threads * len(self.urls))]
 
     def start(self) -> Workload:
         for t in self._threads:
@@ -71,16 +80,21 @@ class Workload:
             time.sleep(0.02)
         return True
 
+    def url_of(self, i: int) -> str:
+        """The repository URL that statement i was written through."""
+        return self.urls[i // CLIENT_RANGE // self.threads_per_url]
+
     def _client(self, number: int) -> None:
         h = self.history
-        i = number * 1_000_000  # disjoint ranges: statements are unique across clients
+        url = self.urls[number // self.threads_per_url]
+        i = number * CLIENT_RANGE  # disjoint ranges: statements are unique across clients
         with httpx.Client(timeout=20) as client:
             while not self._stop.is_set():
                 i += 1
                 with h.lock:
                     h.attempted.add(i)
                 try:
-                    r = client.post(f"{self.url}/statements", content=f"INSERT DATA "
+                    r = client.post(f"{url}/statements", content=f"INSERT DATA "
                                     f"{{ {statement(i)} }}".encode(), headers=UPDATE)
                 except httpx.HTTPError as exc:
                     with h.lock:
@@ -94,12 +108,12 @@ class Workload:
                     continue
                 with h.lock:
                     h.acked[i] = h.now()
-                self._read_back(client, i)
+                self._read_back(client, url, i)
 
-    def _read_back(self, client: httpx.Client, i: int) -> None:
+    def _read_back(self, client: httpx.Client, url: str, i: int) -> None:
         h = self.history
         try:
-            r = client.get(self.url, params={"query": f"ASK {{ {statement(i)} }}"},
+            r = client.get(url, params={"query": f"ASK {{ {statement(i)} }}"},
                            headers=UPDATING)
         except httpx.HTTPError:
             return  # no answer is no anomaly: only a wrong answer is
