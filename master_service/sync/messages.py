@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from dataclasses import dataclass
 
 
@@ -30,9 +31,25 @@ def _check_id(what: str, value: object) -> None:
         raise InvalidMessage(f"{what} must be a non-empty string, got {value!r}")
 
 
+# Integers of a message (timestamps, counters, sizes, positions) stay below 2**62: they are
+# stored as SQLite INTEGERs (64-bit signed) and a counter must still be able to grow. One
+# status with counter 2**63 used to stop peering on both masters (tests/fuzz).
+MAX_INT = 2**62
+# Transaction ids travel in URLs (payload fetches): letters, digits and . _ ~ : @ + = -
+_TXID = re.compile(r"[A-Za-z0-9._~:@+=-]{1,200}")
+
+
 def _check_int(what: str, value: object, minimum: int = 0) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidMessage(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if (not isinstance(value, int) or isinstance(value, bool) or value < minimum
+            or value >= MAX_INT):
+        raise InvalidMessage(f"{what} must be an integer >= {minimum} and < 2**62, "
+                             f"got {value!r}")
+
+
+def _check_txid(what: str, value: object) -> None:
+    if not isinstance(value, str) or not _TXID.fullmatch(value):
+        raise InvalidMessage(f"{what} must be 1 to 200 letters, digits or . _ ~ : @ + = -, "
+                             f"got {value!r}")
 
 
 def chain_hash(previous: str, txid: str) -> str:
@@ -75,7 +92,7 @@ class TxMeta:
     digest: str
 
     def __post_init__(self) -> None:
-        _check_id("transaction id", self.txid)
+        _check_txid("transaction id", self.txid)
         _check_int(f"timestamp of {self.txid}", self.timestamp)
         _check_id(f"origin of {self.txid}", self.origin)
         _check_int(f"size of {self.txid}", self.size)
@@ -125,7 +142,7 @@ class Status:
                 raise InvalidMessage("a merge base of None means an empty synchronised queue "
                                      f"(seq 0), got seq {self.seq}")
         else:
-            _check_id("merge base", self.merge_base)
+            _check_txid("merge base", self.merge_base)
             if self.seq == 0:
                 raise InvalidMessage("seq 0 means an empty synchronised queue: no merge base")
         _check_int("counter", self.counter)
@@ -178,7 +195,7 @@ class TailSegment:
         if (self.after is None) != (self.after_seq == 0):
             raise InvalidMessage("after is None exactly when after_seq is 0")
         if self.after is not None:
-            _check_id("after", self.after)
+            _check_txid("after", self.after)
         _check_chain(self.after_seq, self.after_chain)
         if not isinstance(self.entries, tuple) or not self.entries:
             raise InvalidMessage("a tail segment carries at least one entry")

@@ -321,9 +321,14 @@ class Timing:
     max_peer_lag: int | None = None  # no progress for this long -> continue without missing
     acquire_retry: int = 1_000  # ask again for a payload that did not arrive
     max_tail: int = 1_000  # entries per tail segment
+    # A peer's counter or timestamp further ahead of our clock than this is refused: the
+    # clock follows every timestamp it sees, so one forged or badly skewed message would
+    # move every master's clock for good.
+    max_drift: int = 86_400_000
 
     def __post_init__(self) -> None:
-        for name in ("round_timeout", "idle_interval", "acquire_retry", "max_tail"):
+        for name in ("round_timeout", "idle_interval", "acquire_retry", "max_tail",
+                     "max_drift"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -682,6 +687,12 @@ class SyncNode:
         peer = self._peers.get(message.sender)
         if peer is None:
             raise UnknownPeer(f"{message.sender!r} is not a configured peer of {self._id}")
+        newest = message.counter if isinstance(message, Status) else max(
+            (t.timestamp for t in getattr(message, "entries", ())), default=0)
+        if newest > max(now, self._clock.counter) + self._timing.max_drift:
+            raise InvalidMessage(f"timestamp {newest} from {message.sender} is more than "
+                                 f"{self._timing.max_drift} ahead of this master's clock "
+                                 f"({now}): a skewed clock or a forged message, refused")
         peer.heard_at = now
         if isinstance(message, Status):
             self._on_status(peer, message, now)
