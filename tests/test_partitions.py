@@ -13,6 +13,9 @@ What an operator relies on:
   the majority (UK) goes on acknowledging; after the heal the majority's log wins, the
   minority is restored and catches up, its post-split writes are kept, all workers equal
   (NOT_YET can list a behaviour the code does not have yet: its failure is an xfail);
+* the same cut with SplitRecovery Simple: everything that split is negotiated again,
+  nothing acknowledged lost, all workers equal; with None: every master reports the
+  divergence after the heal and nothing is repaired;
 * the lab leaves nothing behind: no namespace, link or nft table of the run.
 
 Needs root (namespaces, veth, nftables); skipped with the reason otherwise.
@@ -134,9 +137,10 @@ class Writers:
 
 
 @pytest.fixture(scope="class")
-def ukus(tmp_path_factory):
+def ukus(tmp_path_factory, request):
+    # a class may ask for other master settings: props = {"split-recovery": "Simple"}
     lab = netlab.NetLab(list(LAYOUT))
-    cluster = UkUs(lab)
+    cluster = UkUs(lab, props=dict(getattr(request.cls, "props", {})))
     made = {"run_id": lab.run_id, "prefix": lab.prefix, "pids": [], "stragglers": []}
     RUNS.append(made)
     lab.start()
@@ -388,6 +392,80 @@ class TestOneLinkLost:
             pytest.xfail("not yet: " + " | ".join(gaps))
         _gap("one-link-is-not-a-split", True, "", gaps)
         print(f"heal -> all fingerprints equal in {took:.2f}s")
+
+
+def _cut_write_heal(ukus: UkUs, tag: str) -> tuple[Writers, float, list[str]]:
+    """Cut UK <-> US, let both sides write for max-peer-lag plus 4 s, heal (writers
+    stopped half a second after): the writers, the heal time, us1's writes of the cut."""
+    lab = ukus.lab
+    ukus.wait_converged(timeout=30)
+    with Writers(ukus, list(LAYOUT), tag) as writers:
+        time.sleep(0.3)
+        cut_at = time.monotonic()
+        for uk in UK:
+            lab.cut(uk, "us1")
+        time.sleep(MAX_PEER_LAG_S + 4)
+        heal_at = time.monotonic()
+        lab.heal()
+        time.sleep(0.5)
+    us_post_split = [s for s in writers.by_master["us1"]
+                     if cut_at < writers.acked[s] < heal_at]
+    uk_during = sum(cut_at < writers.acked[s] < heal_at for n in UK for s in writers.by_master[n])
+    print(f"\ncut {heal_at - cut_at:.1f}s: acks {len(writers.acked)}, of them us1's during "
+          f"the cut {len(us_post_split)}, UK's during the cut {uk_during}")
+    return writers, heal_at, us_post_split
+
+
+class TestSimpleRecovery:
+    """SplitRecovery Simple (spec: "resync and replay from last known good state"): every
+    master that split goes back to its split point and every post-split transaction is
+    negotiated again; nothing acknowledged is lost, all workers equal."""
+
+    props = {"split-recovery": "Simple"}
+
+    def test_dc_cut_with_simple_recovery(self, ukus: UkUs):
+        before = set().union(*ukus.subjects().values())
+        writers, heal_at, us_post_split = _cut_write_heal(ukus, "simple")
+        took, seen = ukus.wait_recovered(heal_at, RECOVERY_TIMEOUT_S)
+        final = ukus.agreed("uk1")
+        assert ukus.agreed("uk2") == final == ukus.agreed("us1")
+        for worker, got in ukus.subjects().items():
+            missing = set(writers.acked) - got
+            assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
+            assert got <= writers.written | before, f"{worker}: statements nobody wrote"
+        fps = ukus.fingerprints()
+        assert len(set(fps.values())) == 1, fps
+        assert us_post_split, "us1 acknowledged nothing during the cut"
+        print(f"Simple: heal -> all fingerprints equal in {took:.2f}s ({len(writers.acked)} "
+              f"acknowledged writes, {len(us_post_split)} of them us1's during the cut); "
+              f"states on the way {seen}")
+
+
+class TestNoRecovery:
+    """SplitRecovery None: after the heal the divergence is reported on every master, not
+    hidden, and nothing is repaired (spec: the operator decides)."""
+
+    props = {"split-recovery": "None"}
+
+    def test_dc_cut_without_recovery_reports_the_divergence(self, ukus: UkUs):
+        _, heal_at, us_post_split = _cut_write_heal(ukus, "none")
+        assert us_post_split, "us1 acknowledged nothing during the cut"
+        deadline, reported = time.monotonic() + RECOVERY_TIMEOUT_S, {}
+        while time.monotonic() < deadline and len(reported) < len(LAYOUT):
+            for name in LAYOUT:
+                kinds = {(d["peer"], d["kind"]) for d in ukus.sync(name)["divergences"]}
+                if any(peer in _other_side(name) for peer, _ in kinds):
+                    reported.setdefault(name, time.monotonic() - heal_at)
+            time.sleep(0.2)
+        assert set(reported) == set(LAYOUT), \
+            f"divergence not reported by every master: {reported}"
+        fps = ukus.fingerprints()
+        uk_fps = {fps[w] for w in fps if w.startswith("uk")}
+        us_fps = {fps[w] for w in fps if w.startswith("us")}
+        assert not uk_fps & us_fps, f"None repaired something: {fps}"
+        print(f"None: divergence reported after the heal in "
+              f"{ {n: round(t, 2) for n, t in reported.items()} } s; the data centres keep "
+              f"their own data ({len(us_post_split)} us1 writes during the cut)")
 
 
 # ---------------------------------------------------------------- cleanup
