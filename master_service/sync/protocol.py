@@ -780,7 +780,7 @@ class SyncNode:
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
                          f"ours there is {self._synced[st.seq - 1].txid} "
                          f"(chain {self._chain[st.seq][:8]})")
-            if self._recovery is not SplitRecovery.NONE and self._split_point is None:
+            if self._recovery is not SplitRecovery.NONE:
                 self._send_diverged(st.sender, st.seq)
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
@@ -1078,12 +1078,20 @@ class SyncNode:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our
         entries up to there, which it cannot append — so it learns that it diverged even
         when its queue is longer than ours (a status ahead of us tells us nothing) and
-        rejoins. Only from a node without a split point: they are all in its good prefix,
-        so even if the peer could append them later (after truncating) they are right."""
+        rejoins. From a split node too, with its split point (the chaos suite found two
+        masters of one side, diverged past the keeper's split point, waiting for each
+        other for ever: the one behind saw the keeper only as ahead of it): a peer that
+        appends the segment later (after truncating) takes nothing past that split point
+        unless it joins our split (``_join_senders_side``)."""
         start = max(0, seq - self._timing.max_tail)
         after = self._synced[start - 1].txid if start else None
+        point, excluded = None, ()
+        if self._split():
+            point = self._split_point
+            excluded = tuple(sorted(self._excluded | self._rejoining))
         self._out.tails.append(Tail(peer, TailSegment(
-            self._id, start, after, tuple(self._synced[start:seq]), self._chain[start])))
+            self._id, start, after, tuple(self._synced[start:seq]), self._chain[start],
+            point, excluded)))
 
     def _tail_diverged(self, peer: str, now: int, in_good_prefix: bool) -> None:
         """A tail segment does not extend our queue; ``in_good_prefix``: the first
