@@ -175,6 +175,7 @@ class SyncDriver:
         self._idle.set()
         self._exec_wake = asyncio.Event()
         self._waiters: dict[str, asyncio.Future] = {}
+        self._persist_failures: list[float] = []  # when group commits failed (monotonic)
         self._fetching: set[str] = set()
         self._pushed: set[str] = set()  # payloads that came with a status
         self._own_payloads: dict[str, bytes] = {}  # ours, not yet agreed (to push)
@@ -525,17 +526,55 @@ class SyncDriver:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    # The core believes this is durable: going on could break a promise
-                    # (a counter, an acknowledged transaction). Stop taking input.
-                    self.failed = f"could not persist the sync state: {exc}"
-                    log.critical("sync: %s", self.failed, exc_info=True)
-                    return
+                    # The core believes this is durable: going on with it could break a
+                    # promise (a counter, an acknowledged transaction). Nothing of these
+                    # Readies was acted on, so a core rebuilt from what is persisted is
+                    # where a crash and restart would leave us: safe by design.
+                    dropped, self._queue = batch + self._queue, []
+                    if not self._restart_after_failed_persist(exc, dropped):
+                        return
+                    continue
                 for ready, payloads in batch:
                     if payloads:  # an agreed transaction may have been waiting for it
                         self._exec_wake.set()
                     self._act(ready)
             if not self._queue:
                 self._idle.set()
+
+    def _restart_after_failed_persist(self, exc: Exception,
+                                      dropped: list[tuple[Ready, list]]) -> bool:
+        """A group commit failed: refuse the client transactions of the dropped Readies
+        (not logged) and rebuild the core from SQLite, as a restart would; at most 3 times
+        a minute, then stop peering (a disk that keeps failing)."""
+        now = time.monotonic()
+        self._persist_failures = [t for t in self._persist_failures if now - t < 60] + [now]
+        for ready, _ in dropped:
+            for txid in ready.acknowledge:
+                self._own_payloads.pop(txid, None)
+                fut = self._waiters.pop(txid, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(WriteFailed(503, (
+                        f"transaction {txid} was not logged: the sync state could not be "
+                        "persisted; nothing was changed, send it again")))
+        if len(self._persist_failures) > 3:
+            self.failed = f"could not persist the sync state: {exc}"
+            log.critical("sync: %s (4 times in a minute): peering stops", self.failed,
+                         exc_info=True)
+            return False
+        log.critical("sync: could not persist the sync state (%s): the protocol core "
+                     "restarts from what is persisted, as after a crash", exc, exc_info=True)
+        try:
+            state, missing = self.agreement.load()
+            self.node = self._core(state, missing, self.node.peers)
+        except Exception as again:
+            self.failed = f"could not persist the sync state: {exc}; reload failed: {again}"
+            log.critical("sync: %s", self.failed, exc_info=True)
+            return False
+        if self.node.split_point != self.split_point:
+            self._split_point_moved(self.node.split_point)
+        self._step(lambda now: self.node.tick(now))
+        self._exec_wake.set()
+        return True
 
     async def _persist(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]) -> None:
         """Merge the Readies into as few SQLite transactions as their order allows: one,
