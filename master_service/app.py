@@ -150,7 +150,7 @@ class MasterService:
             mode=c.mode, strict=c.consistency == "strict",
             request_timeout=c.request_timeout_s,
             log_limits=(c.log_max_size, float(c.log_max_depth_hours)),
-            peered=peered, tls=self.client_tls,
+            peered=peered, tls=self.client_tls, agreement=self.agreement,
         )
         await self.cluster.start()
         self.scheduler = AsyncIOScheduler()

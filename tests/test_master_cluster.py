@@ -7,8 +7,10 @@ process a test starts is stopped by its fixture.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -19,7 +21,9 @@ import httpx
 import pyoxigraph as ox
 import pytest
 
+from master_service.txlog.log import TxLog
 from tests.conftest import LocalCluster
+from tests.procs import signed_client
 from txcluster.properties import read_properties
 
 UPDATE = {"content-type": "application/sparql-update"}
@@ -351,6 +355,93 @@ def test_new_master_log_adopts_data_of_workers_that_come_back_late(cluster_facto
     for w in c.workers:
         assert len(c.select("SELECT * WHERE { ?s <urn:n:p> ?o }", w.url)) == 5, w.url
     assert f"Replicating (empty): worker {w3.url}" in master_log(c)
+
+
+# ---- the master killed after its probe committed a group, before it recorded it ----
+
+
+def probe_executes(cluster: LocalCluster, worker, start_seq: int, txid: str,
+                   operations: list[dict]) -> dict:
+    """The signed /cluster/execute call the master makes to its probe (Cluster.
+    _execute_on_probe), sent while the master is down: the crash window made exact."""
+    with signed_client(worker, cluster.secret) as client:
+        r = client.post("/cluster/execute", json={
+            "start_seq": start_seq, "transactions": [{"txid": txid, "operations": operations}],
+            "control_queries": []})
+    assert r.status_code == 200, r.text
+    [result] = r.json()["results"]
+    assert result["ok"], result
+    return result
+
+
+def logged(cluster: LocalCluster, txid: str) -> dict | None:
+    """A transaction's row in the master's log (read-only: the master may be running)."""
+    path = Path(cluster.master.properties["data-dir"]) / "txlog.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        db.row_factory = sqlite3.Row
+        row = db.execute("select status, seq from transactions where txid = ?",
+                         [txid]).fetchone()
+    return dict(row) if row else None
+
+
+def test_a_transaction_pending_in_the_log_that_the_probe_committed_is_rolled_forward(
+        cluster_factory):
+    """The master dies after its probe committed a transaction the log holds pending, before
+    the log recorded it. On restart the log records it from the probe's executed journal
+    (instead of failing it and replicating the probe's newer state away); the other worker
+    receives its changeset, and writes go on.
+
+    (This master's own write path logs a group after the probe answered, in one SQLite
+    transaction, so the pending row is written here into the stopped master's log.)"""
+    c = cluster_factory(2)
+    assert c.update("INSERT DATA { <urn:rf:1> <urn:rf:p> 1 }").status_code == 204
+    head = assert_converged(c)["head"]
+    c.master.kill9()
+    ops = [{"type": "update", "update": "INSERT DATA { <urn:rf:2> <urn:rf:p> 2 }"}]
+    with TxLog.open(Path(c.master.properties["data-dir"]) / "txlog.db") as txlog:
+        txlog.log_pending([("rf-2", time.time(), "master1", ops)])
+    probe, other = c.workers
+    executed = probe_executes(c, probe, head["seq"] + 1, "rf-2", ops)
+    c.master.start()
+    status = assert_converged(c)
+    assert (status["head"]["seq"], status["head"]["fingerprint"]) == \
+        (head["seq"] + 1, executed["fingerprint"])
+    assert logged(c, "rf-2") == {"status": "committed", "seq": head["seq"] + 1}
+    assert {r["o"] for r in c.select("SELECT ?o WHERE { ?s <urn:rf:p> ?o }", other.url)} \
+        == {"1", "2"}
+    log = master_log(c)
+    assert f"worker {probe.url} had executed 1 transactions the log had not recorded " \
+        f"(master crash): recorded them" in log, log[-3000:]
+    assert "Replicating" not in log and "marked failed" not in log
+    assert c.update("INSERT DATA { <urn:rf:3> <urn:rf:p> 3 }").status_code == 204
+    assert_converged(c)
+    for w in c.workers:
+        assert len(c.select("SELECT ?o WHERE { ?s <urn:rf:p> ?o }", w.url)) == 3, w.url
+
+
+def test_a_worker_ahead_with_a_transaction_the_log_does_not_know_is_replicated(
+        cluster_factory):
+    """Not rolled forward: what a worker executed beyond the log's head is recorded only
+    when it is what the log expected next. Here the log knows nothing of it (as after a
+    crash of this master's write path, which logs a group only once the probe answered):
+    the worker is out of sync and replicated, as before."""
+    c = cluster_factory(2)
+    assert c.update("INSERT DATA { <urn:rn:1> <urn:rn:p> 1 }").status_code == 204
+    head = assert_converged(c)["head"]
+    c.master.kill9()
+    stray = c.workers[0]
+    probe_executes(c, stray, head["seq"] + 1, "unknown-to-the-log",
+                   [{"type": "update", "update": "INSERT DATA { <urn:rn:x> <urn:rn:p> 9 }"}])
+    c.master.start()
+    status = assert_converged(c)
+    assert status["head"] == head
+    assert logged(c, "unknown-to-the-log") is None
+    log = master_log(c)
+    assert f"worker {stray.url} is ahead of the log (seq {head['seq'] + 1}, log at " \
+        f"{head['seq']}) and is not rolled forward: transaction unknown-to-the-log" in log
+    assert f"Replicating (out of sync): worker {stray.url}" in log
+    for w in c.workers:
+        assert c.select("SELECT ?o WHERE { ?s <urn:rn:p> ?o }", w.url) == [{"o": "1"}]
 
 
 # ---- a large write: slower than request-timeout-s is busy, not gone ----

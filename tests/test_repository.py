@@ -291,3 +291,79 @@ def test_apply_killed_while_its_journal_was_written_never_reached_the_store(repo
     repo = reopen(repo)
     assert repo.state() == base.state and set(repo.store) == {q("a", "1")}
     assert repo.verify()["matches"]
+
+
+# ---- the executed journal: what a master that crashed after the probe's commit reads ----
+
+
+def update(text: str) -> list:
+    from worker_service.transaction import parse_operations
+
+    return parse_operations([{"type": "update", "update": text}])
+
+
+def test_executed_journal_keeps_each_outcome_of_a_group_in_order(repo):
+    """Committed transactions with their changeset in the form /cluster/apply takes (a
+    second repository applying them reaches the same state); refusals at the seq they
+    were made at, those refused before anything ran included."""
+    from worker_service.transaction import UpdateSyntaxError
+
+    repo.execute_batch(1, [("t1", update(f"INSERT DATA {{ <{EX}a> <{EX}p> 1 }}"))])
+    outcomes = repo.execute_batch(2, [
+        ("t2", update(f"INSERT DATA {{ <{EX}b> <{EX}p> 2 }}")),
+        ("bad", UpdateSyntaxError("operation 1: not SPARQL")),
+        ("t3", update(f"DELETE DATA {{ <{EX}a> <{EX}p> 1 }}")),
+    ], [f"ASK {{ <{EX}b> ?p ?o }}"])
+    assert [type(o).__name__ for o in outcomes] == ["ExecuteResult", "UpdateSyntaxError",
+                                                    "ExecuteResult"]
+    repo.execute_batch(4, [("t4", update(f"INSERT DATA {{ <{EX}c> <{EX}p> 3 }}"))],
+                       [f"ASK {{ <{EX}nothing> ?p ?o }}"])  # refused by the control query
+    entries, refused = repo.executed.after(1, 100, repo.state().seq)
+    assert [(e["seq"], e["txid"]) for e in entries] == [(2, "t2"), (3, "t3")]
+    assert [(r["txid"], r["after"]) for r in refused] == [("bad", 2), ("t4", 3)]
+    assert "control query failed" in refused[1]["error"] and refused[1]["status"] == 409
+    assert entries[-1]["fingerprint"] == fingerprint.to_hex(repo.state().fingerprint)
+    # Every entry is replayable elsewhere, from the state after seq 1.
+    other = Repository("o", repo.data_dir.parent / "other")
+    [first], _ = repo.executed.after(0, 1, 1)
+    for e in [first, *entries]:
+        r = other.apply(e["seq"], e["txid"], Changeset.from_wire(e["changeset"]),
+                        fingerprint.from_hex(e["fingerprint"]))
+        assert r.state.quads == e["quads"]
+    assert set(other.store) == set(repo.store)
+    # A limit below the worker's seq; nothing after the worker's own seq.
+    assert [e["seq"] for e in repo.executed.after(0, 2, 3)[0]] == [1, 2]
+    assert repo.executed.after(3, 100, 3) == ([], [refused[1]])  # t4, refused at seq 3
+
+
+def test_executed_journal_does_not_hold_applied_rotated_or_older_generation_seqs(tmp_path):
+    repo = Repository("r", tmp_path / "d")
+    repo.executed = journal.Executed(repo._gen, rotate_records=3)
+    for seq in range(1, 8):
+        repo.execute_batch(seq, [(f"t{seq}", update(f"INSERT DATA {{ <{EX}s{seq}> "
+                                                    f"<{EX}p> {seq} }}"))])
+    # Rotated at 3 and 6: seqs 4..7 are held, 1..3 are gone.
+    assert [e["seq"] for e in repo.executed.after(3, 100, 7)[0]] == [4, 5, 6, 7]
+    with pytest.raises(journal.NotHeld, match="does not hold seq 3"):
+        repo.executed.after(2, 100, 7)
+    # Applied (a forward from the master), not executed: not in the executed journal.
+    repo.apply(8, "t8", adds(q("x", "8")))
+    with pytest.raises(journal.NotHeld, match="does not hold seq 8"):
+        repo.executed.after(7, 100, 8)
+    # A new image is a new history.
+    src = Repository("r", tmp_path / "src")
+    src.apply(1, "i1", adds(q("i", "1")))
+    manifest = src.create_image(tmp_path / "img.tar.sz")
+    repo.install_image(tmp_path / "img.tar.sz", manifest["sha256"])
+    with pytest.raises(journal.NotHeld, match="it is empty"):
+        repo.executed.after(0, 100, 1)
+
+
+def test_executed_journal_line_torn_by_a_crash_is_cut_and_not_held(repo):
+    repo.execute_batch(1, [("t1", update(f"INSERT DATA {{ <{EX}a> <{EX}p> 1 }}"))])
+    path = repo._gen / journal.EXECUTED_FILE
+    with open(path, "ab") as fh:
+        fh.write(b'{"seq": 2, "txid": "t2", "changeset": {"added": "<htt')
+    repo = reopen(repo)
+    repo.execute_batch(2, [("t2", update(f"INSERT DATA {{ <{EX}b> <{EX}p> 2 }}"))])
+    assert [e["txid"] for e in repo.executed.after(0, 10, 2)[0]] == ["t1", "t2"]

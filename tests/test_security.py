@@ -113,6 +113,7 @@ def _bad_credentials(secret: bytes, method: str, base: str, target: str,
     ("POST", "/cluster/apply", "application/json"),
     ("POST", "/cluster/execute", "application/json"),
     ("GET", "/cluster/state", None),
+    ("GET", "/cluster/journal?after=0", None),
     ("POST", "/cluster/restore", "application/json"),
     ("POST", STATEMENTS, "application/sparql-update"),
     ("PUT", STATEMENTS, "text/turtle"),
@@ -146,8 +147,9 @@ def test_worker_refuses_every_bad_credential_and_changes_nothing(worker, method,
         assert worker_state(node) == before, case
     # Every refusal is in the worker's log, with its reason.
     new_log = node.log_path.read_bytes()[log_before:].decode(errors="replace")
+    path = target.partition("?")[0]  # the log names the path
     refusals = [line for line in new_log.splitlines()
-                if f"refused {method} {target}" in line]
+                if f"refused {method} {path} " in line]
     assert len(refusals) == len(cases), new_log
     assert any("wrong cluster credential" in line for line in refusals)
 

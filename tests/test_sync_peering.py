@@ -10,7 +10,9 @@ added and removed at runtime and that persists.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -18,8 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from master_service.txlog.agreement import AgreementLog
+from master_service.txlog.log import TxLog
 from tests.conftest import LocalCluster
-from tests.procs import agreed_queue, free_port, make_secret
+from tests.procs import agreed_queue, free_port, make_secret, signed_client
 from txcluster.auth import sign
 
 P = "urn:txc:p"
@@ -276,6 +280,73 @@ def test_a_master_killed_mid_stream_catches_up_as_a_lagger(tmp_path):
         assert len(set(dcs.fingerprints().values())) == 1
         st = dcs.sync(m2)
         assert st["split_suspected"] == [] and st["state"] == "connected", st
+    finally:
+        dcs.stop_all()
+
+
+def agreed_not_executed(dc: LocalCluster) -> int:
+    """Agreed transactions of ``dc``'s master that it holds the payload of and has not
+    executed (its log, read-only: the master is running)."""
+    path = Path(dc.master.properties["data-dir"]) / "txlog.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return db.execute("select count(*) from sync_agreed a join transactions t on "
+                          "t.txid = a.txid where a.fingerprint is null").fetchone()[0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_master_killed_after_its_probe_executed_an_agreed_transaction_rolls_forward(
+        tmp_path, workers):
+    """Chaos seed 12 (multi-DC) made exact: m1's probe executes the next agreed
+    transaction and m1 dies before recording it. Restarted, m1 records it from the
+    probe's executed journal, at its agreed position: the probe stays in sync (with one
+    worker it could not be replicated from anywhere; with two, the other's older state
+    must not be replicated over it), the other worker receives its changeset, and every
+    data centre goes on with the same data."""
+    dcs = DataCentres(tmp_path, n=2, workers=workers)
+    try:
+        dcs.start()
+        m1, m2 = dcs.dcs
+        assert insert(m1, "urn:txc:before").status_code == 204
+        dcs.wait_converged()
+        # m1 cannot execute (its workers are down) but takes part in the agreement.
+        for w in m1.workers:
+            w.stop()
+        assert insert(m2, "urn:txc:agreed").status_code == 204
+        deadline = time.monotonic() + 30
+        while agreed_not_executed(m1) < 1:
+            assert time.monotonic() < deadline, "m1 never held the agreed transaction"
+            time.sleep(0.1)
+        m1.master.kill9()
+        with TxLog.open(Path(m1.master.properties["data-dir"]) / "txlog.db") as txlog:
+            agreement = AgreementLog(txlog)
+            executed_pos = agreement.executed()[0]
+            [nxt] = agreement.to_execute(executed_pos, 10)
+            head = txlog.head()
+        for w in m1.workers:
+            w.start()
+        probe = m1.workers[0]
+        with signed_client(probe, m1.secret) as client:
+            r = client.post("/cluster/execute", json={
+                "start_seq": head.seq + 1, "control_queries": [],
+                "transactions": [{"txid": nxt.txid, "operations": nxt.operations}]})
+        assert r.status_code == 200 and r.json()["results"][0]["ok"], r.text
+        m1.master.start()
+        dcs.wait_converged()
+        log = m1.master.log_path.read_text()
+        assert f"worker {probe.url} had executed 1 transactions the log had not recorded " \
+            f"(master crash): recorded them" in log, log[-3000:]
+        assert "Replicating" not in log and "cannot replicate" not in log
+        sync1 = dcs.sync(m1)
+        assert sync1["executed_seq"] == sync1["seq"] >= nxt.pos
+        assert dcs.agreed(m1) == dcs.agreed(m2)
+        # Writes go on through both masters.
+        assert insert(m1, "urn:txc:after-1").status_code == 204
+        assert insert(m2, "urn:txc:after-2").status_code == 204
+        dcs.wait_converged()
+        want = {"urn:txc:before", "urn:txc:agreed", "urn:txc:after-1", "urn:txc:after-2"}
+        assert all(s == want for s in dcs.subjects_on_every_worker().values()), \
+            dcs.subjects_on_every_worker()
+        assert len(set(dcs.fingerprints().values())) == 1
     finally:
         dcs.stop_all()
 

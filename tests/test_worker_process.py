@@ -154,6 +154,47 @@ def test_bad_control_requests_get_clear_errors_and_change_nothing(
         assert settled(c.get("/cluster/state").json()) == before
 
 
+def test_journal_of_executed_transactions_hands_out_changesets_to_apply_elsewhere(
+        worker_factory, secret):
+    """GET /cluster/journal: what the worker executed as probe after a seq, in the form a
+    master forwards with /cluster/apply (another worker applying them reaches the same
+    state); 410 when it does not hold them, 400 for bad parameters."""
+    probe, other = worker_factory("probe"), worker_factory("other")
+    txs = [{"txid": f"j{i}", "operations": [
+        {"type": "update", "update": f"INSERT DATA {{ <{EX}j{i}> <{EX}p> {i} }}"}]}
+        for i in (1, 2)]
+    with signed_client(probe, secret[1]) as c:
+        r = c.post("/cluster/execute", json={"start_seq": 1, "transactions": txs})
+        assert [res["ok"] for res in r.json()["results"]] == [True, True], r.text
+        state = c.get("/cluster/state").json()
+        r = c.get("/cluster/journal", params={"after": 0})
+        assert r.status_code == 200, r.text
+        journal = r.json()
+        assert (journal["seq"], journal["fingerprint"]) == (2, state["fingerprint"])
+        assert [(e["seq"], e["txid"]) for e in journal["entries"]] == [(1, "j1"), (2, "j2")]
+        assert journal["refused"] == []
+        assert [e["seq"] for e in c.get("/cluster/journal?after=0&limit=1").json()[
+            "entries"]] == [1]
+        assert c.get("/cluster/journal?after=2").json()["entries"] == []
+        for query, message in (("", "'after' must be an integer"),
+                               ("?after=-1", "'after' must be an integer >= 0"),
+                               ("?after=x", "'after' must be an integer"),
+                               ("?after=0&limit=0", "'limit' must be an integer 1..10000")):
+            r = c.get(f"/cluster/journal{query}")
+            assert r.status_code == 400 and message in r.text, (query, r.text)
+    with signed_client(other, secret[1]) as c:
+        r = c.post("/cluster/apply", json={"entries": [
+            {"seq": e["seq"], "txid": e["txid"], "changeset": e["changeset"],
+             "expected_fingerprint": e["fingerprint"]} for e in journal["entries"]]})
+        assert r.status_code == 200, r.text
+        assert settled(c.get("/cluster/state").json()) == settled(state)
+    # Applied there, not executed: the other worker's journal does not hold them.
+    with signed_client(other, secret[1]) as c:
+        r = c.get("/cluster/journal?after=0")
+    assert r.status_code == 410, r.text
+    assert "does not hold seq 1" in r.text
+
+
 def test_control_api_refuses_missing_wrong_and_replayed_credentials(worker_factory, secret):
     w = worker_factory("w")
     plain = httpx.Client(base_url=w.url)

@@ -10,6 +10,13 @@ execute whose control queries had not passed yet) what the journal describes.
 
 A journal whose header seq equals the state's seq was committed: the state file is
 written before the journal is removed.
+
+``Executed`` is another journal, kept *after* the commit: the outcome of each transaction
+this worker executed as probe (seq, txid, exact changeset, fingerprint and quads after
+it; or the refusal). A master killed between the probe's commit and its own record of
+it finds this worker one group ahead of its log; it reads these records
+(GET /cluster/journal) and rolls forward, recording them, instead of replicating over
+the only copy of those transactions (master_service/cluster/rollforward.py).
 """
 
 from __future__ import annotations
@@ -98,3 +105,99 @@ class Journal:
             for entry in r.get("entries", ()):
                 steps.append(Changeset.from_wire(entry["changeset"]))
         return Pending(header=records[0], steps=steps, sealed=sealed)
+
+
+EXECUTED_FILE = "executed.jsonl"
+EXECUTED_OLD_FILE = "executed.1.jsonl"
+
+
+class NotHeld(LookupError):
+    """The executed journal no longer (or never) held a transaction that was asked for."""
+
+
+class Executed:
+    """The outcomes of the last transactions executed here as probe, oldest first.
+
+    One JSON line per transaction: ``{"seq", "txid", "changeset", "fingerprint",
+    "quads", "duration_s"}`` for one that committed, ``{"txid", "after", "status",
+    "error"}`` for one refused while the state was at seq ``after``. Lines are appended
+    after the state file is saved, so every line is of a committed state; a crash between
+    the two leaves a gap, and a request over the gap is ``NotHeld`` (the master then
+    recovers the worker as before). Not fsynced: a lost line has the same effect.
+
+    Bounded by rotation: when the file reaches ``rotate_records`` lines or
+    ``rotate_bytes`` it becomes ``executed.1.jsonl`` (replacing the previous one), so the
+    last ``rotate_records`` transactions are always held unless they are that large.
+    The files live in the store's generation directory: a new image starts a new history,
+    whose seqs only grow (seqs never go back within one generation)."""
+
+    def __init__(self, directory: Path, rotate_records: int = 1024,
+                 rotate_bytes: int = 32 << 20) -> None:
+        self.path = directory / EXECUTED_FILE
+        self.old_path = directory / EXECUTED_OLD_FILE
+        self._rotate_records = rotate_records
+        self._rotate_bytes = rotate_bytes
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if data and not data.endswith(b"\n"):
+            # A line torn by kill -9: cut it, or the next append would garble its line.
+            data = data[:data.rfind(b"\n") + 1]
+            with open(self.path, "r+b") as fh:
+                fh.truncate(len(data))
+        self._records = data.count(b"\n")
+        self._bytes = len(data)
+        self._fh = None  # kept open: an open per group cost as much as the write
+
+    def record(self, records: list[dict]) -> None:
+        if not records:
+            return
+        data = b"".join(json.dumps(r).encode() + b"\n" for r in records)
+        if self._fh is None:
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open across groups
+        self._fh.write(data)
+        self._fh.flush()  # reaches the kernel: survives kill -9 of this process
+        self._records += len(records)
+        self._bytes += len(data)
+        if self._records >= self._rotate_records or self._bytes >= self._rotate_bytes:
+            self.close()
+            os.replace(self.path, self.old_path)
+            self._records = self._bytes = 0
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def records(self) -> list[dict]:
+        out: list[dict] = []
+        for path in (self.old_path, self.path):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            for line in data.split(b"\n"):
+                try:
+                    record = json.loads(line) if line else None
+                except ValueError:
+                    record = None  # torn by a crash: its transaction is not held
+                if isinstance(record, dict):
+                    out.append(record)
+        return out
+
+    def after(self, seq: int, limit: int, current_seq: int) -> tuple[list[dict], list[dict]]:
+        """(entries, refusals) after ``seq``: every committed entry from ``seq + 1`` to
+        ``min(current_seq, seq + limit)`` in seq order, and the refusals made while the
+        state was at a seq of ``seq`` .. the last entry returned, in execution order.
+        NotHeld when an entry of that range is not held."""
+        records = self.records()
+        by_seq = {r["seq"]: r for r in records if isinstance(r.get("seq"), int)}
+        upto = min(current_seq, seq + limit)
+        missing = next((s for s in range(seq + 1, upto + 1) if s not in by_seq), None)
+        if missing is not None:
+            held = f"it holds seqs {min(by_seq)}..{max(by_seq)}" if by_seq else "it is empty"
+            raise NotHeld(f"the journal of executed transactions does not hold seq "
+                          f"{missing} ({held})")
+        upto = max(upto, seq)
+        entries = [by_seq[s] for s in range(seq + 1, upto + 1)]
+        refused = [r for r in records
+                   if isinstance(r.get("after"), int) and seq <= r["after"] <= upto]
+        return entries, refused

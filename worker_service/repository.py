@@ -6,6 +6,7 @@ Layout of the data directory::
     data-dir/gen-000003/store/          pyoxigraph (RocksDB)
     data-dir/gen-000003/state.json      seq, txid, fingerprint, quad count, namespaces
     data-dir/gen-000003/journal.jsonl   only while a transaction is being applied
+    data-dir/gen-000003/executed*.jsonl the last transactions executed as probe (journal.py)
     data-dir/backups/<name>/            named images (image.tar.sz + manifest.json)
     data-dir/tmp/                       images in transit
 
@@ -83,6 +84,7 @@ class ExecuteResult:
     changeset: Changeset
     state: WorkerState
     duration_s: float
+    wire: dict | None = None  # changeset.to_wire(), when it was computed already
 
 
 def _dir_size(path: Path) -> int:
@@ -130,6 +132,7 @@ class Repository:
         self.store = ox.Store(str(self._gen / "store"))
         self._state = state.load(self._gen)
         self._journal = journal.Journal(self._gen, self._sync)
+        self.executed = journal.Executed(self._gen)
 
     def _point_current_to(self, gen: Path) -> None:
         link = self.data_dir / "current.new"
@@ -190,6 +193,7 @@ class Repository:
             if self.store is not None:
                 self.store.flush()
                 self.store = None  # type: ignore[assignment]
+            self.executed.close()
             gc.collect()
 
     # ---- reading ----
@@ -263,7 +267,10 @@ class Repository:
         step by step, then the control queries (ASK, all must be true) run; on any failure
         that transaction alone is taken back and its error returned in its place. The
         successful ones get consecutive sequence numbers from ``start_seq``. One journal
-        and one state write cover the whole group."""
+        and one state write cover the whole group. A transaction given as an exception
+        instead of its operations (refused by the caller before anything ran, e.g. a
+        syntax error) is that refusal, in its place. Every outcome is kept in the
+        executed journal (journal.Executed) once the group is committed."""
         with self._lock.write():
             return self._execute_locked(start_seq, transactions, control_queries)
 
@@ -274,10 +281,15 @@ class Repository:
         self._check_next(start_seq)
         current = self._state
         outcomes: list[ExecuteResult | Exception] = []
+        executed: list[dict] = []  # for the executed journal, in execution order
         self._journal.begin({"seq": start_seq, "txid": transactions[0][0] if transactions
                              else None, "mode": journal.UNDO})
         try:
             for txid, operations in transactions:
+                if isinstance(operations, Exception):
+                    outcomes.append(operations)
+                    executed.append(_refusal(txid, current.seq, operations))
+                    continue
                 started = time.perf_counter()
                 seq = current.seq + 1
                 minter = BlankNodeMinter(seq, txid)
@@ -302,6 +314,7 @@ class Repository:
                     for cs in reversed(steps):
                         apply_to(self.store, cs.inverse())
                     outcomes.append(exc)
+                    executed.append(_refusal(txid, current.seq, exc))
                     continue
                 current = current.evolve(
                     seq=seq, txid=txid,
@@ -309,7 +322,11 @@ class Repository:
                     quads=current.quads + len(total.added) - len(total.removed),
                     namespaces=namespaces,
                 )
-                outcomes.append(ExecuteResult(total, current, time.perf_counter() - started))
+                duration, wire = time.perf_counter() - started, total.to_wire()
+                outcomes.append(ExecuteResult(total, current, duration, wire))
+                executed.append({"seq": seq, "txid": txid, "changeset": wire,
+                                 "fingerprint": fingerprint.to_hex(current.fingerprint),
+                                 "quads": current.quads, "duration_s": duration})
         except BaseException:
             # Not a transaction's own error (e.g. the store failed): take the group back.
             pending = self._journal.pending()
@@ -321,6 +338,12 @@ class Repository:
             state.save(self._gen, current, self._sync)
             self._state = current
         self._journal.discard()
+        # After the state is saved: every line is of a committed state (journal.py).
+        try:
+            self.executed.record(executed)
+        except OSError as exc:  # committed all the same; only a roll-forward needs it
+            log.warning("executed journal not written (%s): a master that crashes now "
+                        "recovers this worker without rolling forward", exc)
         return outcomes
 
     def _run_control_queries(self, queries: Sequence[str]) -> None:
@@ -488,6 +511,8 @@ class Repository:
                     self._point_current_to(gen)
                     self.store, self._gen, self._state = new_store, gen, new_state
                     self._journal = journal.Journal(gen, self._sync)
+                    self.executed.close()
+                    self.executed = journal.Executed(gen)
                     self.activity = "ON"
             if refused:
                 del new_store  # releases its RocksDB files before they are removed
@@ -522,6 +547,11 @@ class Repository:
         os.replace(work, target)
         shutil.rmtree(old, ignore_errors=True)
         return manifest
+
+
+def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:
+    return {"txid": txid, "after": at_seq, "status": getattr(exc, "status", 400),
+            "error": str(exc)}
 
 
 def _json(data: dict) -> bytes:

@@ -9,6 +9,9 @@ serialised in log order and concurrent clients are grouped (group commit):
     -> forward changesets to every other in-sync worker (per-worker ordered queues)
 
 (in strict consistency mode the acknowledgement waits for the forwarding too).
+A probe found ahead of the log by exactly the group the log expected next (the master
+died, or lost the probe's answer, between its execution and its record) is rolled
+forward: the log records that group from the probe's executed journal (rollforward.py).
 A worker that fails a forward or reports another fingerprint than the probe's leaves
 rotation and the recovery loop brings it back by replay or full replication
 (smart-replication.txt). Status changes that must not race a commit happen in code
@@ -29,11 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from master_service.cluster import replication
+from master_service.cluster import replication, rollforward
 from master_service.cluster.routing import Router
 from master_service.cluster.statuses import IN_SYNC, READABLE, WorkerStatus
 from master_service.cluster.worker_client import WorkerClient, WorkerRefused, WorkerUnavailable
-from master_service.txlog.log import TxLogError
+from master_service.txlog.log import State, TxLogError
 
 log = logging.getLogger("txcluster.master")
 
@@ -82,6 +85,9 @@ class Worker:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     forwarder: asyncio.Task | None = None
     recovering: bool = False
+    # (seq, fingerprint) ahead of the log whose journal was found not to roll forward:
+    # not asked again until the worker's state changes.
+    not_rolled_forward: tuple[int, str] | None = None
 
     @property
     def average_task_time_s(self) -> float:
@@ -110,7 +116,8 @@ class Cluster:
                  mode: str = "NORMAL", strict: bool = False, request_timeout: float = 30.0,
                  log_limits: tuple[int, float] = (100_000, 168.0),
                  on_workers_changed: Callable[[list[str]], None] | None = None,
-                 peered: bool = False, tls: ssl.SSLContext | None = None) -> None:
+                 peered: bool = False, tls: ssl.SSLContext | None = None,
+                 agreement=None) -> None:
         self.node_id = node_id
         self.tls = tls  # verifies https workers (tls-ca-file); None: system CAs
         self.txlog = txlog
@@ -144,8 +151,13 @@ class Cluster:
         # the driver hands agreed transactions to execute_agreed. Pending transactions in
         # the log are then payloads waiting for agreement, not writes lost by a crash.
         self.peered = peered
+        self.agreement = agreement  # AgreementLog: what a peered master expects to execute
         self.sync_submit: Callable[[list[dict]], Awaitable[dict]] | None = None
         self._write_lock = asyncio.Lock()  # one group at a time on the probe, either path
+        # Agreed positions rolled forward while the driver runs: pos -> (txid, answer),
+        # handed to the driver's next execute_agreed instead of executing them again.
+        self._rolled_forward: dict[int, tuple[str, Any]] = {}
+        self._started = False
 
     # ---- lifecycle ----
 
@@ -153,10 +165,6 @@ class Cluster:
         return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
 
     async def start(self) -> None:
-        failed = 0 if self.peered else await self.db(self._fail_unacknowledged)
-        if failed:
-            log.warning("%d transactions logged before a restart were never acknowledged: "
-                        "marked failed", failed)
         head = await self.db(self.txlog.head)
         self.head_seq, self.head_fingerprint, self.head_quads = head.seq, head.fingerprint, \
             head.quads
@@ -166,7 +174,18 @@ class Cluster:
         # the most advanced worker holding data, and no worker is judged against the
         # empty log meanwhile.
         await asyncio.gather(*(self._read_state(w) for w in self.workers.values()))
+        # A probe that executed a group this log never recorded (the master was killed in
+        # between) rolls the log forward, before anything judges it or fails those
+        # transactions.
+        for w in sorted(self.workers.values(), key=lambda w: -w.seq):
+            if w.seq > self.head_seq:
+                await self._roll_forward(w)
+        failed = 0 if self.peered else await self.db(self._fail_unacknowledged)
+        if failed:
+            log.warning("%d transactions logged before a restart were never acknowledged: "
+                        "marked failed", failed)
         await self._adopt_existing_data()
+        self._started = True
         await self.poll_all()
         self._tasks.append(asyncio.create_task(self._writer(), name="writer"))
 
@@ -306,6 +325,12 @@ class Cluster:
             else:
                 return
         w.seq, w.fingerprint, w.quads = st["seq"], st["fingerprint"], st["quads"]
+        if w.seq > self.head_seq and not w.recovering and \
+                w.not_rolled_forward != (w.seq, w.fingerprint):
+            # Ahead of the log (e.g. the answer of its execute was lost): roll forward if
+            # it executed what the log expects next; before a new log adopts its state,
+            # which would leave those transactions to be executed again.
+            await self._roll_forward(w)
         if w.quads > 0 and self._log_is_new():
             # A worker holding data came back while the log has never committed anything
             # (a replaced master whose data-holding workers were down when it started):
@@ -347,6 +372,63 @@ class Cluster:
                     self._disable(other, WorkerStatus.OUT_OF_SYNC,
                                   f"behind the state the new log adopted (seq {seq})")
             self.note(f"new transaction log adopts the state of {best.url} (seq {seq})")
+
+    async def _roll_forward(self, w: Worker) -> bool:
+        """Record what worker ``w`` executed after the log head when it is exactly what the
+        log expects next (rollforward.py); True when the log moved to ``w``'s state."""
+        async with self._write_lock:  # no group executes meanwhile: the head stays put
+            if w.seq <= self.head_seq or (self.peered and self.agreement is None):
+                return False
+            head = State(self.head_seq, self.head_fingerprint, self.head_quads)
+            try:
+                journal = await self._while_alive(
+                    w, w.client.journal(head.seq, rollforward.MAX_AHEAD))
+                w.seq, w.fingerprint, w.quads = \
+                    journal["seq"], journal["fingerprint"], journal["quads"]
+                n = len(journal["entries"]) + len(journal["refused"])
+                expected = await self.db(self._expected_next, n)
+                if expected is None:
+                    raise rollforward.NoRollForward("a split recovery's rollback is owed")
+                plan = rollforward.plan(head, expected, journal)
+                if self.peered:
+                    await self.db(self.agreement.record_executed, plan.done, plan.entries,
+                                  plan.failures, time.time())
+                else:
+                    await self.db(self.txlog.record_group, [], plan.entries, plan.failures)
+            except (WorkerUnavailable, WorkerRefused, rollforward.NoRollForward, TxLogError,
+                    KeyError, TypeError) as exc:
+                if isinstance(exc, WorkerUnavailable):
+                    return False  # asked again at the next health check
+                w.not_rolled_forward = (w.seq, w.fingerprint)
+                self.note(f"worker {w.url} is ahead of the log (seq {w.seq}, log at "
+                          f"{head.seq}) and is not rolled forward: {exc}", logging.WARNING)
+                return False
+            self._committed(w, plan.entries)
+            if self.peered and self._started:
+                # The driver may be retrying these very positions: it gets their answers.
+                for pos, txid, *_ in plan.done:
+                    answer = plan.answers[txid]
+                    self._rolled_forward[pos] = (txid, answer if isinstance(answer, dict)
+                                                 else WriteFailed(*answer))
+            first, last = plan.entries[0][0], plan.entries[-1][0]
+            failed = f", {len(plan.failures)} refused" if plan.failures else ""
+            self.note(f"worker {w.url} had executed {len(plan.entries)} transactions the log "
+                      f"had not recorded (master crash): recorded them (seq {first}..{last}"
+                      f"{failed})", logging.WARNING)
+            return True
+
+    def _expected_next(self, limit: int) -> list[rollforward.Expected] | None:
+        """What the log expects to be executed next (txlog thread): a peered master's
+        next agreed transactions in agreed order, otherwise pending transactions in log
+        order. None when a split recovery's rollback is owed: the agreed queue after it
+        is being renegotiated."""
+        if self.peered:
+            if self.agreement.rollback_owed() is not None:
+                return None
+            pos = self.agreement.executed()[0]
+            return [rollforward.Expected(a.txid, a.pos)
+                    for a in self.agreement.to_execute(pos, limit)]
+        return [rollforward.Expected(t.txid) for t in self.txlog.pending()[:limit]]
 
     async def _recover(self, w: Worker) -> None:
         try:
@@ -623,11 +705,16 @@ class Cluster:
         ``write``'s, or a WriteFailed. NotWritable when no worker can execute now: the
         transactions stay agreed and the driver retries."""
         async with self._write_lock:
+            answers: dict[str, Any] = {}
+            if self._rolled_forward:
+                batch = await self._take_rolled_forward(batch, answers)
+                if not batch:
+                    return answers
             txs = [{"txid": a.txid, "operations": a.operations} for a in batch]
             probe, response, started = await self._execute_on_probe(txs, self.execution_reason)
             self._count_task(probe, time.monotonic() - started, len(batch))
             self.counters.write_groups += 1
-            entries, failures, done, answers = [], [], [], {}
+            entries, failures, done = [], [], []
             fp, quads = self.head_fingerprint, self.head_quads
             for a, res in zip(batch, response["results"], strict=True):
                 if res["ok"]:
@@ -645,6 +732,19 @@ class Cluster:
         if self.strict and entries:
             await self._wait_forwarded(self.head_seq)
         return answers
+
+    async def _take_rolled_forward(self, batch: Sequence, answers: dict) -> list:
+        """The part of ``batch`` not executed yet: positions a roll-forward recorded meanwhile
+        are answered from it (into ``answers``), never executed twice."""
+        executed = (await self.db(self.agreement.executed))[0]
+        for a in batch:
+            if a.pos <= executed:
+                txid, answer = self._rolled_forward.pop(a.pos, (None, None))
+                if txid == a.txid:
+                    answers[a.txid] = answer
+        for pos in [p for p in self._rolled_forward if p <= executed and p < batch[0].pos]:
+            del self._rolled_forward[pos]  # the driver is past them
+        return [a for a in batch if a.pos > executed]
 
     async def _wait_for_probe(self, reason_now: Callable[[], str | None]) -> bool:
         """Wait (at most request_timeout) until an in-sync worker has applied its queued

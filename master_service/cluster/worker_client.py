@@ -96,6 +96,12 @@ class WorkerClient:
             "control_queries": control_queries,
         }, timeout=WORK_CALL_TIMEOUT_S)
 
+    async def journal(self, after: int, limit: int) -> dict:
+        """What the worker executed as probe after seq ``after`` (worker_service/journal.py,
+        Executed); WorkerRefused 410 when it no longer holds it."""
+        return await self._call("GET", f"/cluster/journal?after={after}&limit={limit}",
+                                timeout=WORK_CALL_TIMEOUT_S)
+
     async def apply(self, entries: list[dict]) -> dict:
         return await self._call("POST", "/cluster/apply", {"entries": entries},
                                 timeout=WORK_CALL_TIMEOUT_S)

@@ -1,5 +1,5 @@
-"""Fuzzing a worker's cluster-control API (/cluster/execute, /cluster/apply) and its
-RDF4J API, on a real worker process.
+"""Fuzzing a worker's cluster-control API (/cluster/execute, /cluster/apply,
+/cluster/journal) and its RDF4J API, on a real worker process.
 
 The control bodies are signed with the cluster credential, so they pass authentication
 and reach validation (the point is the validation behind the credential, which a bug in
@@ -139,6 +139,32 @@ def test_other_control_calls(worker, path, body):
     assert r.text.strip()
     if path != "/cluster/verify":
         assert state(client) == before, (path, body, r.text)
+
+
+@fuzz_settings(0.5)
+@given(after=st.one_of(st.integers(-3, 40), st.integers(), st.text(max_size=12)),
+       limit=st.one_of(st.none(), st.integers(-3, 20_000), st.text(max_size=8)))
+@example(after="0", limit=None)
+def test_journal_reads(worker, after, limit):
+    """GET /cluster/journal (a master's roll-forward reads it): any query string is a 200
+    whose entries follow ``after`` one by one up to the worker's seq, a 410 when they are
+    not held, or a 400; nothing changes. (The execute examples fill the journal.)"""
+    _, client = worker
+    before = state(client)
+    params = {"after": str(after)} | ({} if limit is None else {"limit": str(limit)})
+    r = client.get("/cluster/journal", params=params)
+    assert_clear_answer("worker: /cluster/journal", r, params)
+    assert r.status_code in (200, 400, 410), (params, r.status_code, r.text)
+    if r.status_code == 200:
+        body = r.json()
+        first = int(after) + 1
+        assert [e["seq"] for e in body["entries"]] == \
+            list(range(first, first + len(body["entries"])))
+        assert first + len(body["entries"]) - 1 == min(body["seq"], int(after) + int(
+            limit if limit is not None else 1000)) or not body["entries"]
+        for e in body["entries"]:
+            assert {"txid", "changeset", "fingerprint", "quads"} <= set(e), e
+    assert state(client) == before
 
 
 @fuzz_settings()

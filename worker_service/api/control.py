@@ -1,6 +1,8 @@
 """Cluster-control API of a worker: only its master (cluster credential) may call it.
 
     GET  /cluster/state              seq, txid, fingerprint, quads, size on disk, status
+    GET  /cluster/journal?after=&limit=  the transactions executed here as probe after a seq
+                                     (a master's roll-forward after its crash)
     POST /cluster/execute            probe: exact changeset + control queries
     POST /cluster/apply              apply a changeset with the expected fingerprint
     POST /cluster/verify             full recomputation of the fingerprint
@@ -36,6 +38,7 @@ from worker_service import fingerprint
 from worker_service.bulk_load import BulkLoader
 from worker_service.changeset import Changeset
 from worker_service.image import ImageError
+from worker_service.journal import NotHeld
 from worker_service.repository import ApplyEntry, Repository, WorkerError
 
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -71,6 +74,21 @@ def _field(data: dict, name: str, kind: type, optional: bool = False):
         return None
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise HTTPException(400, f"field '{name}' must be a {kind.__name__}")
+    return value
+
+
+def _query_int(request: Request, name: str, default: int | None, low: int,
+               high: int | None) -> int:
+    text = request.query_params.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        value = int(text) if text is not None and text.isdecimal() else None
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise HTTPException(400, f"query parameter '{name}' must be an integer {bounds}")
     return value
 
 
@@ -125,32 +143,54 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
             raise HTTPException(400, "field 'control_queries' must be a list of strings")
         txs = _field(data, "transactions", list)
         parsed: list = []
-        errors: dict[int, TransactionError] = {}
         for i, tx in enumerate(txs):
             if not isinstance(tx, dict) or not isinstance(tx.get("txid"), str):
                 raise HTTPException(400, f"transaction {i} needs a string 'txid'")
             try:
                 parsed.append((tx["txid"], parse_operations(tx.get("operations"))))
             except TransactionError as exc:
-                errors[i] = exc  # refused before anything runs; the others go on
+                # Refused before anything runs, the others go on; passed in its place so
+                # that the executed journal keeps the refusal in order.
+                parsed.append((tx["txid"], exc))
         try:
             outcomes = await run_in_threadpool(repo.execute_batch, start_seq, parsed, controls)
         except WorkerError as exc:
             raise fail(exc) from None
         results: list[dict] = []
-        it = iter(outcomes)
-        for i, tx in enumerate(txs):
-            outcome = errors.get(i) or next(it)
+        for tx, outcome in zip(txs, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 results.append({"txid": tx["txid"], "ok": False,
                                 "status": getattr(outcome, "status", 400),
                                 "error": str(outcome)})
             else:
                 results.append({"txid": tx["txid"], "ok": True,
-                                "changeset": outcome.changeset.to_wire(),
+                                "changeset": outcome.wire or outcome.changeset.to_wire(),
                                 **_state_summary(outcome.state),
                                 "duration_s": outcome.duration_s})
         return JSONResponse({"results": results, "state": _state_summary(repo.state())})
+
+    @router.get("/journal")
+    async def get_journal(request: Request):
+        """The transactions this worker executed as probe after seq ``after`` (at most
+        ``limit``, default 1000): {"seq", "fingerprint", "quads" (its state now),
+        "entries": [{"seq", "txid", "changeset", "fingerprint", "quads", "duration_s"}],
+        "refused": [{"txid", "after", "status", "error"}]}; the changesets in the form
+        /cluster/apply takes. 410 when the journal does not hold one of those entries any
+        more (rotated, a new image since, or they were applied here, not executed)."""
+        repo = await guard(request)
+        after = _query_int(request, "after", None, 0, None)
+        limit = _query_int(request, "limit", 1000, 1, 10_000)
+
+        def read() -> dict:
+            with repo.reading():  # the state and the records of the same moment
+                st = repo.state()
+                entries, refused = repo.executed.after(after, limit, st.seq)
+            return {**_state_summary(st), "entries": entries, "refused": refused}
+
+        try:
+            return await run_in_threadpool(read)
+        except NotHeld as exc:
+            raise HTTPException(410, str(exc)) from None
 
     @router.post("/apply")
     async def apply(request: Request):
