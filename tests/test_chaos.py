@@ -24,8 +24,9 @@ ROUNDS = {
     101: ["kill-worker", "kill-master-during-replication"],
     102: ["kill-master", "pause-worker", "kill-master-during-backup"],
 }
-# About 30 s each on two cores. Seed 201 kills us1's master: uk2's (its DC's only worker)
-# can be left "out of sync" with no worker to replicate from today.
+# About 30 s each on two cores. (A master killed between its probe's commit and its own
+# record used to leave a DC's only worker "out of sync" for good; it is rolled forward
+# now, master_service/cluster/rollforward.py, chaos seed 12.)
 MULTI_DC_ROUNDS = {
     201: ["kill-master", "lose-link"],
     202: ["partition-dc", "lossy-link", "kill-worker"],
