@@ -376,6 +376,12 @@ class Cluster:
     async def _roll_forward(self, w: Worker) -> bool:
         """Record what worker ``w`` executed after the log head when it is exactly what the
         log expects next (rollforward.py); True when the log moved to ``w``'s state."""
+        if self._write_lock.locked():
+            # A group, a rollback or a restore is under way: asked again at the next
+            # health check. Never wait for the lock here: a split rollback holds it while
+            # its restore polls the workers, and a worker whose restore failed is still
+            # ahead (Molecule two_dc: the master stayed "recovering" for good).
+            return False
         async with self._write_lock:  # no group executes meanwhile: the head stays put
             if w.seq <= self.head_seq or (self.peered and self.agreement is None):
                 return False
