@@ -55,6 +55,7 @@ from urllib.parse import quote
 import aiohttp
 
 from master_service.cluster.core import MAX_GROUP, NotWritable, WriteFailed
+from master_service.cluster.statuses import WorkerStatus
 from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
 from master_service.sync.protocol import (
@@ -898,6 +899,7 @@ class SyncDriver:
         """Return this data centre to the state at the truncation point: restore every
         worker from the split backup when something after it was executed here."""
         db = self.cluster.db
+        restores = 0
         try:
             while True:
                 owed = await db(self.agreement.rollback_owed)
@@ -905,22 +907,38 @@ class SyncDriver:
                     break
                 target = await db(self.agreement.state_at, owed)
                 head = (self.cluster.head_seq, self.cluster.head_fingerprint)
-                if target is None or target == head:
-                    # Nothing after that position was executed here: nothing to undo.
+                away = [] if target is None else [
+                    w.url for w in self.cluster.workers.values()
+                    if w.status is not WorkerStatus.OFF and w.seq >= 0
+                    and (w.seq, w.fingerprint) != target]
+                if target is None or (target == head and not away):
+                    # Nothing after that position was executed here (or the log and
+                    # every reachable worker are back there): nothing to undo.
                     await db(self.agreement.rolled_back, owed, self.cluster.head_seq)
                     continue
                 backup = await db(self.agreement.split_backup)
                 record = await db(self.cluster.txlog.backup, backup[0]) if backup else None
+                restores += 1
+                if restores > 3:
+                    self.recovery_problem = (
+                        f"workers {', '.join(away)} are still not at agreed position {owed} "
+                        f"after 3 restores from '{backup[0] if backup else None}'; restore "
+                        "them by hand and restart")
+                    log.critical("sync: %s", self.recovery_problem)
+                    return
                 if record is None or (record.seq, record.fingerprint) != target:
                     self.recovery_problem = (
                         f"cannot return to agreed position {owed}: no backup of that state "
                         f"(split backup: {backup}); restore the workers by hand and restart")
                     log.critical("sync: %s", self.recovery_problem)
                     return  # execution stays held: better stopped than wrong
-                log.warning("sync: restoring every worker from '%s' (agreed position %d)",
-                            record.name, owed)
-                await self.cluster.rollback(
-                    record.name, lambda seq, owed=owed: self.agreement.rolled_back(owed, seq))
+                log.warning("sync: restoring every worker from '%s' (agreed position %d)%s",
+                            record.name, owed, f"; still away from it: {', '.join(away)}"
+                            if target == head else "")
+                # The owed rollback stays recorded until a later turn of this loop finds
+                # the log and every reachable worker at the target (a crash in between
+                # restores again).
+                await self.cluster.rollback(record.name, self.agreement.forget_executed_after)
             self.executed_pos, self.executed_fp = await db(self.agreement.executed)
             self._recent.clear()
             self.recovery_problem = None

@@ -235,17 +235,31 @@ class AgreementLog:
         name, pos = self._meta("sync_split_backup"), self._meta("sync_split_backup_pos")
         return (name, int(pos)) if name and pos is not None else None
 
-    def rolled_back(self, pos: int, seq: int) -> None:
-        """The data centre is back at agreed position ``pos`` (its log at ``seq``): the
-        log's entries after it are gone and the owed rollback is paid."""
+    def forget_executed_after(self, seq: int) -> None:
+        """A rollback is under way: the data centre's log forgets its entries after
+        ``seq`` (their transactions are pending again). The owed rollback stays recorded
+        until ``rolled_back``: a crash before the workers are restored must restore them
+        again (chaos seed 1212: the log forgot, the master died, the workers stayed ahead
+        and nothing restored them)."""
         with self.txlog.atomic() as db:
-            dropped = [r["txid"] for r in db.query(
-                "select txid from sync_queue where seq > ?", [seq])]
-            db.execute("delete from sync_queue where seq > ?", [seq])
-            db.conn.executemany(
-                "update transactions set status = 'pending', seq = null, error = null "
-                "where txid = ?", [(t,) for t in dropped])
+            self._forget(db, seq)
+
+    def rolled_back(self, pos: int, seq: int) -> None:
+        """The data centre is back at agreed position ``pos`` (its log at ``seq``, every
+        reachable worker restored): the log's entries after it are gone and the owed
+        rollback is paid."""
+        with self.txlog.atomic() as db:
+            self._forget(db, seq)
             db.execute("delete from meta where key = 'sync_rollback_to'")
+
+    @staticmethod
+    def _forget(db: Any, seq: int) -> None:
+        dropped = [r["txid"] for r in db.query(
+            "select txid from sync_queue where seq > ?", [seq])]
+        db.execute("delete from sync_queue where seq > ?", [seq])
+        db.conn.executemany(
+            "update transactions set status = 'pending', seq = null, error = null "
+            "where txid = ?", [(t,) for t in dropped])
 
     # ---- payloads ----
 
