@@ -213,7 +213,15 @@ def test_queues_that_diverged_and_end_on_the_same_id_are_reported():
         chain = chain_hash(chain, txid)
     ready = node.receive(Status("n2", Mode.READ_WRITE, "C", 3, 20, (), chain), now=11)
     assert [i.kind for i in ready.inconsistencies] == ["diverged"]
-    assert not ready.tails and node.seq == 3
+    assert node.seq == 3
+    # the peer gets our entries up to its position, which it cannot append: it reports the
+    # divergence too, even under None (nothing is repaired)
+    assert [(t.to, [e.txid for e in t.segment.entries]) for t in ready.tails] == [
+        ("n2", ["A", "B", "C"])]
+    peer = SyncNode.restore("n2", PersistentState((tx("B", 2), tx("A", 1), tx("C", 3)), (), 3),
+                            now=10, peers=["n1"], timing=TIMING)
+    got = peer.receive(ready.tails[0].segment, now=12)
+    assert [i.kind for i in got.inconsistencies] == ["tail-diverged"] and peer.seq == 3
 
 
 def test_restore_resumes_from_what_was_persisted():

@@ -780,8 +780,10 @@ class SyncNode:
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
                          f"ours there is {self._synced[st.seq - 1].txid} "
                          f"(chain {self._chain[st.seq][:8]})")
-            if self._recovery is not SplitRecovery.NONE:
-                self._send_diverged(st.sender, st.seq)
+            # Under None too: the peer cannot append it, but reports the divergence, so
+            # that every master of both sides shows it (a master behind the other side
+            # sees only a status ahead of it; tests/test_partitions.py, None).
+            self._send_diverged(st.sender, st.seq)
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
         self._merge(st.queue, st.sender, now)
