@@ -565,7 +565,7 @@ def inconsistent_messages(draw, p: Peering, uid: int) -> Case:
             entries = [dict(e) for e in p.agreed[k:]] + [dict(again)]
             reports.append(("tail-diverged", f"{again['txid']} conflicts with what we hold"))
         else:  # past the queue: m1 waits for the segment that follows its own
-            k = p.n + draw(st.integers(1, 2**62))
+            k = p.n + draw(st.integers(1, 2**62 - 1 - p.n))
             after, chain = fake, draw(_hex)
         case = Case("/peer/tail", _tail(draw, k, after, chain, entries), 204, reports)
     if draw(st.booleans()) and draw(st.booleans()):  # one in four: a stranger
