@@ -1060,6 +1060,13 @@ class SyncNode:
             self._out.split_changed = True
         return new
 
+    def _split_view(self) -> tuple[int | None, tuple[str, ...]]:
+        """What a tail segment says of our split: the split point and whom we went on
+        without (excluded and rejoining peers), or None and () when not split."""
+        if not self._split():
+            return None, ()
+        return self._split_point, tuple(sorted(self._excluded | self._rejoining))
+
     def _send_tail(self, peer: str, seq: int) -> None:
         end = seq + self._timing.max_tail
         limit = self._tail_limit(peer)
@@ -1069,10 +1076,7 @@ class SyncNode:
             return
         entries = tuple(self._synced[seq:end])
         after = self._synced[seq - 1].txid if seq else None
-        point, excluded = None, ()
-        if self._split():
-            point = self._split_point
-            excluded = tuple(sorted(self._excluded | self._rejoining))
+        point, excluded = self._split_view()
         self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries,
                                                       self._chain[seq], point, excluded)))
 
@@ -1087,10 +1091,7 @@ class SyncNode:
         unless it joins our split (``_join_senders_side``)."""
         start = max(0, seq - self._timing.max_tail)
         after = self._synced[start - 1].txid if start else None
-        point, excluded = None, ()
-        if self._split():
-            point = self._split_point
-            excluded = tuple(sorted(self._excluded | self._rejoining))
+        point, excluded = self._split_view()
         self._out.tails.append(Tail(peer, TailSegment(
             self._id, start, after, tuple(self._synced[start:seq]), self._chain[start],
             point, excluded)))
