@@ -236,3 +236,12 @@ def test_worker_refuses_a_bad_config_naming_the_key(tmp_path, secret):
     r = subprocess.run([sys.executable, "-m", "txcluster.cli", "worker", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "must be 600" in r.stderr
+
+
+def test_ports_for_nodes_are_never_handed_out_twice():
+    # Nodes are configured before any of them listens, so a port the kernel hands out
+    # again after its probe socket closed would be given to two nodes (chaos seed 202).
+    from txcluster.local import free_port
+
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)

@@ -30,10 +30,23 @@ def jmx_service_url(host: str, port: int) -> str:
     return f"service:jmx:rmi:///jndi/rmi://{host}:{port}/jmxrmi"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now and that this process has not handed out before.
+
+    The kernel may give a just-released port again, so two nodes configured before
+    either starts could get the same one (chaos seed 202: a worker took the port chosen
+    for its master); remembering what we handed out closes that."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port that was not handed out already")
 
 
 @dataclass
