@@ -50,6 +50,19 @@ def _sequence() -> list[str]:
     return [s.replace("_", "-") for s in config["scenario"]["test_sequence"]]
 
 
+def _failures(lines: list[str], limit: int = 3000) -> str:
+    """The failed tasks of the log, each with its TASK header, first in the report: CI
+    shows only the start of a long failure message, and a 200-line tail can end before
+    the failure (a wait that retried for minutes)."""
+    out, task = [], ""
+    for line in lines:
+        if line.startswith("TASK ["):
+            task = line.rstrip("* ")
+        elif line.startswith(("fatal:", "failed:")) or "FAILED!" in line:
+            out.append(f"{task}\n  {line[:limit]}")
+    return "failed tasks:\n" + ("\n".join(out[-5:]) if out else "  (none in the log)")
+
+
 def _molecule(step: str, log, env: dict) -> int:
     log.write(f"\n===== molecule {step} -s {SCENARIO}\n")
     log.flush()
@@ -94,5 +107,7 @@ def test_molecule_two_datacentres(capsys):
         print(f"\nMolecule {SCENARIO}: {summary} (total {sum(timings.values()):.0f} s; "
               f"log {LOG.relative_to(REPO)})")
     if failed or destroyed:
-        tail = "\n".join(LOG.read_text(errors="replace").splitlines()[-200:])
-        pytest.fail(f"molecule {failed or 'destroy'} failed ({summary}); end of {LOG}:\n{tail}")
+        lines = LOG.read_text(errors="replace").splitlines()
+        tail = "\n".join(lines[-120:])
+        pytest.fail(f"molecule {failed or 'destroy'} failed ({summary})\n"
+                    f"{_failures(lines)}\nend of {LOG}:\n{tail}")
