@@ -27,6 +27,7 @@ SCENARIO = "two_dc"
 BIN = Path(sys.executable).parent
 LOG = REPO / "build" / f"molecule-{SCENARIO}.log"
 LOCK = Path("/run/txcluster-molecule.lock")
+STATE = Path("/run/txcluster-molecule") / SCENARIO  # create.yml's nspawn-hosts.sh state
 STEP_TIMEOUT_S = 1200
 
 
@@ -63,6 +64,26 @@ def _failures(lines: list[str], limit: int = 3000) -> str:
     return "failed tasks:\n" + ("\n".join(out[-5:]) if out else "  (none in the log)")
 
 
+def _journals(lines: int = 30) -> str:
+    """The txcluster units' journals of every instance, read before destroy removes them:
+    why a master did not become healthy is there, not in Ansible's output. Each instance's
+    init is recorded by deploy/nspawn-hosts.sh (PID and PID namespace)."""
+    out = []
+    for leader in sorted(STATE.glob("instances/*/leader")):
+        try:
+            pid = leader.read_text().split()[0]
+            res = subprocess.run(
+                ["nsenter", "-t", pid, "-m", "-p", "journalctl", "--no-pager", "-o",
+                 "short-precise", "-n", str(lines), "-u", "txcluster-master.service",
+                 "-u", "txcluster-worker.service"],
+                capture_output=True, text=True, timeout=30)
+            text = (res.stdout + res.stderr).strip()
+        except (OSError, IndexError, subprocess.SubprocessError) as exc:
+            text = f"(not read: {exc})"
+        out.append(f"--- {leader.parent.name}\n{text}")
+    return "journals:\n" + ("\n".join(out) if out else "  (no instances)")
+
+
 def _molecule(step: str, log, env: dict) -> int:
     log.write(f"\n===== molecule {step} -s {SCENARIO}\n")
     log.flush()
@@ -86,6 +107,7 @@ def test_molecule_two_datacentres(capsys):
     LOG.parent.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     failed = None
+    journals = ""
     with open(LOCK, "w") as lock, open(LOG, "w") as log:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run's instances use the same bridge
         # A run killed before its destroy leaves Molecule's state saying "created".
@@ -97,6 +119,8 @@ def test_molecule_two_datacentres(capsys):
                 timings[step] = time.monotonic() - start
                 if rc != 0:
                     failed = step
+                    journals = _journals()
+                    log.write(f"\n===== journals of the instances\n{journals}\n")
                     break
         finally:
             start = time.monotonic()
@@ -110,4 +134,4 @@ def test_molecule_two_datacentres(capsys):
         lines = LOG.read_text(errors="replace").splitlines()
         tail = "\n".join(lines[-120:])
         pytest.fail(f"molecule {failed or 'destroy'} failed ({summary})\n"
-                    f"{_failures(lines)}\nend of {LOG}:\n{tail}")
+                    f"{_failures(lines)}\n{journals}\nend of {LOG}:\n{tail}")

@@ -166,9 +166,46 @@ def test_reset_base_adopts_a_workers_state_only_while_the_queue_is_empty(log):
     with pytest.raises(TxLogError, match="consecutive"):
         append(log, 1, 1)
     log.commit_applied([entry(42, "tx1")])
-    with pytest.raises(TxLogError, match="empty"):
+    with pytest.raises(TxLogError, match="never committed"):
         log.reset_base(0, ZERO, 0)
     assert log.base() == State(41, fp(41), 1234)
+
+
+def test_a_log_rolled_back_to_the_empty_state_is_not_new(path):
+    # A split recovery to agreed position 0 leaves the log at seq 0 with the empty
+    # fingerprint, like a new one; a worker not restored yet must not become its base
+    # (Molecule two_dc, where the log adopted such a worker mid-rollback).
+    from master_service.txlog.agreement import AgreementLog
+
+    with TxLog.open(path) as log:
+        assert not log.has_history()
+        append(log, 1, 2)
+        assert log.has_history()
+        AgreementLog(log).forget_executed_after(0)
+        assert log.head() == State(0, ZERO, 0)
+        assert log.has_history()
+        with pytest.raises(TxLogError, match="never committed"):
+            log.reset_base(2, fp(1002), 2)
+    with TxLog.open(path) as log:  # it is persisted
+        assert log.has_history() and log.head() == State(0, ZERO, 0)
+
+
+def test_history_of_a_log_written_before_the_flag_is_read_from_its_state(path):
+    with TxLog.open(path) as log:
+        append(log, 1, 1)
+    with TxLog.open(path) as log:
+        log._db.execute("delete from meta where key = 'history'")  # as an older version
+        log._db.conn.commit()
+    with TxLog.open(path) as log:
+        assert log.has_history()
+    fresh = path.with_name("fresh.sqlite")
+    with TxLog.open(fresh) as log:
+        log._db.execute("delete from meta where key = 'history'")
+        log._db.conn.commit()
+    with TxLog.open(fresh) as log:
+        assert not log.has_history()
+        log.reset_base(5, fp(5), 5)  # adopting a state is history too
+        assert log.has_history()
 
 
 def test_a_fingerprint_must_be_32_hex_digits():
@@ -393,6 +430,7 @@ class TxLogMachine(RuleBasedStateMachine):
         self.clock = 0.0
         self.next_tx = 0
         self.pruned: list[State] = []
+        self.history = False  # committed or adopted a state: reset_base is refused
 
     def head(self) -> State:
         return self.queue[-1][0].state if self.queue else self.base
@@ -410,6 +448,7 @@ class TxLogMachine(RuleBasedStateMachine):
         self.log.log_pending([(t, self.clock, "m1", []) for t in txids])
         self.log.commit_applied(batch, now=self.clock)
         self.queue += [(e, self.clock) for e in batch]
+        self.history = True
 
     @rule(offset=st.sampled_from([-2, -1, 0, 2, 3]))
     def commit_out_of_order_is_refused(self, offset) -> None:
@@ -437,14 +476,16 @@ class TxLogMachine(RuleBasedStateMachine):
             self.queue = self.queue[drop:]
         assert self.head() == head_before  # pruning never moves the head
 
-    @precondition(lambda self: not self.queue)
+    @precondition(lambda self: not self.history)
     @rule(seq=st.integers(0, 10**6), fingerprint=fingerprints, quads=st.integers(0, 10**9))
     def reset_base(self, seq, fingerprint, quads) -> None:
         self.log.reset_base(seq, fingerprint, quads)
         self.pruned.append(self.base)
         self.base = State(seq, fingerprint, quads)
+        self.history = (seq, fingerprint) != (0, ZERO)
+        assert self.log.has_history() == self.history
 
-    @precondition(lambda self: bool(self.queue))
+    @precondition(lambda self: self.history)
     @rule()
     def reset_base_is_refused(self) -> None:
         with pytest.raises(TxLogError):

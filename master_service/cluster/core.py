@@ -137,6 +137,8 @@ class Cluster:
         self.head_seq = 0
         self.head_fingerprint = "0" * 32
         self.head_quads = 0
+        self.log_history = False  # TxLog.has_history(), kept current by _set_head
+        self._restoring: set[str] = set()  # workers whose restore (restore()) is under way
         self.probe: str | None = None
         self._pending: list[tuple[str, list, asyncio.Future]] = []
         self._wake = asyncio.Event()
@@ -166,8 +168,8 @@ class Cluster:
 
     async def start(self) -> None:
         head = await self.db(self.txlog.head)
-        self.head_seq, self.head_fingerprint, self.head_quads = head.seq, head.fingerprint, \
-            head.quads
+        self.log_history = await self.db(self.txlog.has_history)
+        self._set_head(head.seq, head.fingerprint, head.quads)
         for url in self._initial:
             self._attach(url, readable=True)
         # Read every worker's state before any recovery starts: a new log first adopts
@@ -304,8 +306,8 @@ class Cluster:
 
     async def poll(self, w: Worker) -> None:
         """Health check; starts recovery of a worker that is not in sync."""
-        if w.url == self.bulk_load_target:
-            return  # its state changes on purpose; commit_bulk_load takes it over
+        if w.url == self.bulk_load_target or w.url in self._restoring:
+            return  # its state changes on purpose; commit_bulk_load or restore takes it over
         try:
             st = await w.client.state()
         except (WorkerUnavailable, WorkerRefused) as exc:
@@ -346,8 +348,17 @@ class Cluster:
             w.seq, w.fingerprint, w.quads = st["seq"], st["fingerprint"], st["quads"]
 
     def _log_is_new(self) -> bool:
-        """The log has never committed a transaction nor adopted a state."""
-        return self.head_seq == 0 and self.head_fingerprint == "0" * 32
+        """The log has never committed a transaction nor adopted a state. Not the same as
+        a head at the empty state: a split recovery rolls a log back to agreed position 0,
+        and a worker not restored yet must not become the base of the log then (Molecule
+        two_dc: the log adopted it mid-rollback and the recovery failed for good)."""
+        return not self.log_history and self.head_seq == 0 and \
+            self.head_fingerprint == "0" * 32
+
+    def _set_head(self, seq: int, fingerprint: str, quads: int) -> None:
+        self.head_seq, self.head_fingerprint, self.head_quads = seq, fingerprint, quads
+        if (seq, fingerprint) != (0, "0" * 32):
+            self.log_history = True
 
     async def _adopt_existing_data(self) -> None:
         """A new log and workers that already hold data: the most advanced becomes the
@@ -364,7 +375,7 @@ class Cluster:
                 await self.db(self.txlog.reset_base, seq, fp, quads)
             except TxLogError:
                 return  # a transaction was committed meanwhile: the log is not new
-            self.head_seq, self.head_fingerprint, self.head_quads = seq, fp, quads
+            self._set_head(seq, fp, quads)
             # Workers in rotation at the empty state are now behind the log: recovered
             # (replicated from a worker holding the data) like any other.
             for other in self.in_sync():
@@ -693,7 +704,7 @@ class Cluster:
         if not entries:
             return
         last = entries[-1]
-        self.head_seq, self.head_fingerprint, self.head_quads = last[0], last[3], last[4]
+        self._set_head(last[0], last[3], last[4])
         probe.seq, probe.fingerprint, probe.quads = last[0], last[3], last[4]
         wires = [{"seq": e[0], "txid": e[1], "changeset": e[2],
                   "expected_fingerprint": e[3]} for e in entries]
@@ -908,8 +919,7 @@ class Cluster:
             if (head.seq, head.fingerprint) != (record.seq, record.fingerprint):
                 raise TxLogError(f"the log at seq {head.seq} ({head.fingerprint}) is not the "
                                  f"state of backup '{name}' ({record.fingerprint})")
-            self.head_seq, self.head_fingerprint, self.head_quads = \
-                head.seq, head.fingerprint, head.quads
+            self._set_head(head.seq, head.fingerprint, head.quads)
             return await self.restore(name)
 
     async def restore(self, name: str) -> dict:
@@ -921,18 +931,26 @@ class Cluster:
         results = {}
         for w in list(self.workers.values()):
             self._disable(w, WorkerStatus.REPLICATION_CLIENT, f"restoring from image '{name}'")
-        for w in list(self.workers.values()):
-            try:
-                if w.url == holder:
-                    res = await w.client.restore(name=name)
-                else:
-                    res = await w.client.restore(source=f"{holder}/cluster/backups/{name}")
-                w.seq, w.fingerprint, w.quads = res["seq"], res["fingerprint"], res["quads"]
-                w.status = WorkerStatus.OUT_OF_SYNC
-                results[w.url] = "restored"
-            except (WorkerUnavailable, WorkerRefused) as exc:
-                self._disable(w, WorkerStatus.OFF, f"restore failed: {exc}")
-                results[w.url] = f"failed: {exc}"
+        # Until its own restore answered, a worker's state is the old one: the health
+        # check leaves it alone (recovering it meanwhile would race the restore).
+        self._restoring = set(self.workers)
+        try:
+            for w in list(self.workers.values()):
+                try:
+                    if w.url == holder:
+                        res = await w.client.restore(name=name)
+                    else:
+                        res = await w.client.restore(source=f"{holder}/cluster/backups/{name}")
+                    w.seq, w.fingerprint, w.quads = res["seq"], res["fingerprint"], res["quads"]
+                    w.status = WorkerStatus.OUT_OF_SYNC
+                    results[w.url] = "restored"
+                except (WorkerUnavailable, WorkerRefused) as exc:
+                    self._disable(w, WorkerStatus.OFF, f"restore failed: {exc}")
+                    results[w.url] = f"failed: {exc}"
+                finally:
+                    self._restoring.discard(w.url)
+        finally:
+            self._restoring = set()
         self.note(f"restored workers from image '{name}' (seq {record.seq}); replaying")
         await self.poll_all()
         return {"backup": dataclasses.asdict(record), "workers": results}

@@ -162,6 +162,7 @@ class TxLog:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._lock = threading.RLock()
+        self._history = False  # has_history(), read by _create_schema
 
     # ---- lifecycle ----
 
@@ -227,9 +228,14 @@ class TxLog:
             version = self._meta("schema_version")
             if version is None:
                 self._set_meta(schema_version=SCHEMA_VERSION, base_seq=0,
-                               base_fingerprint=ZERO_FINGERPRINT, base_quads=0)
+                               base_fingerprint=ZERO_FINGERPRINT, base_quads=0, history=0)
             elif int(version) != SCHEMA_VERSION:
                 raise TxLogError(f"transaction log schema {version}, expected {SCHEMA_VERSION}")
+            elif self._meta("history") is None:  # a log written before the flag existed
+                base = self.base()
+                moved = (base.seq, base.fingerprint) != (0, ZERO_FINGERPRINT)
+                self._set_meta(history=int(bool(db["sync_queue"].count or moved)))
+            self._history = self._meta("history") == "1"
 
     def _check_consistency(self) -> None:
         base = self.base()
@@ -255,6 +261,20 @@ class TxLog:
     def _set_base(self, state: State) -> None:
         self._set_meta(base_seq=state.seq, base_fingerprint=state.fingerprint,
                        base_quads=state.quads)
+        if (state.seq, state.fingerprint) != (0, ZERO_FINGERPRINT):
+            self._mark_history()
+
+    def _mark_history(self) -> None:
+        if not self._history:
+            self._set_meta(history=1)
+            self._history = True
+
+    @_locked
+    def has_history(self) -> bool:
+        """Has this log ever committed a transaction or adopted a state? A log rolled back
+        to the empty state (a split recovery to agreed position 0) is at seq 0 with the
+        empty fingerprint like a new one, but its workers' data is not to be adopted."""
+        return self._history
 
     # ---- transactions ----
 
@@ -351,6 +371,7 @@ class TxLog:
             self._db.conn.executemany(
                 "update transactions set status = 'committed', seq = ? where txid = ?",
                 [(e.seq, e.txid) for e in batch])
+            self._mark_history()
 
     @_locked
     def record_group(self, txs: Sequence[PendingTx], entries: Sequence[SyncEntry | SyncTuple],
@@ -430,8 +451,9 @@ class TxLog:
         """
         state = State(seq, fingerprint, quads)
         with self._db.atomic():
-            if self._db["sync_queue"].count:
-                raise TxLogError("reset_base needs an empty synchronised queue")
+            if self._db["sync_queue"].count or self._history:
+                raise TxLogError("reset_base needs a log that never committed a transaction "
+                                 "nor adopted a state")
             self._set_base(state)
 
     @_locked
