@@ -394,16 +394,23 @@ class TestOneLinkLost:
         print(f"heal -> all fingerprints equal in {took:.2f}s")
 
 
-def _cut_write_heal(ukus: UkUs, tag: str) -> tuple[Writers, float, list[str]]:
+def _cut_write_heal(ukus: UkUs, tag: str, cut_first: bool = False,
+                    ) -> tuple[Writers, float, list[str]]:
     """Cut UK <-> US, let both sides write for max-peer-lag plus 4 s, heal (writers
-    stopped half a second after): the writers, the heal time, us1's writes of the cut."""
+    stopped half a second after): the writers, the heal time, us1's writes of the cut.
+    ``cut_first``: cut before the first write (the split point is agreed position 0)."""
     lab = ukus.lab
     ukus.wait_converged(timeout=30)
-    with Writers(ukus, list(LAYOUT), tag) as writers:
-        time.sleep(0.3)
-        cut_at = time.monotonic()
+    cut_at = time.monotonic()
+    if cut_first:
         for uk in UK:
             lab.cut(uk, "us1")
+    with Writers(ukus, list(LAYOUT), tag) as writers:
+        if not cut_first:
+            time.sleep(0.3)
+            cut_at = time.monotonic()
+            for uk in UK:
+                lab.cut(uk, "us1")
         time.sleep(MAX_PEER_LAG_S + 4)
         heal_at = time.monotonic()
         lab.heal()
@@ -439,6 +446,36 @@ class TestSimpleRecovery:
         print(f"Simple: heal -> all fingerprints equal in {took:.2f}s ({len(writers.acked)} "
               f"acknowledged writes, {len(us_post_split)} of them us1's during the cut); "
               f"states on the way {seen}")
+
+
+class TestSplitAtTheEmptyState:
+    """Smart, with the link cut before anything was agreed: the minority rolls back to
+    agreed position 0, the empty state. Its log is then at seq 0 with the empty
+    fingerprint like a new log, yet it is no new log: a worker not restored yet must not
+    become its base (Molecule two_dc found it: us1's second worker, still holding its
+    post-split data, was adopted mid-rollback and the recovery failed for good)."""
+
+    props = {"split-recovery": "Smart"}
+
+    def test_a_split_from_the_first_write_recovers(self, ukus: UkUs):
+        writers, heal_at, us_post_split = _cut_write_heal(ukus, "empty", cut_first=True)
+        assert us_post_split, "us1 acknowledged nothing during the cut"
+        took, seen = ukus.wait_recovered(heal_at, RECOVERY_TIMEOUT_S)
+        assert ukus.agreed("uk2") == ukus.agreed("uk1") == ukus.agreed("us1")
+        for worker, got in ukus.subjects().items():
+            missing = set(writers.acked) - got
+            assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
+            assert got <= writers.written, f"{worker}: statements nobody wrote"
+        fps = ukus.fingerprints()
+        assert len(set(fps.values())) == 1, fps
+        logs = {s.name: s.master.log_tail(10**7) for s in ukus.sites.values()}
+        for name, text in logs.items():
+            assert "adopts the state" not in text, f"{name} adopted a worker's state"
+            assert "rollback failed" not in text, f"{name}: a rollback failed"
+        assert "restoring every worker from 'split-us1'" in logs["us1"]
+        print(f"split at position 0: heal -> all fingerprints equal in {took:.2f}s "
+              f"({len(writers.acked)} acknowledged writes, {len(us_post_split)} of them "
+              f"us1's during the cut); states on the way {seen}")
 
 
 class TestNoRecovery:
