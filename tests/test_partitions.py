@@ -13,6 +13,8 @@ What an operator relies on:
   the majority (UK) goes on acknowledging; after the heal the majority's log wins, the
   minority is restored and catches up, its post-split writes are kept, all workers equal
   (NOT_YET can list a behaviour the code does not have yet: its failure is an xfail);
+* the same cut before anything was agreed (split point: the empty state): the minority
+  is restored to the empty state, and its log, though at seq 0, is no new log;
 * the same cut with SplitRecovery Simple: everything that split is negotiated again,
   nothing acknowledged lost, all workers equal; with None: every master reports the
   divergence after the heal and nothing is repaired;
