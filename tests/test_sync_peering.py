@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import sqlite3
 import threading
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from master_service.sync.driver import PUSH_BYTES
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from tests.conftest import LocalCluster
@@ -281,6 +284,79 @@ def test_a_master_killed_mid_stream_catches_up_as_a_lagger(tmp_path):
         st = dcs.sync(m2)
         assert st["split_suspected"] == [] and st["state"] == "connected", st
     finally:
+        dcs.stop_all()
+
+
+def _payloads_from(dc: LocalCluster, origin: str) -> set[str]:
+    """Transactions of ``origin`` whose payload ``dc``'s master holds (its log, read-only)."""
+    path = Path(dc.master.properties["data-dir"]) / "txlog.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return {r[0] for r in db.execute("select txid from transactions where origin = ?",
+                                         [origin])}
+
+
+def test_a_payload_is_fetched_from_another_peer_while_its_origin_hangs(tmp_path):
+    """A transaction's origin is asked for its payload first. When the origin hangs (a
+    cut not detected yet; here: SIGSTOP), the fetch must not wait for its request timeout:
+    another peer that holds the payload is asked too (driver._fetch, hedged). Chaos
+    partition-dc found it: the UK side acknowledged nothing for seconds after it
+    detected the split, fetching from us1 what uk1 already held."""
+    timeout_s = 60  # a fetch that waits for the hung origin takes this long
+    dcs = DataCentres(tmp_path, n=3, workers=1, extra={
+        i: {"max-peer-lag-s": "120", "request-timeout-s": str(timeout_s)} for i in range(3)})
+    paused: list[int] = []
+
+    def pause(dc: LocalCluster) -> None:
+        os.kill(dc.master.pid, signal.SIGSTOP)
+        paused.append(dc.master.pid)
+
+    def resume(dc: LocalCluster) -> None:
+        os.kill(dc.master.pid, signal.SIGCONT)
+        paused.remove(dc.master.pid)
+
+    try:
+        dcs.start()
+        m1, m2, m3 = dcs.dcs
+        pause(m2)  # m2 misses m3's transaction while m1 fetches it
+        answers: list[httpx.Response | Exception] = []
+
+        # Larger than a status carries (driver.PUSH_BYTES): every peer must fetch it.
+        big = " ".join(f'<urn:txc:hedged> <{P}> "{i:06d}{"x" * 60}" .' for i in range(5000))
+        assert len(big) > PUSH_BYTES
+
+        def write() -> None:
+            try:
+                answers.append(m3.update(f"INSERT DATA {{ {big} }}", timeout=3 * timeout_s))
+            except httpx.HTTPError as exc:
+                answers.append(exc)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        deadline = time.monotonic() + 20
+        while not (held := _payloads_from(m1, "m3")):
+            assert time.monotonic() < deadline, "m1 never fetched m3's payload"
+            time.sleep(0.1)
+        pause(m3)  # the origin hangs: its listening socket still takes connections
+        resume(m2)
+        resumed = time.monotonic()
+        while not held <= _payloads_from(m2, "m3"):
+            assert time.monotonic() - resumed < timeout_s / 3, \
+                f"m2 waited for the hung origin: no payload after {timeout_s / 3:.0f}s"
+            time.sleep(0.1)
+        took = time.monotonic() - resumed
+        resume(m3)
+        writer.join(3 * timeout_s)
+        assert answers and isinstance(answers[0], httpx.Response) and \
+            answers[0].status_code == 204, answers
+        dcs.wait_converged(timeout=120)
+        queues = [dcs.agreed(dc) for dc in dcs.dcs]
+        assert queues[0] == queues[1] == queues[2]
+        assert len(set(dcs.fingerprints().values())) == 1
+        print(f"\nm2 held m3's payload {took:.2f}s after it resumed (origin hung, request "
+              f"timeout {timeout_s}s)")
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
         dcs.stop_all()
 
 

@@ -76,6 +76,10 @@ from txcluster.signed_session import SignedSession
 log = logging.getLogger("txcluster.sync")
 
 PUSH_BYTES = 256 * 1024  # payloads pushed with one status, at most
+# A payload source that has not answered in this long is not waited for alone: the next
+# one is asked too (_fetch). Well above a fetch across data centres (tens of ms), well
+# below a request timeout.
+FETCH_HEDGE_S = 0.5
 
 __all__ = ["SyncDriver", "mode_of"]
 
@@ -178,6 +182,7 @@ class SyncDriver:
         self._waiters: dict[str, asyncio.Future] = {}
         self._persist_failures: list[float] = []  # when group commits failed (monotonic)
         self._fetching: set[str] = set()
+        self._fetch_sources: dict[str, list[str]] = {}  # txid -> peers to ask, in order
         self._pushed: set[str] = set()  # payloads that came with a status
         self._own_payloads: dict[str, bytes] = {}  # ours, not yet agreed (to push)
         self._pushed_to: dict[str, set[str]] = {}  # peer -> txids pushed to it
@@ -634,7 +639,13 @@ class SyncDriver:
             if acq.tx.txid in self._pushed:
                 self._pushed.discard(acq.tx.txid)  # it came with the status
                 continue
-            if acq.tx.txid not in self._fetching:
+            if acq.tx.txid in self._fetching:
+                # Being fetched: sources named since (peers that posted it) are asked
+                # too if the ones asked do not answer (_fetch).
+                known = self._fetch_sources.get(acq.tx.txid)
+                if known is not None:
+                    known.extend(p for p in acq.sources if p not in known)
+            else:
                 self._fetching.add(acq.tx.txid)
                 self._tasks.append(asyncio.create_task(self._fetch(acq),
                                                        name=f"fetch {acq.tx.txid}"))
@@ -730,37 +741,66 @@ class SyncDriver:
                                         "application/json" if body else None)
 
     async def _fetch(self, acq: Acquire) -> None:
+        """Fetch a payload from the peers that hold it, hedged: the next source is asked
+        too when one has not answered within FETCH_HEDGE_S, and the first valid answer
+        wins. A source asked first can hang (the origin on the other side of a cut that
+        is not detected yet): waiting for its request timeout held the whole side's
+        agreement for that long (chaos partition-dc: the UK majority acknowledged
+        nothing for seconds after it detected the split, while uk1 held the payload).
+        Sources the core names later (a retried Acquire: peers that posted it since) are
+        asked too."""
         tx = acq.tx
+        self._fetch_sources[tx.txid] = list(acq.sources)
+        tried: set[str] = set()
+        attempts: set[asyncio.Task] = set()
         try:
-            for source in acq.sources:
-                info = self.peers.get(source)
-                if info is None:
-                    continue
-                # Quoted: a transaction id is any non-empty string (messages.py); unquoted,
-                # a '?', '#', '/' or control character in one fetched another URL or none
-                # (found by tests/fuzz).
-                path = f"/peer/transactions/{quote(tx.txid, safe='')}?peer={self.node_id}"
-                try:
-                    status, data = await self._request("GET", info.url + path)
-                except (TimeoutError, aiohttp.ClientError, OSError):
-                    continue
-                if status != 200:
-                    continue
-                if len(data) != tx.size or payload_digest(data) != tx.digest:
-                    log.error("sync: payload of %s from %s does not match its digest",
-                              tx.txid, source)
-                    continue
-                operations = _operations(data)
-                if operations is None:
-                    log.error("sync: payload of %s from %s is not a list of operations",
-                              tx.txid, source)
-                    continue
-                if not self._stopping and not self.failed:
-                    self._step(lambda now: self.node.acquired(tx.txid, now),
-                               [(tx, operations)])
-                return
+            while True:
+                nxt = next((p for p in self._fetch_sources.get(tx.txid, ())
+                            if p not in tried and p in self.peers), None)
+                if nxt is not None:
+                    tried.add(nxt)
+                    attempts.add(asyncio.create_task(self._fetch_from(nxt, tx),
+                                                     name=f"fetch {tx.txid} from {nxt}"))
+                if not attempts:
+                    return  # every source failed: the core's acquire retry asks again
+                done, attempts = await asyncio.wait(attempts, timeout=FETCH_HEDGE_S,
+                                                    return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    operations = task.result()
+                    if operations is not None:
+                        if not self._stopping and not self.failed:
+                            self._step(lambda now: self.node.acquired(tx.txid, now),
+                                       [(tx, operations)])
+                        return
         finally:
+            for task in attempts:
+                task.cancel()
             self._fetching.discard(tx.txid)
+            self._fetch_sources.pop(tx.txid, None)
+
+    async def _fetch_from(self, source: str, tx: TxMeta) -> list | None:
+        """The payload of ``tx`` from one peer, checked against its digest; None when that
+        peer cannot give it."""
+        info = self.peers.get(source)
+        if info is None:
+            return None  # removed meanwhile
+        # Quoted: a transaction id is any non-empty string (messages.py); unquoted, a '?',
+        # '#', '/' or control character in one fetched another URL or none (tests/fuzz).
+        path = f"/peer/transactions/{quote(tx.txid, safe='')}?peer={self.node_id}"
+        try:
+            status, data = await self._request("GET", info.url + path)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None
+        if status != 200:
+            return None
+        if len(data) != tx.size or payload_digest(data) != tx.digest:
+            log.error("sync: payload of %s from %s does not match its digest", tx.txid, source)
+            return None
+        operations = _operations(data)
+        if operations is None:
+            log.error("sync: payload of %s from %s is not a list of operations", tx.txid,
+                      source)
+        return operations
 
     # ------------------------------------------------------------------ execution
 
