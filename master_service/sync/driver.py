@@ -514,8 +514,15 @@ class SyncDriver:
         # A short SQLite read on the loop, for a rare admin action.
         peers = self.node.peers
         change()
+        self._reload_core(peers)
+
+    def _reload_core(self, peers: Mapping[str, Mode]) -> None:
+        """A new core from what is persisted (where a restart would leave us), told the
+        time so that it acts at once."""
         state, missing = self.agreement.load()
         self.node = self._core(state, missing, peers)
+        if self.node.split_point != self.split_point:
+            self._split_point_moved(self.node.split_point)
         self._step(lambda now: self.node.tick(now))
         self._exec_wake.set()
 
@@ -570,16 +577,11 @@ class SyncDriver:
         log.critical("sync: could not persist the sync state (%s): the protocol core "
                      "restarts from what is persisted, as after a crash", exc, exc_info=True)
         try:
-            state, missing = self.agreement.load()
-            self.node = self._core(state, missing, self.node.peers)
+            self._reload_core(self.node.peers)
         except Exception as again:
             self.failed = f"could not persist the sync state: {exc}; reload failed: {again}"
             log.critical("sync: %s", self.failed, exc_info=True)
             return False
-        if self.node.split_point != self.split_point:
-            self._split_point_moved(self.node.split_point)
-        self._step(lambda now: self.node.tick(now))
-        self._exec_wake.set()
         return True
 
     async def _persist(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]) -> None:

@@ -79,12 +79,14 @@ def _field(data: dict, name: str, kind: type, optional: bool = False):
 
 def _query_int(request: Request, name: str, default: int | None, low: int,
                high: int | None) -> int:
+    """An integer query parameter, read after the credential was checked (FastAPI's
+    Query() would validate before the handler, answering strangers with 422s)."""
     text = request.query_params.get(name)
     if text is None and default is not None:
         return default
     try:
         value = int(text) if text is not None and text.isdecimal() else None
-    except ValueError:
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
         value = None
     if value is None or value < low or (high is not None and value > high):
         bounds = f"{low}..{high}" if high is not None else f">= {low}"
