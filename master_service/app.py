@@ -10,7 +10,6 @@ import asyncio
 import logging
 from contextlib import asynccontextmanager
 
-import uvicorn
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI
 
@@ -30,7 +29,7 @@ from master_service.sync.driver import SyncDriver, mode_of
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from txcluster import tls
+from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
 from txcluster.properties import ConfigError, parse_url
 
@@ -232,6 +231,5 @@ def serve(config: MasterConfig) -> None:
     if problems := preflight(config):
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
-    uvicorn.run(create_app(service), host=config.host, port=config.port, log_level="warning",
-                access_log=False, **tls.server_options(config.tls_cert_file,
-                                                       config.tls_key_file))
+    http_server.run(create_app(service), host=config.host, port=config.port,
+                    **tls.server_options(config.tls_cert_file, config.tls_key_file))

@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 import ssl
 
-import uvicorn
 from fastapi import FastAPI
 
-from txcluster import tls
+from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
@@ -57,8 +56,7 @@ def serve(config: WorkerConfig) -> None:
     app = create_app(repo, secret, node, title=f"txcluster worker {config.repository_id}",
                      client_tls=tls.client_context(config.tls_ca_file))
     try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
-                    access_log=False,
-                    **tls.server_options(config.tls_cert_file, config.tls_key_file))
+        http_server.run(app, host=config.host, port=config.port,
+                        **tls.server_options(config.tls_cert_file, config.tls_key_file))
     finally:
         repo.close()

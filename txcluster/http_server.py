@@ -1,0 +1,119 @@
+"""The HTTP/1.1 server both node kinds run: uvicorn with httptools, minus one way to lose a
+request body.
+
+Why this exists. ``java.net.http.HttpClient`` with its defaults (what Jena 4+ and many Java
+services use) offers HTTP/2 on a cleartext connection: ``Connection: Upgrade, HTTP2-Settings``
+and ``Upgrade: h2c`` on an ordinary HTTP/1.1 request, body included. RFC 9110 §7.8 lets a
+server ignore the offer and answer in HTTP/1.1, which every client must accept. httptools
+(llhttp) however tells the parser "no body" as soon as it sees an upgrade, so uvicorn
+handed the application an EMPTY body and treated the real body bytes as the new
+protocol's, dropping them: a Graph Store ``PUT`` answered 204 and stored nothing, and
+every later request on that connection was ignored.
+
+:class:`UpgradeIgnoringProtocol` ignores any upgrade other than WebSocket (which we do not
+serve either): the request is completed with its body as plain HTTP/1.1, and the
+connection goes on parsing the requests that follow (keep-alive and pipelining). The body
+is re-parsed by a fresh llhttp parser primed with the request's own headers (minus the
+upgrade), so Content-Length, chunked transfer coding and ``Expect: 100-continue`` keep
+their exact meaning; nothing here parses HTTP by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httptools
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+# Hop-by-hop headers of the upgrade offer: dropped when the request is re-parsed.
+_UPGRADE_HEADERS = {b"upgrade", b"connection", b"http2-settings"}
+
+
+def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name == b"transfer-encoding":
+            return True
+        if name == b"content-length" and value.strip() not in (b"", b"0"):
+            return True
+    return False
+
+
+class UpgradeIgnoringProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol that answers an ``Upgrade: h2c`` (or any non-WebSocket
+    upgrade) request as plain HTTP/1.1 with its body intact."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._replaying = False  # True while the re-parse primes a parser with headers
+        self._body_follows = False  # the ignored upgrade request still has a body to read
+
+    def _ignored_upgrade(self) -> bool:
+        return self.parser.should_upgrade() and not self._should_upgrade()
+
+    # ---- parser callbacks: muted while a fresh parser is primed with known headers ----
+
+    def on_message_begin(self) -> None:
+        if not self._replaying:
+            super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if not self._replaying:
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._replaying:
+            super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if not self._replaying:
+            super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if not self._replaying and self._ignored_upgrade() and _declares_body(self.headers):
+            # llhttp ended the message at the headers because of the upgrade; its body
+            # is still to come (data_received re-parses it).
+            self._body_follows = True
+            return
+        super().on_message_complete()
+
+    # ---- the bytes after an ignored upgrade ----
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade as exc:
+            if self._should_upgrade():  # WebSocket: uvicorn's own handling
+                self.handle_websocket_upgrade()
+                return
+            offset = exc.args[0] if exc.args else len(data)
+            self._resume_after_upgrade(data[offset:])
+
+    def _resume_after_upgrade(self, rest: bytes) -> None:
+        """Go on as HTTP/1.1: a fresh parser, primed with this request's headers when its
+        body is still to come, then fed the bytes the old parser left."""
+        self.parser = httptools.HttpRequestParser(self)
+        if self._body_follows:
+            self._body_follows = False
+            head = [b"POST / HTTP/1.1\r\n"]
+            head += [name + b": " + value + b"\r\n" for name, value in self.headers
+                     if name not in _UPGRADE_HEADERS]
+            head.append(b"\r\n")
+            self._replaying = True
+            try:
+                self.parser.feed_data(b"".join(head))
+            finally:
+                self._replaying = False
+        if rest:
+            self.data_received(rest)
+
+
+def run(app: Any, *, host: str, port: int, **options: Any) -> None:
+    """Serve ``app`` as both node kinds do (uvicorn, httptools, the protocol above)."""
+    uvicorn.run(app, host=host, port=port, http=UpgradeIgnoringProtocol,
+                log_level="warning", access_log=False, **options)
