@@ -146,7 +146,7 @@ class MasterService:
                 c.min_time_to_consider_full_replication_s),
             control_queries=list(c.control_queries),
             protect_single_worker=c.protect_single_worker, read_only=c.read_only,
-            mode=c.mode, strict=c.consistency == "strict",
+            mode=c.mode, consistency=c.consistency,
             request_timeout=c.request_timeout_s,
             log_limits=(c.log_max_size, float(c.log_max_depth_hours)),
             peered=peered, tls=self.client_tls, agreement=self.agreement,

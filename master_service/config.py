@@ -228,8 +228,12 @@ SCHEMA = Schema(
             description="ProtectSingleWorker"),
         Key("control-queries", parse_control_queries,
             description="file of ASK queries separated by '---' lines, checked after updates"),
-        Key("consistency", parse_choice("eventual", "strict"), default="eventual",
-            description="strict: reads go to a worker with the most recent state"),
+        Key("consistency", parse_choice("read-your-writes", "eventual", "strict"),
+            default="read-your-writes",
+            description="read-your-writes: a read sees every write this master acknowledged "
+                        "before it arrived; eventual: any in-sync worker answers, maybe "
+                        "before the latest forward; strict: as read-your-writes, and a write "
+                        "is acknowledged once every in-sync worker applied it"),
         Key("health-interval-s", _above_zero(parse_float()), default=1.0,
             description="seconds between worker health checks"),
         Key("request-timeout-s", _above_zero(parse_float()), default=30.0,
@@ -389,7 +393,7 @@ class MasterConfig:
     protect_single_worker: bool
     control_queries_file: Path | None
     control_queries: tuple[str, ...]
-    consistency: str  # "eventual" | "strict"
+    consistency: str  # "read-your-writes" | "eventual" | "strict"
     health_interval_s: float
     request_timeout_s: float
     client_auth_file: Path | None

@@ -116,17 +116,25 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         if _is_control_query(query, body):
             return await _to_every_worker(cluster, request.method, target, query, body,
                                           headers)
-        up_to_date = cluster.strict or \
-            request.headers.get(LOCAL_CONSISTENCY, "").lower() == "updating"
+        # Read-your-writes (the default): the read sees every write this master
+        # acknowledged before it arrived, so its floor is the head of the log now.
+        floor = cluster.read_floor(
+            request.headers.get(LOCAL_CONSISTENCY, "").lower() == "updating")
         tried: set[str] = set()
         cluster.counters.running_reads += 1
         try:
             while True:
-                w = cluster.choose_reader(tried, up_to_date)
+                w = await cluster.reader_for(tried, floor)
                 if w is None:
                     cluster.counters.failed_reads += 1
-                    why = "every available worker failed this read" if tried else \
-                        "no worker is available for reads"
+                    if tried:
+                        why = "every available worker failed this read"
+                    elif floor is not None and cluster.readable():
+                        why = (f"no worker has applied the writes acknowledged before this "
+                               f"read (log position {floor}) within "
+                               f"{cluster.request_timeout:g} s")
+                    else:
+                        why = "no worker is available for reads"
                     return _text(503, why)
                 tried.add(w.url)
                 started = time.monotonic()

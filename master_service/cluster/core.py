@@ -113,7 +113,8 @@ class Cluster:
     def __init__(self, *, node_id: str, txlog, secret: bytes, worker_urls: list[str],
                  params: replication.Parameters, control_queries: list[str],
                  protect_single_worker: bool = True, read_only: bool = False,
-                 mode: str = "NORMAL", strict: bool = False, request_timeout: float = 30.0,
+                 mode: str = "NORMAL", consistency: str = "read-your-writes",
+                 request_timeout: float = 30.0,
                  log_limits: tuple[int, float] = (100_000, 168.0),
                  on_workers_changed: Callable[[list[str]], None] | None = None,
                  peered: bool = False, tls: ssl.SSLContext | None = None,
@@ -127,7 +128,11 @@ class Cluster:
         self.protect_single_worker = protect_single_worker
         self.read_only = read_only
         self.mode = mode
-        self.strict = strict
+        # eventual | read-your-writes | strict (config.py, key consistency): strict also
+        # makes the acknowledgement wait for every in-sync worker.
+        self.consistency = consistency
+        self.strict = consistency == "strict"
+        self._advanced = asyncio.Event()  # set when a worker's applied position moves
         self.request_timeout = request_timeout
         self.log_max_size, self.log_max_depth_h = log_limits
         self.on_workers_changed = on_workers_changed
@@ -706,6 +711,7 @@ class Cluster:
         last = entries[-1]
         self._set_head(last[0], last[3], last[4])
         probe.seq, probe.fingerprint, probe.quads = last[0], last[3], last[4]
+        self._positions_advanced()
         wires = [{"seq": e[0], "txid": e[1], "changeset": e[2],
                   "expected_fingerprint": e[3]} for e in entries]
         for w in self.in_sync():
@@ -811,16 +817,56 @@ class Cluster:
                 del w.queue[:len(batch)]
                 w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], \
                     result["quads"]
+                self._positions_advanced()
                 if w.status == WorkerStatus.WRITING:
                     w.status = WorkerStatus.ON
 
     # ---- reads ----
 
-    def choose_reader(self, tried: set[str], up_to_date: bool) -> Worker | None:
+    def read_floor(self, up_to_date: bool = False) -> int | None:
+        """The position a read arriving now must see: the head of the log (every write
+        this master acknowledged, and those committed but not yet answered) under
+        read-your-writes, strict, or a client's ``X-GraphDB-Local-Consistency:
+        updating``; None under eventual consistency (any readable worker will do)."""
+        if up_to_date or self.consistency != "eventual":
+            return self.head_seq
+        return None
+
+    def choose_reader(self, tried: set[str], floor: int | None) -> Worker | None:
+        """The readable worker with the fewest running reads among those that have
+        applied the log up to ``floor`` (routing.py); None when there is none now."""
+        if floor is not None:
+            # A split rollback can move the head back below a read's floor: the state
+            # the read waited for is no longer the cluster's.
+            floor = min(floor, self.head_seq)
         candidates = [w.url for w in self.readable()
-                      if not up_to_date or (w.seq == self.head_seq and not w.queue)]
+                      if floor is None or w.seq >= floor]
         url = self.router.choose(candidates, exclude=tried)
         return self.workers.get(url) if url else None
+
+    async def reader_for(self, tried: set[str], floor: int | None) -> Worker | None:
+        """As ``choose_reader``, waiting (at most ``request_timeout``) for a forward to
+        bring a worker up to ``floor`` when none is there yet; None when no worker got
+        there in time, or no untried readable worker is left. Never an older one."""
+        deadline = time.monotonic() + self.request_timeout
+        while True:
+            w = self.choose_reader(tried, floor)
+            if w is not None or floor is None:
+                return w
+            if not any(x.url not in tried for x in self.readable()):
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            # Woken by the next worker position change; bounded so that a worker
+            # recovered by replication (no forward) is noticed too.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._advanced.wait(), min(left, 0.05))
+
+    def _positions_advanced(self) -> None:
+        """A worker's applied position moved: wake the reads waiting for it."""
+        self._advanced.set()
+        self._advanced = asyncio.Event()
 
     # ---- housekeeping ----
 
