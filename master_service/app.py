@@ -29,7 +29,7 @@ from master_service.sync.driver import SyncDriver, mode_of
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from txcluster import http_server, tls
+from txcluster import http_server, rdf4j, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
 from txcluster.properties import ConfigError, parse_url
 
@@ -56,6 +56,8 @@ class MasterService:
         self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
         self.cluster: Cluster | None = None
         self.scheduler: AsyncIOScheduler | None = None
+        # The open RDF4J transactions of the client API (their pending operations).
+        self.transactions = rdf4j.TransactionRegistry(config.transaction_idle_timeout_s)
         # The MBean's one Python object: Jolokia serves it always, the JVM bridge when
         # jmx.port is set (master_service/jmx).
         self.cluster_info = ClusterInfo(self)
@@ -155,6 +157,9 @@ class MasterService:
         self.scheduler = AsyncIOScheduler()
         self.scheduler.add_job(self.cluster.poll_all, "interval", seconds=c.health_interval_s,
                                id="health", max_instances=1, coalesce=True)
+        # Abandoned RDF4J transactions go even when no new request comes (rdf4j.py).
+        self.scheduler.add_job(self.transactions.sweep, "interval", seconds=30,
+                               id="transactions", max_instances=1, coalesce=True)
         self.scheduler.add_job(self.cluster.prune, "interval", seconds=60, id="prune",
                                max_instances=1, coalesce=True)
         self.scheduler.start()
@@ -207,7 +212,8 @@ def create_app(service: MasterService) -> FastAPI:
         return {k: s[k] for k in ("node_id", "status", "writable", "head")}
 
     app.include_router(admin_router(cluster, auth, service.persist, lambda: service.config))
-    app.include_router(client_router(cluster, c.repository_id, auth), tags=["rdf4j"])
+    app.include_router(client_router(cluster, c.repository_id, auth, service.transactions),
+                       tags=["rdf4j"])
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
     app.include_router(sync_admin_router(service, auth))
     app.include_router(jolokia_router(lambda: service.cluster_info, auth))

@@ -39,6 +39,7 @@ from txcluster.properties import (
     read_properties,
     rewrite_properties,
 )
+from txcluster.rdf4j import TRANSACTION_IDLE_S
 
 # ---- value parsers specific to the master ----
 
@@ -238,6 +239,10 @@ SCHEMA = Schema(
             description="seconds between worker health checks"),
         Key("request-timeout-s", _above_zero(parse_float()), default=30.0,
             description="timeout of one request to a worker or peer"),
+        Key("transaction-idle-timeout-s", _above_zero(parse_float()),
+            default=TRANSACTION_IDLE_S,
+            description="an open RDF4J transaction untouched for this long is forgotten, "
+                        "with its pending operations (PING answers it in ms)"),
         Key("client-auth-file", parse_client_auth,
             description="lines user:password:role (read|write); absent: no client auth"),
         Key("split-recovery", parse_choice("None", "Simple", "Smart"), default="None",
@@ -396,6 +401,7 @@ class MasterConfig:
     consistency: str  # "read-your-writes" | "eventual" | "strict"
     health_interval_s: float
     request_timeout_s: float
+    transaction_idle_timeout_s: float
     client_auth_file: Path | None
     client_users: tuple[ClientUser, ...]
     split_recovery: str  # "None" | "Simple" | "Smart"
@@ -460,6 +466,7 @@ class MasterConfig:
             consistency=values["consistency"],
             health_interval_s=values["health-interval-s"],
             request_timeout_s=values["request-timeout-s"],
+            transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
             client_auth_file=auth_file,
             client_users=users,
             split_recovery=values["split-recovery"],

@@ -711,6 +711,59 @@ def test_rdf4j_transaction_protocol_through_the_master(shared):
     assert_converged(c)
 
 
+def test_reads_inside_a_transaction_through_the_master(shared):
+    """RDF4J and graphdb.js call size() and query inside transactions: the master answers
+    them over the committed state plus the transaction's pending operations (a worker's
+    private view), and with nothing pending as plain reads; none of it leaks outside."""
+    c = shared
+    size_url = f"{c.repo_url}/size"
+    with httpx.Client(timeout=30) as http:
+        committed = int(http.get(size_url).text)
+        tx = http.post(f"{c.repo_url}/transactions").headers["location"]
+        assert http.put(tx, params={"action": "SIZE"}).text == str(committed)
+        assert http.put(tx, params={"action": "PING"}).text.isdigit()
+        r = http.put(tx, params={"action": "ADD"},
+                     content=b"<urn:txr:s> <urn:txr:p> 1 . <urn:txr:s> <urn:txr:p> 2 .",
+                     headers={"content-type": "text/turtle"})
+        assert r.status_code == 200, r.text
+        r = http.put(tx, params={"action": "UPDATE",
+                                 "update": "DELETE DATA { <urn:txr:s> <urn:txr:p> 1 }"})
+        assert r.status_code == 200, r.text
+        for _ in range(3):  # each read may go to another worker: each builds its view
+            assert http.put(tx, params={"action": "SIZE"}).text == str(committed + 1)
+        got = http.put(tx, params={"action": "GET", "subj": "<urn:txr:s>"},
+                       headers={"accept": "application/n-triples"})
+        assert got.status_code == 200 and got.text.strip() == \
+            '<urn:txr:s> <urn:txr:p> "2"^^<http://www.w3.org/2001/XMLSchema#integer> .'
+        q = http.put(tx, params={"action": "QUERY"},
+                     content=b"SELECT ?o WHERE { <urn:txr:s> ?p ?o }",
+                     headers={"content-type": "application/sparql-query",
+                              "accept": "application/sparql-results+json"})
+        assert [b["o"]["value"] for b in q.json()["results"]["bindings"]] == ["2"]
+        assert int(http.get(size_url).text) == committed  # outside: nothing yet
+        assert c.select("SELECT * WHERE { <urn:txr:s> ?p ?o }") == []
+        assert http.put(tx, params={"action": "COMMIT"}).status_code == 200
+        assert int(http.get(size_url).text) == committed + 1
+    # the workers' private views went with the transaction
+    views = [Path(w.properties["data-dir"]) / "tmp" / "tx-views" for w in c.workers]
+    assert [list(v.glob("*")) for v in views if v.exists()] == [[] for v in views
+                                                                if v.exists()]
+    assert_converged(c)
+
+
+def test_abandoned_transactions_are_forgotten_by_the_master(cluster_factory):
+    c = cluster_factory(1, **{"transaction-idle-timeout-s": "1"})
+    with httpx.Client(timeout=30) as http:
+        tx = http.post(f"{c.repo_url}/transactions").headers["location"]
+        assert http.put(tx, params={"action": "PING"}).text == "1000"
+        http.put(tx, params={"action": "ADD"}, content=b"<urn:ab:s> <urn:ab:p> 1 .",
+                 headers={"content-type": "text/turtle"})
+        time.sleep(1.5)
+        r = http.put(tx, params={"action": "COMMIT"})
+        assert r.status_code == 404 and "unknown transaction" in r.text, r.text
+    assert c.select("SELECT * WHERE { <urn:ab:s> ?p ?o }") == []
+
+
 def test_reads_never_go_to_a_worker_behind_the_acknowledged_head(cluster_factory):
     """Read-your-writes by default: a worker that stopped applying forwards (SIGSTOP, so
     the master still counts it in sync until its health check times out) is never sent a

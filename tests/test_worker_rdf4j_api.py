@@ -515,6 +515,7 @@ class RecordingRepository:
     def __init__(self, repo, error: Exception | None = None) -> None:
         self._repo = repo
         self.id = repo.id
+        self.data_dir = repo.data_dir  # reads inside transactions keep their views there
         self.executed: list[list[dict]] = []
         self.error = error
 
@@ -614,10 +615,41 @@ def test_transactions_accumulate_until_commit(recorder):
     assert c.delete(path).status_code == 204
     assert c.put(path, params={"action": "COMMIT"}).status_code == 404
     assert len(rec.executed) == 1
-    # reads inside a transaction are not supported
+
+
+def test_reads_inside_a_transaction_see_its_pending_operations(recorder):
+    """RDF4J's SIZE, GET and QUERY actions: the committed state plus the transaction's own
+    uncommitted operations; nothing of them is visible outside; PING answers the idle
+    timeout in ms, as RDF4J's server does (its client parses a number)."""
+    rec, c = recorder
+    committed = int(c.get(f"{R}/size").text)
     path = c.post(f"{R}/transactions").headers["location"][len(BASE):]
-    resp = c.put(path, params={"action": "SIZE"})
-    assert resp.status_code == 501
+    assert c.put(path, params={"action": "SIZE"}).text == str(committed)
+    assert c.put(path, params={"action": "PING"}).text == "600000"
+    assert c.put(path, params={"action": "ADD"}, content=TTL.encode(),
+                 headers={"Content-Type": "text/turtle"}).status_code == 200
+    assert c.put(path, params={"action": "UPDATE"}, data={
+        "update": f"DELETE WHERE {{ <{EX}alice> <{EX}name> ?n }}"}).status_code == 200
+    assert c.put(path, params={"action": "SIZE"}).text == str(committed + 1 - 1)
+    got = c.put(path, params={"action": "GET", "subj": f"<{EX}new>"},
+                headers={"Accept": "application/n-triples"})
+    assert got.status_code == 200, got.text
+    assert {q.triple for q in ox.parse(got.content, format=ox.RdfFormat.N_TRIPLES)} == {NEW}
+    query = f"SELECT ?n WHERE {{ ?s <{EX}name> ?n }} ORDER BY ?n"
+    inside = c.put(path, params={"action": "QUERY"}, data={"query": query},
+                   headers={"Accept": "text/csv"})
+    outside = c.get(R, params={"query": query}, headers={"Accept": "text/csv"})
+    assert "New" in inside.text and "Alice" not in inside.text, inside.text
+    assert "New" not in outside.text and "Alice" in outside.text, outside.text
+    # the query as an application/sparql-query body, as RDF4J's client sends it
+    body = c.put(path, params={"action": "QUERY"}, content=query.encode(),
+                 headers={"Content-Type": "application/sparql-query", "Accept": "text/csv"})
+    assert body.text == inside.text
+    assert int(c.get(f"{R}/size").text) == committed  # nothing committed meanwhile
+    bad = c.put(path, params={"action": "QUERY"}, data={"query": "SELECT nonsense"})
+    assert bad.status_code == 400 and "MALFORMED QUERY" in bad.text
+    assert c.delete(path).status_code == 204
+    assert rec.executed == []
 
 
 # ---- writes with the credential, through the real execute_local ----

@@ -20,6 +20,10 @@ Accept headers — and gets back typed, validated values:
   where ``enc`` is an RDF4J N-Triples encoded value (``<iri>``, ``_:b``, ``"lit"@en``) and
   the context ``"null"`` is the default graph; ``contexts: None`` means every graph.
 
+RDF4J's binary formats (txcluster.binary_rdf) are negotiated like the others, with
+``Negotiated.format`` BINARY_RDF or BINARY_RESULTS; a Binary RDF request body becomes an
+N-Quads document at this edge (:func:`rdf_body`), so operations never carry binary data.
+
 Everything malformed raises :class:`ProtocolError` with the HTTP status to answer and a
 message saying what is wrong; nothing here touches a store, a socket or a clock. The
 module uses pyoxigraph only for its term classes, its format tables and its parsers.
@@ -47,6 +51,8 @@ from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape, quoteattr
 
 import pyoxigraph as ox
+
+from txcluster import binary_rdf
 
 log = logging.getLogger("txcluster.rdf4j")
 
@@ -238,6 +244,10 @@ def encode_contexts(contexts: Iterable[GraphName] | None) -> list[str] | None:
 # ---------------------------------------------------------------------------------------
 
 BOOLEAN_TEXT = "text/boolean"  # RDF4J's plain "true"/"false" boolean result format
+# RDF4J's binary formats, written and read by txcluster.binary_rdf rather than pyoxigraph:
+# as a Negotiated.format they are these media type strings (like BOOLEAN_TEXT).
+BINARY_RDF = binary_rdf.MEDIA_TYPE  # application/x-binary-rdf (quads, namespaces)
+BINARY_RESULTS = binary_rdf.RESULTS_MEDIA_TYPE  # application/x-binary-rdf-results-table
 
 
 @dataclass(frozen=True)
@@ -246,7 +256,7 @@ class Negotiated:
     ``application/x-turtle`` is answered with that Content-Type), ``format`` what to write."""
 
     media_type: str
-    format: Any  # ox.QueryResultsFormat, ox.RdfFormat or BOOLEAN_TEXT
+    format: Any  # ox.QueryResultsFormat, ox.RdfFormat, BOOLEAN_TEXT, BINARY_*
 
     @property
     def content_type(self) -> str:
@@ -256,7 +266,14 @@ class Negotiated:
 
     @property
     def supports_datasets(self) -> bool:
+        if self.format == BINARY_RDF:
+            return True
         return isinstance(self.format, ox.RdfFormat) and self.format.supports_datasets
+
+    @property
+    def binary(self) -> bool:
+        """Written by txcluster.binary_rdf (RDF4J's binary formats), not by pyoxigraph."""
+        return self.format in (BINARY_RDF, BINARY_RESULTS)
 
 
 _QR = ox.QueryResultsFormat
@@ -269,9 +286,11 @@ TUPLE_FORMATS: tuple[Negotiated, ...] = (
     Negotiated("application/xml", _QR.XML),
     Negotiated("text/csv", _QR.CSV),
     Negotiated("text/tab-separated-values", _QR.TSV),
+    # Last: chosen only when asked for by name (RDF4J's HTTPRepository prefers it).
+    Negotiated(BINARY_RESULTS, BINARY_RESULTS),
 )
-BOOLEAN_FORMATS: tuple[Negotiated, ...] = (
-    *TUPLE_FORMATS,
+BOOLEAN_FORMATS: tuple[Negotiated, ...] = (  # RDF4J has no binary boolean result format
+    *(n for n in TUPLE_FORMATS if n.format != BINARY_RESULTS),
     Negotiated(BOOLEAN_TEXT, BOOLEAN_TEXT),
 )
 RDF_FORMATS: tuple[Negotiated, ...] = (
@@ -288,6 +307,8 @@ RDF_FORMATS: tuple[Negotiated, ...] = (
     Negotiated("application/ld+json", _RDF.JSON_LD),
     Negotiated("text/n3", _RDF.N3),
     Negotiated("text/rdf+n3", _RDF.N3),
+    # Last: chosen only when asked for by name (RDF4J's HTTPRepository prefers it).
+    Negotiated(BINARY_RDF, BINARY_RDF),
 )
 _RDF_BY_MEDIA_TYPE = {n.media_type: n for n in RDF_FORMATS}
 
@@ -380,18 +401,44 @@ def negotiate_rdf_format(accept: str | None, *, dataset: bool = False) -> Negoti
 
 
 def rdf_format_of_body(content_type: str | None) -> ox.RdfFormat:
-    """The RDF format of a request body, from its Content-Type (415 if not RDF we parse)."""
+    """The pyoxigraph RDF format of a request body, from its Content-Type (415 if not RDF
+    we parse). A Binary RDF body has none: read it with :func:`rdf_body`."""
     mtype = media_type(content_type)
     offer = _RDF_BY_MEDIA_TYPE.get(mtype)
-    if offer is not None:
+    if offer is not None and isinstance(offer.format, ox.RdfFormat):
         return offer.format
     fmt = ox.RdfFormat.from_media_type(mtype) if mtype else None
     if fmt is None:
         supported = ", ".join(o.media_type for o in RDF_FORMATS)
         shown = mtype or "no Content-Type"
+        if mtype == BINARY_RDF:
+            raise ProtocolError(415, f"'{BINARY_RDF}' is not parsed by pyoxigraph: read the "
+                                     "body with rdf_body()")
         raise ProtocolError(415, f"unsupported RDF format '{shown}' for the request body "
                                  f"(supported: {supported})")
     return fmt
+
+
+def binary_rdf_quads(body: bytes) -> list[ox.Quad]:
+    """The statements of a Binary RDF request body (400 MALFORMED DATA if it is not)."""
+    try:
+        return binary_rdf.read_rdf(body).quads
+    except binary_rdf.BinaryRdfError as exc:
+        raise ProtocolError(400, f"MALFORMED DATA: {exc}") from None
+
+
+def rdf_body(body: bytes, content_type: str | None) -> tuple[str, ox.RdfFormat]:
+    """A request body as RDF text and its pyoxigraph format. A Binary RDF body (RDF4J's
+    ``application/x-binary-rdf``) becomes N-Quads text: everything downstream (the
+    transaction log, the workers) sees an N-Quads document. Its blank nodes keep their ids
+    as labels (one label per id, see txcluster.binary_rdf), so they keep their identity
+    within the request exactly as the labels of an N-Quads body do; its namespace
+    declarations are dropped, as a Turtle body's prefixes are."""
+    if media_type(content_type) == BINARY_RDF:
+        quads = binary_rdf_quads(body)
+        return ox.serialize(quads, format=ox.RdfFormat.N_QUADS).decode(), ox.RdfFormat.N_QUADS
+    fmt = rdf_format_of_body(content_type)
+    return decode_text(body, content_type, "RDF data"), fmt
 
 
 # ---------------------------------------------------------------------------------------
@@ -700,11 +747,12 @@ def _add_from(params: Params, body: bytes, content_type: str | None,
     mtype = media_type(content_type)
     if mtype == FORM:
         raise ProtocolError(400, "a form-encoded write needs an 'update' parameter")
-    fmt = rdf_format_of_body(content_type)
-    data = decode_text(body, content_type, "RDF data")
+    data, fmt = rdf_body(body, content_type)
     if contexts is None:
         contexts = decode_contexts(params)
+    # N-Quads made from a Binary RDF body are valid by construction: not parsed again.
     return add_operation(data, fmt, contexts, single_param(params, "baseURI") or None,
+                         check=mtype != BINARY_RDF,
                          preserve_node_ids=bool_param(params, "preserveNodeId", False))
 
 
@@ -773,21 +821,48 @@ def graph_store_write(method: str, graph: GraphName, params: Params, body: bytes
 def remove_statements_operations(data: str, fmt: ox.RdfFormat,
                                  contexts: Sequence[GraphName] | None = None,
                                  base_iri: str | None = None) -> list[dict]:
-    """One exact remove per statement of an RDF document (a transaction's DELETE with a
-    body). A statement's own graph is used when the document has one and no ``contexts``
-    are given; a statement without graph is removed from every graph (RDF4J)."""
+    """The removals of an RDF document (a transaction's DELETE with a body): see
+    :func:`remove_quads_operations`."""
     try:
         quads = list(ox.parse(data, format=fmt, base_iri=base_iri))
     except SyntaxError as exc:
         raise ProtocolError(400, f"MALFORMED DATA: {exc}") from None
+    return remove_quads_operations(quads, contexts)
+
+
+# RDF4J's special values in the statements of a removal. HTTPRepositoryConnection
+# (removeWithoutCommit) writes a null subject, predicate or object of remove(s, p, o, c...)
+# as sesame:wildcard, and since RDF4J 4.1.1 (GH-4126) a null context (the default graph)
+# as rdf4j:nil; the server's Transaction.WildcardRDFRemover reads them back.
+WILDCARD = ox.NamedNode(binary_rdf.SESAME_WILDCARD)
+NIL_CONTEXTS = frozenset({ox.NamedNode(binary_rdf.RDF4J_NIL),
+                          ox.NamedNode(binary_rdf.SESAME_NIL)})
+
+
+def remove_quads_operations(quads: Iterable[ox.Quad],
+                            contexts: Sequence[GraphName] | None = None) -> list[dict]:
+    """One remove per statement of a removal document, with RDF4J's semantics
+    (tools/server-spring .../transaction/Transaction.java, WildcardRDFRemover):
+
+    * ``sesame:wildcard`` as subject, predicate or object matches any value (all three: the
+      context is cleared, as RDF4J's ``clear``);
+    * a statement without context is removed from every graph;
+    * the context ``rdf4j:nil`` or ``sesame:nil`` is the default graph only;
+    * any other context: that graph only.
+
+    ``contexts`` (the request's ``context`` parameters), when given, replace every
+    statement's own context."""
     ops = []
     for q in quads:
-        graphs: Sequence[GraphName] | None = contexts
-        if graphs is None and not isinstance(q.graph_name, ox.DefaultGraph):
-            graphs = [q.graph_name]
-        if isinstance(q.subject, ox.Triple) or isinstance(q.object, ox.Triple):
+        s, p, o, g = q.subject, q.predicate, q.object, q.graph_name
+        if isinstance(s, ox.Triple) or isinstance(o, ox.Triple):
             raise ProtocolError(400, "MALFORMED DATA: RDF-star statements are not supported")
-        ops.append(remove_operation(q.subject, q.predicate, q.object, graphs))
+        graphs: Sequence[GraphName] | None = contexts
+        if graphs is None and not isinstance(g, ox.DefaultGraph):
+            graphs = [ox.DefaultGraph() if g in NIL_CONTEXTS else g]
+        ops.append(remove_operation(None if s == WILDCARD else s,
+                                    None if p == WILDCARD else p,
+                                    None if o == WILDCARD else o, graphs))
     return ops
 
 
@@ -796,12 +871,18 @@ def remove_statements_operations(data: str, fmt: ox.RdfFormat,
 # ---------------------------------------------------------------------------------------
 
 TRANSACTION_ACTIONS = frozenset(
-    {"ADD", "DELETE", "UPDATE", "COMMIT", "ROLLBACK", "PING", "PREPARE", "GET", "SIZE",
-     "QUERY"})
+    {"ADD", "DELETE", "UPDATE", "COMMIT", "ROLLBACK", "PING", "PREPARE", "GET", "EXPORT",
+     "SIZE", "QUERY"})
 # Actions that change the pending transaction's operations.
 WRITE_ACTIONS = frozenset({"ADD", "DELETE", "UPDATE"})
-# Reads inside a transaction: they would have to see the pending operations.
-READ_ACTIONS = frozenset({"GET", "SIZE", "QUERY"})
+# Reads inside a transaction: they see the committed state plus the transaction's own
+# pending operations (RDF4J's TransactionController: SIZE, GET, QUERY; EXPORT is taken as
+# GET, the statements export some clients name so). The HTTP shells answer them.
+READ_ACTIONS = frozenset({"GET", "EXPORT", "SIZE", "QUERY"})
+# Default idle time after which an open transaction is forgotten (both node kinds;
+# key transaction-idle-timeout-s). RDF4J's server forgets after 60 s and its client pings
+# to keep a transaction alive; a longer default spares clients that do not ping.
+TRANSACTION_IDLE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -841,6 +922,9 @@ def parse_transaction_step(params: Params, body: bytes = b"",
     if action == "DELETE":
         mtype = media_type(content_type)
         if body and mtype not in ("", FORM):
+            if mtype == BINARY_RDF:
+                ops = remove_quads_operations(binary_rdf_quads(body), decode_contexts(params))
+                return TransactionStep(action, tuple(ops))
             fmt = rdf_format_of_body(content_type)
             data = decode_text(body, content_type, "RDF data")
             ops = remove_statements_operations(data, fmt, decode_contexts(params),
@@ -876,10 +960,7 @@ class PendingTransaction:
         if step.action == "ROLLBACK":
             self.rollback()
             return None
-        if step.action in READ_ACTIONS:
-            raise ProtocolError(501, f"transaction action {step.action} (a read inside a "
-                                     "transaction) is not supported; read outside it")
-        return None  # PING, PREPARE: nothing to do
+        return None  # PING, PREPARE, reads (answered by the shell): nothing to record
 
     def rollback(self) -> None:
         self.closed = True
@@ -893,7 +974,7 @@ class TransactionRegistry:
     between BEGIN and COMMIT must not keep its operations in memory for ever); the next
     step on it is a 404 naming it. ``clock`` is a value source, for tests."""
 
-    def __init__(self, idle_s: float = 3600.0,
+    def __init__(self, idle_s: float = TRANSACTION_IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._open: dict[str, tuple[PendingTransaction, float]] = {}
         self._lock = threading.Lock()
@@ -903,12 +984,34 @@ class TransactionRegistry:
     def __len__(self) -> int:
         return len(self._open)
 
-    def _forget_idle(self, now: float) -> None:
+    @property
+    def idle_s(self) -> float:
+        return self._idle_s
+
+    def _forget_idle(self, now: float) -> list[str]:
+        forgotten = []
         for txid, (_, touched) in list(self._open.items()):
             if now - touched > self._idle_s:
                 log.warning("forgetting RDF4J transaction %s: idle for %.0f s", txid,
                             now - touched)
                 del self._open[txid]
+                forgotten.append(txid)
+        return forgotten
+
+    def sweep(self) -> list[str]:
+        """Forget the transactions idle for too long (run periodically, so that an
+        abandoned one does not wait for the next request); their ids."""
+        with self._lock:
+            return self._forget_idle(self._clock())
+
+    def pending(self, tx: PendingTransaction) -> list[dict]:
+        """The operations ``tx`` has recorded so far, for a read inside it; the read
+        counts as activity (keeps the transaction from being forgotten)."""
+        with self._lock:
+            if tx.closed:
+                raise ProtocolError(409, f"transaction '{tx.id}' is already closed")
+            self._open[tx.id] = (tx, self._clock())
+            return list(tx.operations)
 
     def begin(self) -> str:
         txid = uuid.uuid4().hex
@@ -991,12 +1094,15 @@ def _csv_field(term: Term | None) -> str:
 
 
 def serialize_table(variables: Sequence[str], rows: Iterable[Row],
-                    fmt: ox.QueryResultsFormat) -> bytes:
-    """SPARQL SELECT results of a small table built in Python (not from a query)."""
+                    fmt: ox.QueryResultsFormat | str) -> bytes:
+    """SPARQL SELECT results of a small table built in Python (not from a query); ``fmt``
+    may also be BINARY_RESULTS (RDF4J's binary table)."""
     rows = list(rows)
     for row in rows:
         if len(row) != len(variables):
             raise ValueError("every row needs one value (or None) per variable")
+    if fmt == BINARY_RESULTS:
+        return binary_rdf.write_results(variables, rows)
     if fmt == ox.QueryResultsFormat.JSON:
         bindings = [{v: _json_term(t) for v, t in zip(variables, row, strict=True)
                      if t is not None} for row in rows]

@@ -76,6 +76,14 @@ class SignedSession:
                       timeout: float | None = None) -> tuple[int, bytes]:
         """Send one signed request; (status, body). Raises aiohttp.ClientError (of which
         UntrustedCertificate), TimeoutError or OSError when there is no answer."""
+        status, _headers, content = await self.exchange(method, url, body, content_type,
+                                                        timeout)
+        return status, content
+
+    async def exchange(self, method: str, url: str, body: bytes = b"",
+                       content_type: str | None = None, timeout: float | None = None
+                       ) -> tuple[int, dict[str, str], bytes]:
+        """As ``request``, with the answer's headers (lower-case names)."""
         # yarl quotes what needs it and keeps existing %-escapes; the receiver checks the
         # path as it decodes it, so that is what is signed (txcluster.auth.signed_target).
         target = URL(url)
@@ -91,7 +99,8 @@ class SignedSession:
         try:
             async with self.session.request(method, target, data=body or None,
                                             headers=headers, **options) as resp:
-                answer = resp.status, await resp.read()
+                answer = (resp.status, {k.lower(): v for k, v in resp.headers.items()},
+                          await resp.read())
         except aiohttp.ClientConnectorCertificateError as exc:
             origin = f"{target.scheme}://{host}"
             reason = getattr(exc.certificate_error, "verify_message", None) or \

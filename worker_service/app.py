@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from txcluster import http_server, tls
+from txcluster import http_server, rdf4j, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
@@ -19,10 +21,17 @@ log = logging.getLogger("txcluster.worker")
 
 def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                title: str = "txcluster worker",
-               client_tls: ssl.SSLContext | None = None) -> FastAPI:
+               client_tls: ssl.SSLContext | None = None,
+               transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S) -> FastAPI:
     """``node``: the Host headers this worker answers signed requests for."""
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # The private stores of reads inside transactions (tx_view.py) go with the process.
+        rdf4j_api.transaction_views.close()  # type: ignore[attr-defined]
+
     app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
-                  "for reads, cluster-control API for its master.")
+                  "for reads, cluster-control API for its master.", lifespan=lifespan)
     verifier = Verifier(secret, node)
     app.state.repository = repo
 
@@ -36,7 +45,8 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
 
     app.include_router(control_router(provider, verifier, secret, client_tls),
                        tags=["cluster-control"])
-    app.include_router(rdf4j_router(provider, verifier), tags=["rdf4j"])
+    rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s)
+    app.include_router(rdf4j_api, tags=["rdf4j"])
     return app
 
 
@@ -54,7 +64,8 @@ def serve(config: WorkerConfig) -> None:
     node = NodeAuthorities(config.host, config.port, config.advertised_hosts)
     log.info("signed requests are taken for %s", node.describe())
     app = create_app(repo, secret, node, title=f"txcluster worker {config.repository_id}",
-                     client_tls=tls.client_context(config.tls_ca_file))
+                     client_tls=tls.client_context(config.tls_ca_file),
+                     transaction_idle_s=config.transaction_idle_timeout_s)
     try:
         http_server.run(app, host=config.host, port=config.port,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))

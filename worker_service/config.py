@@ -12,12 +12,14 @@ from txcluster.properties import (
     Key,
     Schema,
     parse_bool,
+    parse_float,
     parse_listen_address,
     parse_nonempty,
     parse_path,
     parse_repository_id,
     read_properties,
 )
+from txcluster.rdf4j import TRANSACTION_IDLE_S
 
 SCHEMA = Schema((
     Key("repository-id", parse_repository_id, required=True,
@@ -45,6 +47,9 @@ SCHEMA = Schema((
     Key("tls-key-file", tls.parse_pem_file, description="its private key (mode 600)"),
     Key("tls-ca-file", tls.parse_pem_file,
         description="CA bundle to verify other workers (image pulls) over HTTPS"),
+    Key("transaction-idle-timeout-s", parse_float(1.0), default=TRANSACTION_IDLE_S,
+        description="an open RDF4J transaction untouched for this long is forgotten "
+                    "(PING answers it in ms)"),
 ))
 
 
@@ -67,6 +72,7 @@ class WorkerConfig:
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
     advertised_hosts: tuple[str, ...] = ()
+    transaction_idle_timeout_s: float = TRANSACTION_IDLE_S
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:
@@ -88,4 +94,5 @@ class WorkerConfig:
             tls_key_file=values["tls-key-file"],
             tls_ca_file=values["tls-ca-file"],
             advertised_hosts=values["advertised-hosts"] or (),
+            transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
         )

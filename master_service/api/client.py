@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import logging
 import time
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import parse_qsl, quote, urlencode
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -77,9 +79,11 @@ class ClientAuth:
 
 
 def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
-                  auth: ClientAuth) -> APIRouter:
+                  auth: ClientAuth,
+                  transactions: rdf4j.TransactionRegistry | None = None) -> APIRouter:
+    """``transactions``: the open RDF4J transactions (the service sweeps idle ones)."""
     router = APIRouter()
-    transactions = rdf4j.TransactionRegistry()
+    transactions = transactions if transactions is not None else rdf4j.TransactionRegistry()
 
     def handler(endpoint: Callable) -> Callable:
         @wraps(endpoint)
@@ -233,16 +237,91 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         txid = request.path_params["txid"]
         if request.method == "DELETE":
             transactions.get(txid, rollback=True)
+            await end_views(txid)
             return Response(status_code=204)
         tx = transactions.get(txid)
         body = await request.body()
         ctype = request.headers.get("content-type")
         params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
         step = rdf4j.parse_transaction_step(params, body, ctype)
+        if step.action == "PING":
+            # RDF4J's answer: the idle time (ms) after which the transaction is forgotten.
+            transactions.pending(tx)
+            return PlainTextResponse(str(int(transactions.idle_s * 1000)))
+        if step.action in rdf4j.READ_ACTIONS:
+            return await read_in_transaction(request, txid, transactions.pending(tx),
+                                             step.action, body, ctype)
         to_execute = transactions.record(tx, step)
+        if tx.closed:
+            await end_views(txid)
         if to_execute:
             await cluster_provider().write(to_execute)
         return Response(status_code=200)
+
+    # Workers holding a view for a transaction's reads (worker_service/tx_view.py): told
+    # when it ends, so its private store goes at once rather than after the idle time.
+    view_holders: dict[str, set[str]] = {}
+
+    async def end_views(txid: str) -> None:
+        for url in view_holders.pop(txid, ()):
+            w = cluster_provider().workers.get(url)
+            if w is not None:
+                with contextlib.suppress(WorkerUnavailable):
+                    await w.client.transaction_read({"txid": txid, "operations": [],
+                                                     "action": "END"})
+
+    async def read_in_transaction(request: Request, txid: str, operations: list[dict],
+                                  action: str, body: bytes, ctype: str | None) -> Response:
+        """SIZE, GET (EXPORT) or QUERY inside an open transaction: the committed state
+        (read-your-writes, as every read) plus the transaction's pending operations, on
+        a worker's private view of it (worker_service/tx_view.py). With nothing pending it
+        is the plain read of the same thing."""
+        cluster = cluster_provider()
+        query = _without_action(request.scope.get("query_string", b""))
+        accept = request.headers.get("accept")
+        repo_path = f"/repositories/{repository_id}"
+        if operations:
+            try:
+                text = body.decode()
+            except UnicodeDecodeError:
+                raise ProtocolError(400, "the body of a read inside a transaction must be "
+                                         "UTF-8 text") from None
+            payload = {"txid": txid, "operations": operations, "action": action,
+                       "query_string": query, "body": text, "content_type": ctype,
+                       "accept": accept}
+
+            def send(w):
+                view_holders.setdefault(txid, set()).add(w.url)
+                return w.client.transaction_read(payload)
+        else:
+            headers = {k: v for k, v in (("accept", accept), ("content-type", ctype)) if v}
+            target = {"SIZE": "/size", "QUERY": ""}.get(action, "/statements")
+            method = "POST" if action == "QUERY" else "GET"
+            url = f"{repo_path}{target}" + (f"?{query}" if query else "")
+
+            def send(w):
+                return w.client.read(method, url, body if method == "POST" else b"",
+                                     headers)
+        floor = cluster.read_floor()
+        tried: set[str] = set()
+        while True:
+            w = await cluster.reader_for(tried, floor)
+            if w is None:
+                return _text(503, "no worker is available for reads")
+            tried.add(w.url)
+            started = time.monotonic()
+            try:
+                status, resp_headers, content = await send(w)
+            except WorkerUnavailable as exc:
+                cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                log.warning("transaction read on %s failed (%s): retrying elsewhere", w.url,
+                            exc)
+                continue
+            cluster.router.done(w.url, time.monotonic() - started, ok=status < 500)
+            if status >= 500 and status != 503:
+                continue
+            out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
+            return Response(content, status_code=status, headers=out)
 
     async def protocol(request: Request) -> Response:
         return PlainTextResponse(rdf4j.PROTOCOL_VERSION)
@@ -282,6 +361,13 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         router.add_route(path, handler(endpoint), methods=methods,
                          name=f"client_{endpoint.__name__}")
     return router
+
+
+def _without_action(query_string: bytes) -> str:
+    """A transaction request's query string without its ``action`` parameter."""
+    pairs = [(k, v) for k, v in parse_qsl(query_string.decode("latin-1"),
+                                          keep_blank_values=True) if k != "action"]
+    return urlencode(pairs, quote_via=quote)
 
 
 def _is_control_query(query_string: bytes, body: bytes) -> bool:

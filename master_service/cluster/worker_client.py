@@ -86,6 +86,16 @@ class WorkerClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
 
+    async def transaction_read(self, payload: dict) -> tuple[int, dict[str, str], bytes]:
+        """A read inside one of the master's open RDF4J transactions, with its pending
+        operations (worker_service/tx_view.py): the worker's answer as for ``read``."""
+        try:
+            return await self._http.exchange(
+                "POST", self.url + "/cluster/transaction-read",
+                jsonlib.dumps(payload).encode(), "application/json", WORK_CALL_TIMEOUT_S)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
+
     async def state(self, timeout: float = 5.0) -> dict:
         return await self._call("GET", "/cluster/state", timeout=timeout)
 

@@ -19,6 +19,7 @@ pyoxigraph always runs in the thread pool, never on the event loop. Errors are
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,17 +33,16 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from txcluster import rdf4j
+from txcluster import binary_rdf, rdf4j
 from txcluster.auth import Verifier
 from txcluster.http_auth import credential_problem
 from txcluster.rdf4j import ProtocolError
+from worker_service.tx_view import TransactionViews
 
 log = logging.getLogger("txcluster.worker.rdf4j")
 
 DIRECT_WRITE_REFUSED = ("this worker is part of a cluster: it rejects any direct write not "
                         "sent from its master")
-# Open RDF4J transactions (credentialed) idle for longer than this are forgotten.
-TRANSACTION_IDLE_S = 3600.0
 READS = ("GET", "HEAD")
 # Threads that run pyoxigraph. A plain executor costs about half of what anyio's
 # to_thread costs per hop (~26 vs ~57 us CPU measured), which shows on point queries.
@@ -156,10 +156,12 @@ def _run_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None) -> Response
             body = rdf4j.serialize_boolean(bool(result), neg)
         elif isinstance(result, ox.QuerySolutions):
             neg = neg or rdf4j.negotiate_tuple_format(accept)
-            body = _write_results(result, neg.format, q.timeout_s)
+            body = (_binary_solutions(result, q.timeout_s) if neg.binary
+                    else _write_results(result, neg.format, q.timeout_s))
         else:
             neg = neg or rdf4j.negotiate_rdf_format(accept)
-            body = _write_results(result, neg.format, q.timeout_s)
+            body = (_binary_graph(result, q.timeout_s) if neg.binary
+                    else _write_results(result, neg.format, q.timeout_s))
     except ProtocolError as exc:
         failure = ProtocolError(exc.status, exc.message)
     except QueryTimeout as exc:
@@ -174,6 +176,31 @@ def _run_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None) -> Response
     return Response(body, media_type=neg.content_type)
 
 
+def _within(items: Iterable, timeout_s: float | None) -> Iterable:
+    """``items``, failing with QueryTimeout once ``timeout_s`` has passed (checked every
+    256 items): the query timeout for results written by txcluster.binary_rdf, as
+    _DeadlineWriter is for pyoxigraph's writers."""
+    if timeout_s is None:
+        yield from items
+        return
+    deadline = time.monotonic() + timeout_s
+    for i, item in enumerate(items):
+        if not i & 255 and time.monotonic() > deadline:
+            raise QueryTimeout(f"query evaluation exceeded the timeout of {timeout_s:g} s")
+        yield item
+
+
+def _binary_solutions(result: ox.QuerySolutions, timeout_s: float | None) -> bytes:
+    """SELECT results as RDF4J's binary results table."""
+    variables = [v.value for v in result.variables]
+    return binary_rdf.write_results(variables, (tuple(s) for s in _within(result, timeout_s)))
+
+
+def _binary_graph(result: ox.QueryTriples, timeout_s: float | None) -> bytes:
+    """CONSTRUCT/DESCRIBE results as Binary RDF (statements without context)."""
+    return binary_rdf.write_rdf(_within(result, timeout_s))
+
+
 def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
                      prefixes: dict[str, str]) -> bytes:
     """Serialise quad iterators (started under ``reading()``) and drop them, in this
@@ -186,7 +213,8 @@ def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
         ox.RdfFormat.TURTLE, ox.RdfFormat.TRIG, ox.RdfFormat.N3, ox.RdfFormat.RDF_XML) else {}
     failure: ProtocolError | None = None
     try:
-        body = ox.serialize(items, format=neg.format, **kwargs)
+        body = (binary_rdf.write_rdf(quads, sorted(prefixes.items())) if neg.binary
+                else ox.serialize(items, format=neg.format, **kwargs))
     except (OSError, RuntimeError, TypeError, ValueError) as exc:
         failure = ProtocolError(500, f"cannot write the statements as {neg.media_type}: {exc}")
     del quads, items
@@ -196,10 +224,16 @@ def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
     return body
 
 
-def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRouter:
-    """The RDF4J REST protocol for the repository ``repo_provider()`` returns."""
+def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
+                 transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S) -> APIRouter:
+    """The RDF4J REST protocol for the repository ``repo_provider()`` returns.
+
+    Open transactions (credentialed) idle for longer than ``transaction_idle_s`` are
+    forgotten, with the views their reads used (tx_view.py)."""
     router = APIRouter()
-    transactions = rdf4j.TransactionRegistry(TRANSACTION_IDLE_S)
+    transactions = rdf4j.TransactionRegistry(transaction_idle_s)
+    views = TransactionViews(repo_provider, idle_s=transaction_idle_s)
+    router.transaction_views = views  # type: ignore[attr-defined]  # closed by the app
 
     def repository(request: Request) -> Any:
         repo = repo_provider()
@@ -412,6 +446,27 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRou
         location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
         return Response(status_code=201, headers={"Location": location})
 
+    def read_in_transaction(txid: str, operations: list[dict], action: str,
+                            params: rdf4j.Params, body: bytes, ctype: str | None,
+                            accept_: str | None) -> Response:
+        """A read inside a transaction: over the committed state plus ``operations``
+        (the transaction's pending ones), on the transaction's view (tx_view.py)."""
+        view = views.view(txid, operations)
+        if action == "SIZE":
+            contexts = rdf4j.decode_contexts(params)
+            if contexts is None:
+                return PlainTextResponse(str(view.quads))
+            with view.reading() as store:
+                n = sum(1 for g in dict.fromkeys(contexts)
+                        for _ in store.quads_for_pattern(None, None, None, g))
+            return PlainTextResponse(str(n))
+        if action in ("GET", "EXPORT"):
+            pattern = rdf4j.parse_statement_pattern(params)
+            neg = rdf4j.negotiate_rdf_format(accept_, dataset=True)
+            return read_statements(view, pattern, neg)
+        q = rdf4j.parse_query_request("POST", params, body, ctype)
+        return _run_query(view, q, accept_)
+
     async def transaction(request: Request) -> Response:
         repo = repository(request)
         if (response := await refused(request)) is not None:
@@ -419,16 +474,50 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRou
         txid = request.path_params["txid"]
         if request.method == "DELETE":
             transactions.get(txid, rollback=True)
+            await run_in_threadpool(views.forget, txid)
             return Response(status_code=204)
         tx = transactions.get(txid)
         body = await request.body()
         ctype = request.headers.get("content-type")
         params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
         step = rdf4j.parse_transaction_step(params, body, ctype)
+        if step.action == "PING":
+            # RDF4J's answer: the idle time (ms) after which the transaction is forgotten.
+            transactions.pending(tx)
+            return PlainTextResponse(str(int(transactions.idle_s * 1000)))
+        if step.action in rdf4j.READ_ACTIONS:
+            return await run_in_threadpool(read_in_transaction, txid, transactions.pending(tx),
+                                           step.action, params, body, ctype, accept(request))
         to_execute = transactions.record(tx, step)
+        if tx.closed:
+            await run_in_threadpool(views.forget, txid)
         if to_execute is not None:
             await run_in_threadpool(execute, repo, to_execute)
         return Response(status_code=200)
+
+    async def master_transaction_read(request: Request) -> Response:
+        """``POST /cluster/transaction-read`` (signed by the master): a read inside one
+        of the master's open transactions, whose pending operations come with it."""
+        if repo_provider() is None:
+            raise ProtocolError(503, "the repository is not available")
+        if (response := await refused(request)) is not None:
+            return response
+        try:
+            payload = json.loads(await request.body())
+            txid, operations = str(payload["txid"]), payload["operations"]
+            action = str(payload["action"]).upper()
+            body = str(payload.get("body") or "").encode()
+            ctype = payload.get("content_type")
+            params = rdf4j.parse_params(str(payload.get("query_string") or ""), body, ctype)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProtocolError(400, f"malformed transaction read: {exc}") from None
+        if action == "END":  # the transaction was committed or rolled back
+            await run_in_threadpool(views.forget, txid)
+            return Response(status_code=204)
+        if action not in rdf4j.READ_ACTIONS or not isinstance(operations, list):
+            raise ProtocolError(400, f"malformed transaction read: action {action!r}")
+        return await run_in_threadpool(read_in_transaction, txid, operations, action, params,
+                                       body, ctype, payload.get("accept"))
 
     routes: list[tuple[str, Callable, list[str]]] = [
         ("/protocol", protocol, ["GET"]),
@@ -447,6 +536,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier) -> APIRou
         ("/repositories/{repo_id}/transactions", begin, ["POST"]),
         ("/repositories/{repo_id}/transactions/{txid}", transaction, ["PUT", "POST", "DELETE"]),
     ]
+    routes.append(("/cluster/transaction-read", master_transaction_read, ["POST"]))
     for path, endpoint, methods in routes:
         router.add_route(path, _handler(endpoint), methods=methods,
                          name=f"rdf4j_{endpoint.__name__}")
