@@ -751,6 +751,63 @@ def test_reads_inside_a_transaction_through_the_master(shared):
     assert_converged(c)
 
 
+def test_protocol_details_through_the_master(shared):
+    """What clients nobody here wrote send: a graph named by the master's own URL read back
+    through it; graphdb.js's query in the URL and the form body; the protocol's
+    using-graph-uri / using-named-graph-uri; and bad requests, each a clear 4xx that
+    changes nothing."""
+    c = shared
+    with httpx.Client(timeout=30) as http:
+        # Graph Store indirect identification: the graph IRI is the master's URL.
+        graph_url = f"{c.repo_url}/rdf-graphs/pd-graph"
+        r = http.put(graph_url, content=b'<urn:pd:s> <urn:pd:p> "named" .',
+                     headers={"content-type": "text/turtle"})
+        assert r.status_code == 204, r.text
+        got = http.get(graph_url, headers={"accept": "application/n-triples"})
+        assert got.status_code == 200, got.text
+        assert got.text.strip() == '<urn:pd:s> <urn:pd:p> "named" .'
+        assert c.select(f"SELECT ?o WHERE {{ GRAPH <{graph_url}> {{ ?s ?p ?o }} }}") == \
+            [{"o": "named"}]
+        # graphdb.js: query= in the URL and in the body, the same text
+        q = "SELECT ?o WHERE { GRAPH ?g { <urn:pd:s> ?p ?o } }"
+        r = http.post(c.repo_url, params={"query": q}, data={"query": q},
+                      headers={"accept": "application/sparql-results+json"})
+        assert r.status_code == 200, r.text
+        assert [b["o"]["value"] for b in r.json()["results"]["bindings"]] == ["named"]
+        r = http.post(c.repo_url, params={"query": q}, data={"query": "ASK {}"})
+        assert r.status_code == 400 and "at most once" in r.text
+        # SPARQL 1.1 Protocol: the update's dataset from the request
+        r = http.post(f"{c.repo_url}/statements", data={
+            "update": "INSERT { <urn:pd:copy> <urn:pd:p> ?o } WHERE { ?s <urn:pd:p> ?o }",
+            "using-graph-uri": graph_url})
+        assert r.status_code == 204, r.text
+        r = http.post(f"{c.repo_url}/statements", data={
+            "update": "INSERT { <urn:pd:named> <urn:pd:p> ?g } "
+                      "WHERE { GRAPH ?g { ?s <urn:pd:p> ?o } }",
+            "using-named-graph-uri": graph_url})
+        assert r.status_code == 204, r.text
+        assert {row["o"] for row in c.select(
+            "SELECT ?o WHERE { ?s <urn:pd:p> ?o }")} == {"named", graph_url}
+        size = http.get(f"{c.repo_url}/size").text
+        bad = [
+            # USING and using-graph-uri together: the protocol says error
+            http.post(f"{c.repo_url}/statements", data={
+                "update": "INSERT { <urn:pd:x> <urn:pd:p> 1 } USING <urn:g> WHERE {}",
+                "using-graph-uri": graph_url}),
+            http.post(f"{c.repo_url}/statements", content=b"<urn:pd:x> <urn:pd:p> 1 .",
+                      headers={"content-type": ""}),
+            http.get(f"{c.repo_url}/namespaces/%00"),
+            http.put(f"{c.repo_url}/namespaces/a%0Ab", content=b"http://x/"),
+        ]
+        assert [r.status_code for r in bad] == [400, 415, 400, 400], [r.text for r in bad]
+        assert "USING" in bad[0].text and "no Content-Type" in bad[1].text
+        assert "control character" in bad[2].text and "control character" in bad[3].text
+        assert http.get(f"{c.repo_url}/size").text == size
+        http.post(f"{c.repo_url}/statements", data={
+            "update": f"DROP GRAPH <{graph_url}>; DELETE WHERE {{ ?s <urn:pd:p> ?o }}"})
+    assert_converged(c)
+
+
 def test_abandoned_transactions_are_forgotten_by_the_master(cluster_factory):
     c = cluster_factory(1, **{"transaction-idle-timeout-s": "1"})
     with httpx.Client(timeout=30) as http:

@@ -132,15 +132,30 @@ def parse_params(query_string: str | bytes, body: bytes = b"",
     return tuple(pairs)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def path_problem(path: str) -> str | None:
+    """Why a request path (percent-decoded) is refused, or None: a control character
+    (``%00``, ``%0A``...) names no repository, prefix or graph. Check the ASGI scope's
+    ``path``: Starlette's ``request.url`` goes through urlsplit, which drops newlines."""
+    if (m := _CONTROL.search(path)) is not None:
+        return f"the request path contains a control character (U+{ord(m.group()):04X})"
+    return None
+
+
 def param_values(params: Params, name: str) -> list[str]:
     return [v for k, v in params if k == name]
 
 
 def single_param(params: Params, name: str) -> str | None:
-    """The value of a parameter that may be given at most once."""
+    """The value of a parameter that may be given at most once. The same value given
+    twice is taken: Ontotext's graphdb.js sends ``query`` both in the URL and in the
+    form body of a POST."""
     values = param_values(params, name)
-    if len(values) > 1:
-        raise ProtocolError(400, f"parameter '{name}' must be given at most once")
+    if len(set(values)) > 1:
+        raise ProtocolError(400, f"parameter '{name}' must be given at most once (it has "
+                                 f"{len(values)} different values)")
     return values[0] if values else None
 
 
@@ -410,7 +425,11 @@ def rdf_format_of_body(content_type: str | None) -> ox.RdfFormat:
     fmt = ox.RdfFormat.from_media_type(mtype) if mtype else None
     if fmt is None:
         supported = ", ".join(o.media_type for o in RDF_FORMATS)
-        shown = mtype or "no Content-Type"
+        if not mtype:
+            raise ProtocolError(415, "the request body has no Content-Type: name its format "
+                                     f"(an RDF format: {supported}; or "
+                                     f"{SPARQL_UPDATE} or {FORM} for an update)")
+        shown = mtype
         if mtype == BINARY_RDF:
             raise ProtocolError(415, f"'{BINARY_RDF}' is not parsed by pyoxigraph: read the "
                                      "body with rdf_body()")
@@ -539,10 +558,10 @@ def parse_query_request(method: str, params: Params, body: bytes = b"",
     method = method.upper()
     mtype = media_type(content_type)
     if method == "POST" and mtype == SPARQL_QUERY:
-        if param_values(params, "query"):
-            raise ProtocolError(400, "a query sent as application/sparql-query must not also "
-                                     "have a 'query' parameter")
         query: str | None = decode_text(body, content_type, "query")
+        if any(v != query for v in param_values(params, "query")):
+            raise ProtocolError(400, "a query sent as application/sparql-query must not also "
+                                     "have a different 'query' parameter")
     elif method == "POST" and mtype not in (FORM, "") and body:
         raise ProtocolError(415, f"unsupported Content-Type '{mtype}' for a query: send "
                                  f"{FORM} or {SPARQL_QUERY}")
@@ -637,12 +656,19 @@ def parse_statement_pattern(params: Params) -> StatementPattern:
 # ---------------------------------------------------------------------------------------
 
 
-def update_operation(update: str, base_iri: str | None = None) -> dict:
+def update_operation(update: str, base_iri: str | None = None,
+                     using: Sequence[tuple[bool, str]] = ()) -> dict:
+    """``using``: the protocol's dataset for the update's WHERE, (named, IRI) pairs from
+    ``using-graph-uri`` (False) and ``using-named-graph-uri`` (True)."""
     if not isinstance(update, str) or not update.strip():
         raise ProtocolError(400, "missing SPARQL update")
     if base_iri is not None:
         check_iri(base_iri, "base IRI")
-    return {"type": "update", "update": update, "base_iri": base_iri}
+    op: dict = {"type": "update", "update": update, "base_iri": base_iri}
+    if using:
+        op["using"] = [[named, f"<{check_iri(iri, 'using graph').value}>"]
+                       for named, iri in using]
+    return op
 
 
 def check_rdf(data: str, fmt: ox.RdfFormat, base_iri: str | None = None) -> None:
@@ -711,8 +737,8 @@ def clear_namespaces_operation() -> dict:
     return {"type": "clear_namespaces"}
 
 
-_UNSUPPORTED_UPDATE_PARAMS = ("using-graph-uri", "using-named-graph-uri",
-                              "insert-graph-uri", "remove-graph-uri")
+# RDF4J's own extensions for the templates' graphs: not supported.
+_UNSUPPORTED_UPDATE_PARAMS = ("insert-graph-uri", "remove-graph-uri")
 
 
 def _update_from(params: Params, body: bytes, content_type: str | None) -> dict | None:
@@ -739,7 +765,10 @@ def _update_from(params: Params, body: bytes, content_type: str | None) -> dict 
     if keyword in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):
         raise ProtocolError(400, f"a {keyword} query is not an update: send queries to "
                                  "/repositories/{id}")
-    return update_operation(text, base)
+    # SPARQL 1.1 Protocol 2.2.3: the update's dataset from the request.
+    using = [(False, iri) for iri in param_values(params, "using-graph-uri")] + \
+        [(True, iri) for iri in param_values(params, "using-named-graph-uri")]
+    return update_operation(text, base, using)
 
 
 def _add_from(params: Params, body: bytes, content_type: str | None,

@@ -37,6 +37,7 @@ template quad and solution).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -795,6 +796,10 @@ class _TemplateCompiler:
         return term
 
 
+def _dataset(using: tuple[tuple[bool, str], ...]) -> str:
+    return "".join(f"FROM NAMED {iri} " if named else f"FROM {iri} " for named, iri in using)
+
+
 def _sparql_step(op: st.ParsedOperation, base_iri: str | None) -> Step:
     prologue = op.prologue
     if op.kind == st.INSERT_DATA:
@@ -804,9 +809,11 @@ def _sparql_step(op: st.ParsedOperation, base_iri: str | None) -> Step:
         assert op.data is not None
         return DeleteDataStep(_scratch_quads(prologue, op.data, base_iri))
     if op.kind == st.DELETE_WHERE:
-        # DELETE WHERE { QuadPattern }: the pattern is both the WHERE and the template.
+        # DELETE WHERE { QuadPattern }: the pattern is both the WHERE and the template
+        # (its dataset only ever comes from the protocol's using-graph-uri).
         assert op.where is not None and op.delete is not None
-        return ModifyStep(f"{prologue}\nSELECT * WHERE {op.where}", base_iri, None,
+        return ModifyStep(f"{prologue}\nSELECT * {_dataset(op.using)}WHERE {op.where}",
+                          base_iri, None,
                           _compile_template(prologue, op.delete, base_iri, _DEFAULT), ())
     if op.kind == st.MODIFY:
         assert op.where is not None
@@ -815,9 +822,7 @@ def _sparql_step(op: st.ParsedOperation, base_iri: str | None) -> Step:
         # USING/USING NAMED give the WHERE's dataset exactly as FROM/FROM NAMED would
         # (USING NAMED alone: empty default graph); WITH applies to the WHERE only
         # without USING, and to the templates always (SPARQL 1.1 Update 3.1.3).
-        dataset = "".join(f"FROM NAMED {iri} " if named else f"FROM {iri} "
-                          for named, iri in op.using)
-        query = f"{prologue}\nSELECT * {dataset}WHERE {op.where}"
+        query = f"{prologue}\nSELECT * {_dataset(op.using)}WHERE {op.where}"
         template_graph = with_graph or _DEFAULT
         delete = _compile_template(prologue, op.delete, base_iri, template_graph) \
             if op.delete else ()
@@ -864,9 +869,15 @@ def _single_data_step(update: str, base_iri: str | None, raw: st.RawOperation) -
     return InsertDataStep(quads)
 
 
-def parse_update(update: str, base_iri: str | None = None) -> UpdateOperation:
+def parse_update(update: str, base_iri: str | None = None,
+                 using: tuple[tuple[bool, str], ...] = ()) -> UpdateOperation:
     """A SPARQL 1.1 Update request as an operation; raises UpdateSyntaxError with
-    pyoxigraph's message, OperationRefused for LOAD (checked first, before any parse)."""
+    pyoxigraph's message, OperationRefused for LOAD (checked first, before any parse).
+
+    ``using``: the protocol's dataset (``using-graph-uri`` / ``using-named-graph-uri``,
+    SPARQL 1.1 Protocol 2.2.3) as (named, ``<iri>``) pairs: the WHERE of every operation
+    that has one is evaluated over it, as if each said USING / USING NAMED; an operation
+    that states its own USING or WITH is then an error, as the protocol requires."""
     if not isinstance(update, str):
         raise UpdateSyntaxError("'update' must be a string")
     if base_iri is not None:
@@ -876,6 +887,22 @@ def parse_update(update: str, base_iri: str | None = None) -> UpdateOperation:
         if raw.head == st.LOAD:
             raise OperationRefused(LOAD_REFUSED)
     ops = split.operations
+    if using:
+        _check_syntax(update, base_iri, split)
+        steps = []
+        for raw in split.operations:
+            try:
+                parsed = st.classify(update, raw)
+            except st.SparqlTextError as exc:
+                raise _structure_error(str(exc)) from None
+            if parsed.kind in (st.MODIFY, st.DELETE_WHERE):
+                if parsed.using or parsed.with_iri is not None:
+                    raise UpdateSyntaxError(
+                        "an update sent with using-graph-uri or using-named-graph-uri must "
+                        "not state USING, USING NAMED or WITH itself (SPARQL 1.1 Protocol)")
+                parsed = dataclasses.replace(parsed, using=using)
+            steps.append(_sparql_step(parsed, base_iri))
+        return UpdateOperation(update, base_iri, tuple(steps))
     if (len(ops) == 1 and len(ops[0].tokens) == 3 and ops[0].head in ("INSERT", "DELETE")
             and st.keyword(ops[0].tokens[1]) == "DATA" and ops[0].tokens[2].kind == st.BLOCK):
         step = _single_data_step(update, base_iri, ops[0])
@@ -1006,13 +1033,29 @@ def _parse_namespace(item: Mapping[str, Any]) -> NamespaceOperation:
     return NamespaceOperation(prefix, namespace)
 
 
+def _parse_using(wire: Any) -> tuple[tuple[bool, str], ...]:
+    """An update's protocol dataset: ``[[named, "<iri>"], ...]`` (rdf4j.py writes it)."""
+    if wire is None:
+        return ()
+    if not isinstance(wire, list) or not all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], bool)
+            and isinstance(e[1], str) for e in wire):
+        raise UpdateSyntaxError("'using' must be a list of [named, \"<iri>\"] pairs")
+    for _named, iri in wire:
+        if not (iri.startswith("<") and iri.endswith(">")):
+            raise UpdateSyntaxError(f"'using' graph {iri!r} must be an IRI in <>")
+        _check_absolute_iri(iri[1:-1], "using graph")
+    return tuple((named, iri) for named, iri in wire)
+
+
 def _parse_one(item: Any) -> Operation:
     if not isinstance(item, Mapping):
         raise UpdateSyntaxError(f"an operation must be a JSON object, got {type(item).__name__}")
     kind = item.get("type")
     if kind == "update":
-        _fields(item, ("update",), ("base_iri",))
-        return parse_update(item["update"], item.get("base_iri"))
+        _fields(item, ("update",), ("base_iri", "using"))
+        return parse_update(item["update"], item.get("base_iri"),
+                            _parse_using(item.get("using")))
     if kind == "add":
         return _parse_add(item)
     if kind == "remove":

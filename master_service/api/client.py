@@ -88,6 +88,8 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
     def handler(endpoint: Callable) -> Callable:
         @wraps(endpoint)
         async def wrapped(request: Request) -> Response:
+            if (problem := rdf4j.path_problem(request.scope["path"])) is not None:
+                return _text(400, problem)
             try:
                 return await endpoint(request)
             except ProtocolError as exc:
@@ -106,8 +108,11 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
 
     # ---- reads ----
 
-    async def forward_read(request: Request) -> Response:
-        """Send a read to one worker; on a lost connection or timeout, to another."""
+    async def forward_read(request: Request, target: str | None = None,
+                           query: bytes | None = None) -> Response:
+        """Send a read to one worker; on a lost connection or timeout, to another.
+        ``target`` / ``query``: another path and query string for the worker than the
+        client's (a graph named by this master's URL)."""
         check_repo(request)
         if (denied := auth.problem(request, need_write=False)) is not None:
             return denied
@@ -115,8 +120,8 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         body = await request.body()
         headers = {k: v for k, v in request.headers.items()
                    if k in ("accept", "content-type", "accept-encoding")}
-        target = request.url.path
-        query = request.scope.get("query_string", b"")
+        target = target or request.url.path
+        query = query if query is not None else request.scope.get("query_string", b"")
         if _is_control_query(query, body):
             return await _to_every_worker(cluster, request.method, target, query, body,
                                           headers)
@@ -219,9 +224,13 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         return await graph_store(request, rdf4j.graph_store_target(params))
 
     async def graph_named(request: Request) -> Response:
-        if request.method in ("GET", "HEAD"):
-            return await forward_read(request)
+        # Indirect identification: the graph IRI is the URL the client used, this
+        # master's; a worker would take its own URL, so reads name the graph explicitly.
         graph = rdf4j.check_iri(str(request.url.replace(query=None)), "graph")
+        if request.method in ("GET", "HEAD"):
+            return await forward_read(
+                request, f"/repositories/{repository_id}/rdf-graphs/service",
+                urlencode({"graph": graph.value}, quote_via=quote).encode())
         return await graph_store(request, graph)
 
     async def begin(request: Request) -> Response:

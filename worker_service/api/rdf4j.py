@@ -106,6 +106,8 @@ def _handler(endpoint: Callable) -> Callable:
 
     @wraps(endpoint)
     async def wrapped(request: Request) -> Response:
+        if (problem := rdf4j.path_problem(request.scope["path"])) is not None:
+            return _text(400, problem)
         try:
             return await endpoint(request)
         except ProtocolError as exc:
