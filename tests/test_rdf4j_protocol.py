@@ -123,8 +123,9 @@ def test_encode_round_trip_is_canonical():
     ("text/tab-separated-values", "text/tab-separated-values", QR.TSV),
     ("text/csv;q=0.5, application/sparql-results+xml;q=0.9", "application/sparql-results+xml",
      QR.XML),
+    # RDF4J's HTTPRepository asks for its binary table first
     ("application/x-binary-rdf-results-table, application/sparql-results+xml;q=0.8, */*;q=0.1",
-     "application/sparql-results+xml", QR.XML),
+     "application/x-binary-rdf-results-table", rdf4j.BINARY_RESULTS),
     ("text/*", "text/csv", QR.CSV),
     # SPARQLWrapper's JSON Accept
     ("application/sparql-results+json,application/json,text/javascript,application/javascript",
