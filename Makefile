@@ -5,15 +5,25 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_DIR ?= run
+# Test dependencies outside PyPI's wheels, kept in the venv's folder (see their targets).
+NODE_DIR := $(VENV)/node
+NODE_STAMP := $(NODE_DIR)/.installed
+W3C_RDFLIB := 7.1.4
+W3C_DIR := $(VENV)/w3c-sparql11
+W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # Debian packages the tests need (installed when running as root; see deps-debian).
 # systemd-container debootstrap nftables openssh-client: Molecule's systemd-nspawn hosts.
 # openjdk-17-jre-headless: Java for Spark (the pipeline tests).
 # openjdk-17-jdk-headless: javac for the JMX tests' Java client (the master's JMX bridge).
 # chromium: the status page test renders the page in headless Chromium.
 # iproute2 nftables: the network partition tests (tests/netlab.py: namespaces, veth, nft).
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium
+# librdf4j-java: RDF4J's Rio binary codecs (tests/test_binary_rdf*.py).
+# libapache-jena-java: Apache Jena 4 as a client of the master (tests/test_clients_jena.py).
+# nodejs: graphdb.js as a client of the master (tests/test_clients_graphdbjs.py); Debian's
+# npm too when the machine's nodejs has none (deps-debian).
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs
 
-.PHONY: venv deps-debian test test-deploy lint run stop bench docs clean fuzz chaos
+.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench docs clean fuzz chaos
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,14 +38,42 @@ deps-debian:
 	  if [ "$$(id -u)" = 0 ]; then \
 	    missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	    if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	    if command -v node >/dev/null && ! command -v npm >/dev/null; then \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; fi; \
 	  else echo "not root: not installing Debian packages ($(DEBIAN_PACKAGES))"; fi; \
 	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(VENV)/.installed-deploy deps-debian lint
+test: $(STAMP) $(VENV)/.installed-deploy deps-debian $(NODE_STAMP) $(W3C_STAMP) lint
 	$(BIN)/pytest -q
+
+# graphdb.js (npm graphdb, pinned with its dependencies in tests/js/package-lock.json) for
+# tests/test_clients_graphdbjs.py, in the venv's folder: npm ci once, offline afterwards.
+# Without npm (not root, no Node.js) nothing is installed and those tests skip.
+$(NODE_STAMP): tests/js/package.json tests/js/package-lock.json | $(STAMP)
+	@if command -v npm >/dev/null; then \
+	  mkdir -p $(NODE_DIR) && cp tests/js/package.json tests/js/package-lock.json $(NODE_DIR)/ && \
+	  (cd $(NODE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --omit=peer --loglevel=error) && \
+	  touch $@; \
+	else echo "no npm: not installing graphdb.js (tests/test_clients_graphdbjs.py will skip)"; fi
+
+# The W3C SPARQL 1.1 Update tests (tests/test_w3c_update_suite.py): the update folders of
+# rdflib's sdist (PyPI), unpacked once into the venv's folder.
+W3C_FOLDERS := add basic-update clear copy delete delete-data delete-insert delete-where drop \
+	move update-silent syntax-update-1 syntax-update-2
+$(W3C_STAMP): | $(STAMP)
+	rm -rf $(W3C_DIR) && mkdir -p $(W3C_DIR)/sdist
+	$(BIN)/python -m pip download -q --no-binary :all: --no-deps -d $(W3C_DIR)/sdist \
+	  rdflib==$(W3C_RDFLIB)
+	tar -xzf $(W3C_DIR)/sdist/rdflib-$(W3C_RDFLIB).tar.gz -C $(W3C_DIR) --strip-components=6 \
+	  $(addprefix rdflib-$(W3C_RDFLIB)/test/data/suites/w3c/sparql11/,$(W3C_FOLDERS))
+	rm -rf $(W3C_DIR)/sdist
+	touch $@
+
+# The test dependencies outside PyPI's wheels: graphdb.js and the W3C suite.
+test-deps: deps-debian $(NODE_STAMP) $(W3C_STAMP)
 
 # The Ansible roles: ansible-lint, and Molecule's two-data-centre scenario on
 # systemd-nspawn hosts (needs root; `make test` runs it too, or skips it with the reason).
