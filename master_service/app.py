@@ -67,6 +67,8 @@ class MasterService:
     def persist(self, changes: dict[str, str | None]) -> None:
         if changes:
             self.config = update_properties(self.config.path, changes)
+            if self.sync and "max-peer-lag-s" in changes:
+                self.sync.set_max_peer_lag(self.config.max_peer_lag_s)
             if self.sync and "split-recovery" in changes:
                 asyncio.get_running_loop().create_task(self.sync.set_split_recovery(
                     SplitRecovery(self.config.split_recovery)))
@@ -200,6 +202,8 @@ def create_app(service: MasterService) -> FastAPI:
                   description="txcluster master: RDF4J REST facade over a cluster of workers, "
                   "and the admin API.")
     auth = ClientAuth(c.client_users)
+    # Read by the client API's forward_read (master_service/api/client.py).
+    app.state.query_timeout_s = c.query_timeout_s
 
     def cluster() -> Cluster:
         assert service.cluster is not None

@@ -40,6 +40,7 @@ from txcluster.properties import (
     rewrite_properties,
 )
 from txcluster.rdf4j import TRANSACTION_IDLE_S
+from worker_service import query_limits
 
 # ---- value parsers specific to the master ----
 
@@ -51,6 +52,20 @@ def parse_node_id(text: str) -> str:
     if not _NODE_ID.fullmatch(text):
         raise ValueError(f"'{text}' is not a node id (letters, digits, '_', '-'; max 128)")
     return text
+
+
+# MaxPeerLag's default, seconds: see the max-peer-lag-s key below and docs/operations.md
+DEFAULT_MAX_PEER_LAG_S = 20.0
+
+
+def _finite(parse: Any) -> Any:
+    def check(text: str) -> Any:
+        value = parse(text)
+        if isinstance(value, float) and math.isinf(value):
+            raise ValueError(f"must be finite, got {text}")
+        return value
+
+    return check
 
 
 def _above_zero(parse: Any) -> Any:
@@ -238,7 +253,17 @@ SCHEMA = Schema(
         Key("health-interval-s", _above_zero(parse_float()), default=1.0,
             description="seconds between worker health checks"),
         Key("request-timeout-s", _above_zero(parse_float()), default=30.0,
-            description="timeout of one request to a worker or peer"),
+            description="timeout of one request to a worker or peer (not of queries: "
+            "query-timeout-s)"),
+        # worker_service/query_limits.py: the master passes a query's timeout on to the
+        # worker, waits for it that long plus a margin, and never re-sends a query that
+        # timed out.
+        Key("query-timeout-s", query_limits.parse_query_timeout,
+            default=query_limits.DEFAULT_QUERY_TIMEOUT_S,
+            description="default and maximum timeout of a query in seconds (> 0): a "
+            "client's timeout parameter can only shorten it; the worker stops the query "
+            "there (each worker's own query-timeout-s applies too) and the client gets a "
+            "503 'Query evaluation took too long', not re-sent to another worker"),
         Key("transaction-idle-timeout-s", _above_zero(parse_float()),
             default=TRANSACTION_IDLE_S,
             description="an open RDF4J transaction untouched for this long is forgotten, "
@@ -263,9 +288,14 @@ SCHEMA = Schema(
             description="a busy sync round ends here if some peer did not post"),
         Key("sync-idle-interval-ms", parse_int(1), default=1000,
             description="rounds while nothing is unsynchronised (spec: 1 s to 1 min)"),
-        Key("max-peer-lag-s", _above_zero(parse_float()),
-            description="peers unheard for this long while work waits are left out (split "
-            "detection); absent: wait for them indefinitely"),
+        # MaxPeerLag (txlog-sync-protocol.txt, "Missing nodes", "Split recovery
+        # strategies"). The default is below request-timeout-s (30): a write under way
+        # when a peer dies is still answered within a client's request timeout, while a
+        # master restart or a network blip of a few seconds is not taken for a split.
+        Key("max-peer-lag-s", _finite(parse_float(0.0)), default=DEFAULT_MAX_PEER_LAG_S,
+            description="MaxPeerLag: seconds without progress after which peers unheard "
+            "for that long are left out (split detection; writes wait that long for a "
+            "dead peer); 0: wait for them indefinitely"),
         Key("jmx.port", _parse_port, description="JMX remote port; absent: no remote JMX"),
         Key("jmx.host", parse_nonempty, default="127.0.0.1",
             description="address the JMX registry and connector listen on"),
@@ -422,6 +452,7 @@ class MasterConfig:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
+    query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S
     # The <n> of each worker / peer, to name their keys when they are changed at runtime.
     worker_numbers: tuple[int, ...] = field(default=(), repr=False)
     peer_numbers: tuple[int, ...] = field(default=(), repr=False)
@@ -467,6 +498,7 @@ class MasterConfig:
             health_interval_s=values["health-interval-s"],
             request_timeout_s=values["request-timeout-s"],
             transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
+            query_timeout_s=values["query-timeout-s"],
             client_auth_file=auth_file,
             client_users=users,
             split_recovery=values["split-recovery"],
@@ -478,7 +510,7 @@ class MasterConfig:
             advertised_hosts=values["advertised-hosts"] or (),
             sync_round_timeout_ms=values["sync-round-timeout-ms"],
             sync_idle_interval_ms=values["sync-idle-interval-ms"],
-            max_peer_lag_s=values["max-peer-lag-s"],
+            max_peer_lag_s=values["max-peer-lag-s"] or None,  # 0: wait indefinitely
             jmx_password_file=values["jmx.password-file"],
             jmx_access_file=values["jmx.access-file"],
             jmx_ssl=values["jmx.ssl"],

@@ -9,7 +9,8 @@ import httpx
 from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, free_port, new_secret, worker_node
 
-__all__ = ["NodeProcess", "agreed_queue", "free_port", "make_secret", "signed_client",
+__all__ = ["NodeProcess", "agreed_queue", "free_port", "make_secret", "same_agreed",
+           "signed_client",
            "worker_node"]
 
 
@@ -22,15 +23,25 @@ def signed_client(node: NodeProcess, secret: bytes) -> httpx.Client:
     return httpx.Client(base_url=node.url, auth=HmacAuth(secret), timeout=120)
 
 
-def agreed_queue(master_url: str) -> list[str]:
+def agreed_queue(master_url: str) -> list[str | None]:
     """A peered master's agreed queue (transaction ids in order), read page by page from
-    GET /admin/sync/agreed."""
-    out: list[str] = []
+    GET /admin/sync/agreed. Positions the master forgot (every data centre executed them,
+    or they passed LogMaxSize: master_service/sync/protocol.py, "Compaction") are None;
+    compare queues of several masters with ``same_agreed``."""
+    out: list[str | None] = []
     while True:
         r = httpx.get(f"{master_url}/admin/sync/agreed",
                       params={"after": len(out), "limit": 5000}, timeout=10)
         r.raise_for_status()
-        page = [e["txid"] for e in r.json()]
+        page = r.json()
         if not page:
             return out
-        out += page
+        out += [None] * (page[0]["position"] - 1 - len(out))
+        out += [e["txid"] for e in page]
+
+
+def same_agreed(*queues: list[str | None]) -> bool:
+    """Agreed queues of several masters are the same: equally long and equal wherever
+    both still hold the entry."""
+    return len({len(q) for q in queues}) <= 1 and all(
+        len({e for e in column if e is not None}) <= 1 for column in zip(*queues, strict=True))

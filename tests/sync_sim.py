@@ -54,6 +54,7 @@ from master_service.sync import (
     PersistentState,
     Ready,
     Refused,
+    Retention,
     SplitRecovery,
     Status,
     SyncNode,
@@ -61,6 +62,7 @@ from master_service.sync import (
     Timing,
     Truncation,
     TxMeta,
+    chain_hash,
 )
 
 START = 10_000  # simulated time starts here so that negative clock skews stay >= 0
@@ -92,6 +94,12 @@ class SimConfig:
     split_recovery: SplitRecovery = SplitRecovery.NONE
     timing: Timing = field(default_factory=lambda: Timing(
         round_timeout=150, idle_interval=1_000, acquire_retry=200, max_tail=8))
+    # Each data centre executes its agreed queue (payloads needed) after 1..execute_delay;
+    # read-only masters execute nothing (cluster-basics.txt). Executed entries are
+    # forgotten once every node executed them, or past the horizon of ``retention``.
+    execute_delay: int = 200
+    retention: Retention = field(default_factory=Retention)
+    settle: int = 0  # after converging, run this long more (then check_bounded)
 
     @classmethod
     def derive(cls, seed: int, nodes: int = 3, fault_rate: float = 0.5,
@@ -131,6 +139,8 @@ class SimConfig:
                 cmd += f" --set {name}={getattr(self, name)!r}"
         if self.split_recovery is not derived.split_recovery:
             cmd += f" --set split_recovery={self.split_recovery.value}"
+        if self.retention.max_entries is not None:
+            cmd += f" --set retention={self.retention.max_entries}"
         return cmd
 
 
@@ -144,17 +154,26 @@ class Durable:
     incoming: dict[str, Incoming] = field(default_factory=dict)
     payloads: set[str] = field(default_factory=set)  # the driver's payload store
     split_point: int | None = None
+    # Compaction: the node forgot synced[:floor] (the simulator keeps them to check it)
+    floor: int = 0
+    floor_chain: str = ""
+    floor_newest: int = 0
+    executed: int = 0  # this data centre executed synced[:executed] (its workers' state)
 
     def state(self) -> PersistentState:
         incoming = tuple(sorted(self.incoming.values(), key=lambda i: i.tx.key))
-        return PersistentState(tuple(self.synced), incoming, self.counter, self.split_point)
+        return PersistentState(tuple(self.synced[self.floor:]), incoming, self.counter,
+                               self.split_point, self.floor,
+                               self.synced[self.floor - 1].txid if self.floor else None,
+                               self.floor_chain, self.floor_newest)
 
     def truncate(self, t: Truncation) -> None:
         """Split recovery: the synchronised entries after ``t.after_seq`` are dropped
-        (the same Ready upserts them as incoming)."""
+        (the same Ready upserts them as incoming); the data centre rolls back there."""
         for tx in self.synced[t.after_seq:]:
             self.synced_ids.discard(tx.txid)
         del self.synced[t.after_seq:]
+        self.executed = min(self.executed, t.after_seq)
 
 
 @dataclass
@@ -167,6 +186,7 @@ class SimNode:
     skew: int = 0
     next_tick: int | None = None
     split_seen: bool = False
+    executing: bool = False  # an execute event is scheduled
 
     @property
     def up(self) -> bool:
@@ -220,6 +240,18 @@ class Simulation:
         self.inconsistencies: list[str] = []
         self.tx_ids = itertools.count(1)
         self.converged_at: int | None = None
+        # execution timing from its own generator: the fault schedule of a seed stays the
+        # one it had before execution was modelled
+        self.exec_rng = random.Random(f"execute:{config.seed}")
+        self.compactions = 0
+        self.beyond: list[str] = []  # "a reports b beyond its horizon" / "a needs seeding"
+        self.seedings: list[str] = []
+        # With a retention horizon a node may fall behind the floor of every peer; it is
+        # then seeded (``seed``) and the others went on without it meanwhile, so its
+        # later transactions may be agreed after newer ones: invariant 4 (sorted order)
+        # is off, as in a split.
+        r = config.retention
+        self.horizon = r.max_entries is not None or r.max_age is not None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -273,9 +305,15 @@ class Simulation:
             fn(*args)
             self.event_count += 1
             if not self.faults_on:
+                if self.converged_at is not None:
+                    if self.now >= self.converged_at + cfg.settle:
+                        break
+                    continue
                 if self.converged():
                     self.converged_at = self.now
-                    break
+                    if not cfg.settle:
+                        break
+                    continue
                 if self.divergences and self.inconsistencies and not self.recovering:
                     break  # a split brain, detected, and no recovery configured
         if self.divergences and not self.inconsistencies and not self.recovering:
@@ -304,6 +342,19 @@ class Simulation:
                          f"synced={[t.txid for t in node.synchronised]}")
         return f"{len(self.created)} transactions exist; " + "; ".join(parts)
 
+    def check_bounded(self) -> None:
+        """After settling: every node executed everything and forgot it (the agreed state
+        a node holds is what some node has not executed yet: here nothing). Read-only
+        masters execute nothing, so nothing is forgotten on their account."""
+        if any(sn.mode is Mode.READ_ONLY for sn in self.nodes.values()):
+            return
+        for sn in self.nodes.values():
+            node = sn.node
+            if node.floor != node.seq or node.synchronised:
+                self.fail(f"bounded state: {sn.name} still holds agreed entries "
+                          f"{node.floor + 1}..{node.seq} (executed {sn.durable.executed}) "
+                          f"{cfg_settle(self.cfg)} after converging; " + self.describe())
+
     def converged(self) -> bool:
         """Every node up, nothing incoming or missing, every synchronised queue the same
         and holding every transaction that exists."""
@@ -313,13 +364,19 @@ class Simulation:
             node = sn.node
             if node is None or node.seq != want or node.incoming or node.missing_payloads:
                 return False
+            full = self.full_queue(sn)
             if first is None:
-                first = node.synchronised
+                first = full
                 if {t.key for t in first} != set(self.created):
                     return False
-            elif node.synchronised != first:
+            elif full != first:
                 return False
         return True
+
+    def full_queue(self, sn: SimNode) -> tuple[TxMeta, ...]:
+        """A node's whole synchronised queue: what it forgot (the simulator kept it in
+        its durable record) and what it holds."""
+        return tuple(sn.durable.synced[:sn.node.floor]) + sn.node.synchronised
 
     # ------------------------------------------------------------------ nodes
 
@@ -332,11 +389,16 @@ class Simulation:
         sn.incarnation += 1
         sn.node = self.node_class.restore(sn.name, state, now=self.node_time(sn), peers=peers,
                                           mode=sn.mode, timing=timing, missing_payloads=missing,
-                                          split_recovery=cfg.split_recovery)
+                                          split_recovery=cfg.split_recovery,
+                                          retention=cfg.retention,
+                                          executed=sn.durable.executed)
         sn.next_tick = None
-        self.log("%s starts (incarnation %d, seq %d, %d incoming, counter %d)", sn.name,
-                 sn.incarnation, len(state.synchronised), len(state.incoming), state.counter)
+        sn.executing = False
+        self.log("%s starts (incarnation %d, seq %d, floor %d, %d incoming, counter %d)",
+                 sn.name, sn.incarnation, state.floor + len(state.synchronised), state.floor,
+                 len(state.incoming), state.counter)
         self.schedule_tick(sn)
+        self.schedule_execute(sn)
 
     def crash(self, name: str, why: str) -> None:
         sn = self.nodes[name]
@@ -356,6 +418,70 @@ class Simulation:
         self.start(sn)
         if self.rng.random() < 0.5:  # a client whose request got no answer tries again
             self.at(self.now, self.client_submit, name)
+
+    def schedule_execute(self, sn: SimNode) -> None:
+        """The data centre executes what is agreed and acquired, some time later."""
+        d = sn.durable
+        if (sn.executing or sn.mode is Mode.READ_ONLY or d.executed >= len(d.synced)
+                or d.synced[d.executed].txid not in d.payloads):
+            return
+        sn.executing = True
+        self.at(self.now + self.exec_rng.randint(1, self.cfg.execute_delay), self.execute,
+                sn.name, sn.incarnation)
+
+    def execute(self, name: str, incarnation: int) -> None:
+        sn = self.nodes[name]
+        if not sn.up or sn.incarnation != incarnation:
+            return
+        sn.executing = False
+        d = sn.durable
+        while d.executed < len(d.synced) and d.synced[d.executed].txid in d.payloads:
+            d.executed += 1  # durably, with the workers' state (the driver's SQLite)
+        self.log("%s executed up to %d", name, d.executed)
+        self.apply(sn, sn.node.executed(d.executed, self.node_time(sn)), "executed",
+                   plain=True)
+
+    def roll_back(self, name: str, incarnation: int) -> None:
+        """After a truncation the data centre is back at its split point (the driver
+        restores the workers from the split backup) and says so."""
+        sn = self.nodes[name]
+        if not sn.up or sn.incarnation != incarnation:
+            return
+        self.apply(sn, sn.node.rolled_back(sn.durable.executed, self.node_time(sn)),
+                   "rolled back", plain=True)
+
+    def seed(self, name: str, incarnation: int) -> None:
+        """Seeding a data centre from a peer (a model of it): the node's workers get a
+        peer's image, which stands for that peer's executed position P; the node restarts
+        with the agreed queue forgotten up to P (its floor) and its own incoming queue
+        (what it acknowledged and was not agreed by P), and goes on peering from there."""
+        sn = self.nodes[name]
+        if not sn.up or sn.incarnation != incarnation or not sn.node.needs_seeding:
+            return
+        d = sn.durable
+        donors = [o for o in self.nodes.values() if o is not sn and o.up
+                  and o.durable.executed >= len(d.synced) and o.durable.executed > d.executed
+                  and o.durable.synced[:len(d.synced)] == d.synced]
+        if not donors:  # no peer has executed past us yet: ask again later
+            self.at(self.now + self.cfg.execute_delay, self.seed, name, incarnation)
+            return
+        donor = max(donors, key=lambda o: o.durable.executed)
+        pos = donor.durable.executed
+        image = list(donor.durable.synced[:pos])
+        chain = ""
+        for tx in image:
+            chain = chain_hash(chain, tx.txid)
+        newest = max(t.timestamp for t in image)
+        ids = {t.txid for t in image}
+        sn.durable = Durable(
+            counter=max(d.counter, newest), synced=image, synced_ids=ids,
+            incoming={t: i for t, i in d.incoming.items() if t not in ids},
+            payloads=set(d.payloads), split_point=None, floor=pos, floor_chain=chain,
+            floor_newest=max(newest, d.floor_newest), executed=pos)
+        self.seedings.append(f"{name} from {donor.name} at {pos}")
+        self.log("%s is seeded from %s's image at agreed position %d", name, donor.name, pos)
+        sn.node = None
+        self.start(sn)
 
     def schedule_tick(self, sn: SimNode) -> None:
         target = max(self.now, sn.node.next_round_at - sn.skew)
@@ -397,9 +523,12 @@ class Simulation:
     # ------------------------------------------------------------------ Ready contract
 
     def apply(self, sn: SimNode, ready: Ready, what: str, own: TxMeta | None = None,
-              via_tail: bool = False) -> None:
-        """Handle a Ready as the driver must: persist, then send / acknowledge / fetch."""
+              via_tail: bool = False, plain: bool = False) -> None:
+        """Handle a Ready as the driver must: persist, then send / acknowledge / fetch.
+        ``plain``: an execution report (no crash drawn from the fault generator, so that
+        modelling execution leaves every seed's fault schedule as it was)."""
         node = sn.node
+        crash_rate = 0.0 if plain else self.cfg.crash_mid_step
         if ready.split_suspected is not None:
             sn.split_seen = sn.split_seen or bool(ready.split_suspected)
             self.ever_excluded |= {(sn.name, p) for p in ready.split_suspected}
@@ -407,7 +536,7 @@ class Simulation:
         fresh = 0
         if not self.split_allowed:  # then even a decision lost in a crash must agree
             fresh = self.check_synchronised(sn, ready, via_tail)
-        if self.faults_on and self.rng.random() < self.cfg.crash_mid_step:
+        if self.faults_on and crash_rate and self.rng.random() < crash_rate:
             if fresh:  # first decided here and lost before anyone could see it
                 del self.agreed[-fresh:], self.agreed_by[-fresh:]
             if own is not None:
@@ -428,6 +557,8 @@ class Simulation:
                           f"{t.after_seq}")
             d.truncate(t)
             self.rebase_agreed()
+            self.at(self.now + self.exec_rng.randint(1, self.cfg.execute_delay),
+                    self.roll_back, sn.name, sn.incarnation)
         if ready.split_point_changed:
             d.split_point = ready.split_point
             self.log("%s split point: %s", sn.name, ready.split_point)
@@ -450,6 +581,20 @@ class Simulation:
             d.synced.append(tx)
             d.synced_ids.add(tx.txid)
             d.incoming.pop(tx.txid, None)
+        if ready.compacted is not None:
+            self.compact(sn, ready)
+        if ready.beyond_horizon:
+            self.beyond.append(f"{sn.name}: beyond its horizon: {sorted(ready.beyond_horizon)}")
+            self.log("%s: peers beyond its horizon: %s", sn.name, sorted(ready.beyond_horizon))
+        if ready.needs_seeding:
+            self.beyond.append(f"{sn.name} needs seeding")
+            self.log("%s needs seeding", sn.name)
+            self.at(self.now + self.exec_rng.randint(1, self.cfg.execute_delay), self.seed,
+                    sn.name, sn.incarnation)
+        if (ready.beyond_horizon or ready.needs_seeding) and self.cfg.retention.max_entries is \
+                None and self.cfg.retention.max_age is None:
+            self.fail(f"{sn.name}: a node was stranded without a retention horizon: "
+                      f"{self.beyond[-1]} (what every node executed was forgotten too early)")
         if via_tail and ready.synchronised and self.recovering:
             # entries past a split point reach a node of the sender's side only with the
             # sender's split: its good prefix must stay consistent with everybody's
@@ -461,9 +606,9 @@ class Simulation:
         for inc in ready.inconsistencies:
             self.inconsistencies.append(f"{sn.name}: {inc}")
             self.log("%s reports %s", sn.name, inc)
-            if not self.split_allowed:
+            if not self.split_allowed and not (self.horizon and inc.kind == "beyond-horizon"):
                 self.fail(f"{sn.name} reports an inconsistency without a split: {inc}")
-        if self.faults_on and self.rng.random() < self.cfg.crash_mid_step:
+        if self.faults_on and crash_rate and self.rng.random() < crash_rate:
             self.crash(sn.name, f"during {what}, after persisting")
             return
         for post in ready.posts:
@@ -474,6 +619,40 @@ class Simulation:
             self.fetch(sn, acq.tx, acq.sources)
         if sn.node is node:
             self.schedule_tick(sn)
+            self.schedule_execute(sn)
+
+    def compact(self, sn: SimNode, ready: Ready) -> None:
+        """The node forgot its entries up to ``c.floor``: the driver drops them and their
+        payloads. Checked: never past what this data centre executed, never past its
+        split point under Simple/Smart (a truncation needs them), the chain is right, and
+        (without a retention horizon) every node has executed them."""
+        c, d = ready.compacted, sn.durable
+        if c.floor > d.executed:
+            self.fail(f"{sn.name} forgot up to {c.floor}, its data centre executed only "
+                      f"{d.executed}")
+        if (self.recovering and d.split_point is not None and c.floor > d.split_point):
+            self.fail(f"{sn.name} forgot up to {c.floor}, past its split point {d.split_point}")
+        chain = ""
+        for tx in d.synced[:c.floor]:
+            chain = chain_hash(chain, tx.txid)
+        if c.chain != chain or c.txid != d.synced[c.floor - 1].txid:
+            self.fail(f"{sn.name}: compaction to {c.floor} names the wrong entry or chain")
+        r = self.cfg.retention
+        if r.max_entries is None and r.max_age is None:
+            for other in self.nodes.values():
+                if other is sn:
+                    continue
+                o = other.durable
+                mine = d.synced[:c.floor]
+                if o.synced[:c.floor] == mine and o.executed < c.floor and (
+                        other.mode is not Mode.READ_ONLY):
+                    self.fail(f"{sn.name} forgot up to {c.floor}, {other.name} executed only "
+                              f"{o.executed}")
+        for tx in d.synced[d.floor:c.floor]:
+            d.payloads.discard(tx.txid)  # pruned with the entries
+        d.floor, d.floor_chain, d.floor_newest = c.floor, c.chain, c.newest
+        self.compactions += 1
+        self.log("%s forgets up to %d", sn.name, c.floor)
 
     # ------------------------------------------------------------------ network
 
@@ -576,7 +755,7 @@ class Simulation:
 
     def created_add(self, tx: TxMeta) -> None:
         i = bisect.bisect_left(self.created, tx.key)
-        if not self.split_allowed and i < len(self.agreed):
+        if not self.split_allowed and not self.horizon and i < len(self.agreed):
             self.fail(f"invariant 4: new transaction {tx.txid}@{tx.timestamp} sorts before "
                       f"synchronised {self.agreed[i].txid}@{self.agreed[i].timestamp}")
         self.created.insert(i, tx.key)
@@ -598,8 +777,9 @@ class Simulation:
         node, fresh = sn.node, 0
         start = node.seq - len(ready.synchronised)
         if start > len(self.agreed):  # a truncation re-based the record below our queue
+            full = self.full_queue(sn)
             for q in range(len(self.agreed), start):
-                self.agreed.append(node.synchronised[q])
+                self.agreed.append(full[q])
                 self.agreed_by.append(sn.name)
         for offset, tx in enumerate(ready.synchronised):
             p = start + offset
@@ -625,7 +805,7 @@ class Simulation:
                 self.agreed.append(tx)
                 self.agreed_by.append(sn.name)
                 fresh += 1
-                if not self.split_allowed and (p >= len(self.created)
+                if not self.split_allowed and not self.horizon and (p >= len(self.created)
                                                or self.created[p] != tx.key):
                     self.fail(f"invariant 4: {tx.txid} at seq {p + 1} is not the next "
                               "transaction in (timestamp, id) order of all that exist")
@@ -679,7 +859,7 @@ class Simulation:
         d, node = sn.durable, sn.node
         if d.counter != node.counter or len(d.synced) != node.seq or (
                 d.synced and d.synced[-1].txid != node.merge_base) or (
-                d.split_point != node.split_point):
+                d.split_point != node.split_point) or d.floor != node.floor:
             self.fail(f"invariant 5: {sn.name} persisted state differs from its state")
         if ready.must_persist or self.event_count % 8 == 0:
             live = node.incoming
@@ -694,6 +874,10 @@ class Simulation:
         for txid in self.acked[sn.name]:
             if txid not in d.incoming and txid not in d.synced_ids:
                 self.fail(f"invariant 2: acknowledged {txid} is lost at {sn.name}")
+
+
+def cfg_settle(cfg: SimConfig) -> str:
+    return f"{cfg.settle} ms"
 
 
 def run_simulation(config: SimConfig, **kwargs) -> SimResult:
@@ -723,7 +907,16 @@ def main(argv: list[str] | None = None) -> int:
             if lag is not None:
                 extra = dict(split_recovery=rng.choice(list(SplitRecovery)),
                              long_partitions=rng.randint(0, 2), fault_time=6_000)
-            run_simulation(SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra))
+            if rng.random() < 0.25:  # a small LogMaxSize: laggers need seeding
+                extra["retention"] = Retention(max_entries=rng.choice([2, 5, 20]))
+            config = SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra)
+            try:
+                run_simulation(config)
+            except SimulationFailure:
+                raise
+            except Exception as exc:  # a crash of the node under test: say how to replay
+                raise SimulationFailure(f"{type(exc).__name__}: {exc}\nreplay: "
+                                        f"{config.replay_command()}") from exc
             runs += 1
         print(f"{runs} runs, {time.monotonic() - started:.0f} s, no failure")
         return 0
@@ -732,6 +925,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, value = item.partition("=")
         if name == "split_recovery":
             overrides[name] = SplitRecovery.parse(value.strip("'\""))
+        elif name == "retention":  # LogMaxSize of every node
+            overrides[name] = Retention(max_entries=int(value))
         else:
             overrides[name] = ast.literal_eval(value)
     if args.modes:

@@ -43,7 +43,8 @@ DOCUMENTED_ATTRIBUTES = [
     "NodeStatus", "ClusterStatusSummary", "Status", "IsWritable", "NetSpeedBitsPerSec",
     "FullReplicationTimeFactor", "MinTimeToConsiderFullReplicationS", "NodeID", "MasterURL",
     "SyncPeers", "ReadOnly", "Mode", "ProtectSingleWorker", "LogMaxSize", "LogMaxDepth",
-    "SplitRecovery", "CompletedReads", "CompletedWrites", "FailedReads", "FailedWrites",
+    "MaxPeerLag", "SplitRecovery", "CompletedReads", "CompletedWrites", "FailedReads",
+    "FailedWrites",
     "RunningReads", "RunningWrites", "PendingWrites", "AverageReadTime", "AverageTaskTimes",
     "CompletedTasks", "NumberOfTriples", "NumberOfExplicitTriples",
 ]
@@ -285,6 +286,27 @@ def test_jolokia_write_takes_effect_and_persists(master):
         400, "javax.management.InvalidAttributeValueException")
     assert bad["error"].endswith("NetSpeedBitsPerSec: must be >= 1, got -1; nothing changed")
     assert master.master.config.read_bytes() == before
+
+
+def test_max_peer_lag_is_read_and_written_over_jolokia_and_persisted(master):
+    """txlog-sync-protocol.txt: MaxPeerLag, "a parameter that can be specified from the
+    management console"; its default is not "wait for ever" (20 s: below the 30 s request
+    timeout, so a write under way when a peer dies is still answered in time)."""
+    assert jget(master, f"read/{NAME}/MaxPeerLag")["value"] == 20.0
+    body = jget(master, f"write/{ESCAPED}/MaxPeerLag/7.5")
+    assert body["status"] == 200 and body["value"] == 20.0  # the previous value
+    assert jget(master, f"read/{NAME}/MaxPeerLag")["value"] == 7.5
+    assert read_properties(master.master.config)["max-peer-lag-s"] == "7.5"
+    before = master.master.config.read_bytes()
+    for bad in ("-1", "soon", "inf"):
+        refused = jget(master, f"write/{NAME}/MaxPeerLag/{bad}")
+        assert (refused["status"], refused["error_type"]) == (
+            400, "javax.management.InvalidAttributeValueException"), refused
+        assert "nothing changed" in refused["error"]
+    assert master.master.config.read_bytes() == before
+    assert jget(master, f"write/{NAME}/MaxPeerLag/0")["status"] == 200  # wait indefinitely
+    assert jget(master, f"read/{NAME}/MaxPeerLag")["value"] == 0.0
+    assert jget(master, f"write/{NAME}/MaxPeerLag/20")["status"] == 200
 
 
 def test_jolokia_exec(master):

@@ -65,7 +65,7 @@ def test_required_keys_only_gives_the_documented_defaults(tmp_path):
     assert config.mode == "NORMAL"
     assert config.protect_single_worker is True
     assert config.control_queries_file is None and config.control_queries == ()
-    assert config.consistency == "eventual"
+    assert config.consistency == "read-your-writes"
     assert config.health_interval_s == 1.0
     assert config.request_timeout_s == 30.0
     assert config.client_auth_file is None and config.client_users == ()

@@ -26,7 +26,7 @@ from master_service.sync.driver import PUSH_BYTES
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from tests.conftest import LocalCluster
-from tests.procs import agreed_queue, free_port, make_secret, signed_client
+from tests.procs import agreed_queue, free_port, make_secret, same_agreed, signed_client
 from txcluster.auth import sign
 
 P = "urn:txc:p"
@@ -184,7 +184,7 @@ def test_concurrent_writers_on_every_master_agree_everywhere(three_dcs):
     assert len(writers.acked) == 9 * 15
     dcs.wait_converged()
     queues = [dcs.agreed(dc) for dc in dcs.dcs]
-    assert queues[0] == queues[1] == queues[2]
+    assert same_agreed(*queues)  # positions every DC executed may be forgotten
     assert len(queues[0]) >= len(writers.acked)
     # Every acknowledged statement on all six workers, and nothing nobody wrote.
     for url, subjects in dcs.subjects_on_every_worker().items():

@@ -233,7 +233,7 @@ def _majority_keeps_adding(strategy, nodes, cut, seed, node_class=SyncNode, lag=
         due = set().union(*(ids for when, ids in submitted
                             if when < start + duration - 2 * lag - 1_000))
         for name in majority:
-            synced = {tx.txid for tx in sim.nodes[name].node.synchronised}
+            synced = {tx.txid for tx in sim.full_queue(sim.nodes[name])}
             if due - synced:
                 broken.append((name, sorted(due - synced)))
 
@@ -285,7 +285,7 @@ class CompleteWithLastKnownCounters(SyncNode):
     def _add(self, now):
         if not self._order:
             return 0
-        base, seq = self.merge_base, len(self._synced)
+        base, seq = self.merge_base, self.seq
         least, collected = self._clock.counter, []
         for node in self._required():
             peer = self._peers[node]
@@ -328,7 +328,7 @@ class CompleteWithSameBaseCounters(CompleteWithLastKnownCounters):
     def _add(self, now):
         if not self._order:
             return 0
-        base, seq = self.merge_base, len(self._synced)
+        base, seq = self.merge_base, self.seq
         least, collected = self._clock.counter, []
         at_base = self.__dict__.get("_at_base", {})
         for node in self._required():

@@ -14,6 +14,7 @@ from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
 from worker_service.config import WorkerConfig
+from worker_service.query_limits import QueryLimits
 from worker_service.repository import Repository
 
 log = logging.getLogger("txcluster.worker")
@@ -22,13 +23,17 @@ log = logging.getLogger("txcluster.worker")
 def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                title: str = "txcluster worker",
                client_tls: ssl.SSLContext | None = None,
-               transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S) -> FastAPI:
-    """``node``: the Host headers this worker answers signed requests for."""
+               transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S,
+               limits: QueryLimits | None = None) -> FastAPI:
+    """``node``: the Host headers this worker answers signed requests for; ``limits``:
+    query timeout and concurrent query processes (query_limits.py)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         # The private stores of reads inside transactions (tx_view.py) go with the process.
         rdf4j_api.transaction_views.close()  # type: ignore[attr-defined]
+        # No query process outlives the worker (they also die with it: query_process.py).
+        rdf4j_api.query_processes.kill_all()  # type: ignore[attr-defined]
 
     app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
                   "for reads, cluster-control API for its master.", lifespan=lifespan)
@@ -45,7 +50,7 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
 
     app.include_router(control_router(provider, verifier, secret, client_tls),
                        tags=["cluster-control"])
-    rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s)
+    rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_api, tags=["rdf4j"])
     return app
 
@@ -65,7 +70,8 @@ def serve(config: WorkerConfig) -> None:
     log.info("signed requests are taken for %s", node.describe())
     app = create_app(repo, secret, node, title=f"txcluster worker {config.repository_id}",
                      client_tls=tls.client_context(config.tls_ca_file),
-                     transaction_idle_s=config.transaction_idle_timeout_s)
+                     transaction_idle_s=config.transaction_idle_timeout_s,
+                     limits=config.limits())
     try:
         http_server.run(app, host=config.host, port=config.port,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from txcluster.properties import (
     Schema,
     parse_bool,
     parse_float,
+    parse_int,
     parse_listen_address,
     parse_nonempty,
     parse_path,
@@ -20,6 +22,7 @@ from txcluster.properties import (
     read_properties,
 )
 from txcluster.rdf4j import TRANSACTION_IDLE_S
+from worker_service import query_limits
 
 SCHEMA = Schema((
     Key("repository-id", parse_repository_id, required=True,
@@ -50,6 +53,18 @@ SCHEMA = Schema((
     Key("transaction-idle-timeout-s", parse_float(1.0), default=TRANSACTION_IDLE_S,
         description="an open RDF4J transaction untouched for this long is forgotten "
                     "(PING answers it in ms)"),
+    # worker_service/query_limits.py: every query stops at a timeout, the smaller of the
+    # request's `timeout` (and its master's) and this; then a 503 "Query evaluation took
+    # too long", as RDF4J answers.
+    Key("query-timeout-s", query_limits.parse_query_timeout,
+        default=query_limits.DEFAULT_QUERY_TIMEOUT_S,
+        description="default and maximum timeout of a query in seconds (> 0): a client's "
+        "timeout parameter can only shorten it; a query that reaches it is stopped (its "
+        "process killed) and answered 503 'Query evaluation took too long'"),
+    Key("max-concurrent-queries", parse_int(1),
+        description="query processes that may run at once (every query but a single "
+        "triple pattern runs in one); one more is answered 503 (default: twice the CPU "
+        "cores)"),
 ))
 
 
@@ -73,6 +88,14 @@ class WorkerConfig:
     tls_ca_file: Path | None = None
     advertised_hosts: tuple[str, ...] = ()
     transaction_idle_timeout_s: float = TRANSACTION_IDLE_S
+    query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S
+    max_concurrent_queries: int | None = None  # None: twice the CPU cores
+
+    def limits(self) -> query_limits.QueryLimits:
+        """The query limits this configuration sets (worker_service/query_limits.py)."""
+        return query_limits.QueryLimits(
+            self.query_timeout_s, self.max_concurrent_queries
+            or query_limits.default_max_concurrent_queries(os.cpu_count()))
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:
@@ -95,4 +118,6 @@ class WorkerConfig:
             tls_ca_file=values["tls-ca-file"],
             advertised_hosts=values["advertised-hosts"] or (),
             transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
+            query_timeout_s=values["query-timeout-s"],
+            max_concurrent_queries=values["max-concurrent-queries"],
         )

@@ -21,6 +21,12 @@ class WorkerIn(BaseModel):
     readable: bool = Field(True, description="whether reads may be routed to it")
 
 
+class ReadableIn(BaseModel):
+    url: str = Field(description="base URL of the worker, as in GET /admin/status")
+    readable: bool = Field(description="false: drain it (no new reads, not the probe; "
+                           "it stays in sync); true: back in read rotation")
+
+
 class BackupIn(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -140,6 +146,16 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
             raise HTTPException(404, f"unknown worker {url}")
         save(config_provider().remove_worker_changes(url))
         await cluster.remove_worker(url)
+        return status_of(cluster)
+
+    @router.put("/workers/readable", summary="Take a worker out of read rotation or put "
+                "it back (drain for maintenance; not persisted)")
+    async def set_worker_readable(body: ReadableIn, request: Request) -> dict:
+        cluster = guard(request, write=True)
+        try:
+            cluster.set_readable(body.url, body.readable)
+        except KeyError:
+            raise HTTPException(404, f"unknown worker {body.url}") from None
         return status_of(cluster)
 
     @router.post("/backup", summary="Named backup by an up-to-date worker")

@@ -15,7 +15,7 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import wraps
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -27,11 +27,16 @@ from master_service.cluster.core import Cluster, NotWritable, WriteFailed
 from master_service.cluster.worker_client import WorkerUnavailable
 from txcluster import rdf4j
 from txcluster.rdf4j import ProtocolError
+from worker_service import query_limits
+from worker_service.query_process import wait_for_disconnect
 
 log = logging.getLogger("txcluster.master.api")
 
 CONTROL_QUERY_GRAPH = "http://www.ontotext.com/owlim/cluster/control-query"
 LOCAL_CONSISTENCY = "x-graphdb-local-consistency"
+# A master waits for a query's answer this long after the query's own timeout (the
+# worker answers at the timeout, with its 503 "Query evaluation took too long").
+QUERY_WAIT_MARGIN_S = 5.0
 # Headers of a worker's answer worth passing on to the client.
 PASS_HEADERS = ("content-type", "content-disposition", "vary")
 
@@ -108,11 +113,50 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
 
     # ---- reads ----
 
+    def query_timeout(request: Request, target: str, query: bytes,
+                      body: bytes) -> float | None:
+        """The timeout of a query (worker_service/query_limits.py): the smaller of the
+        client's ``timeout`` and this master's query-timeout-s; None for other reads. A
+        ``timeout`` that does not parse is left to the worker to refuse (400)."""
+        if target != f"/repositories/{repository_id}":
+            return None
+        cap = getattr(request.app.state, "query_timeout_s",
+                      query_limits.DEFAULT_QUERY_TIMEOUT_S)
+        try:
+            params = rdf4j.parse_params(query, body, request.headers.get("content-type"))
+            asked = query_limits.parse_timeout(rdf4j.single_param(params, "timeout"),
+                                               "timeout")
+        except (ProtocolError, ValueError):
+            asked = None
+        return query_limits.effective_timeout(cap, asked)
+
+    async def read_unless_gone(request: Request, read: Awaitable,
+                               wait_s: float | None) -> tuple | None:
+        """The worker's answer to ``read``; None when the client went away first: the read
+        is cancelled, which closes its connection to the worker, whose query process is
+        then killed (worker_service/query_process.py). TimeoutError after ``wait_s``."""
+        answer = asyncio.ensure_future(read)
+        gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        try:
+            done, _ = await asyncio.wait({answer, gone}, timeout=wait_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if answer in done:
+                return answer.result()
+            if gone in done:
+                return None
+            raise TimeoutError
+        finally:
+            answer.cancel()
+            gone.cancel()
+
     async def forward_read(request: Request, target: str | None = None,
                            query: bytes | None = None) -> Response:
-        """Send a read to one worker; on a lost connection or timeout, to another.
-        ``target`` / ``query``: another path and query string for the worker than the
-        client's (a graph named by this master's URL)."""
+        """Send a read to one worker; on a lost connection, to another. A query is sent
+        with its timeout (the worker stops it there) and waited for that long plus a
+        margin; a query that timed out is not re-sent (it would take as long elsewhere),
+        and one whose client went away is abandoned. ``target`` / ``query``: another path
+        and query string for the worker than the client's (a graph named by this
+        master's URL)."""
         check_repo(request)
         if (denied := auth.problem(request, need_write=False)) is not None:
             return denied
@@ -125,17 +169,25 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         if _is_control_query(query, body):
             return await _to_every_worker(cluster, request.method, target, query, body,
                                           headers)
+        timeout_s = query_timeout(request, target, query, body)
+        wait_s = None  # other reads: request-timeout-s
+        if timeout_s is not None:
+            headers[query_limits.TIMEOUT_HEADER] = repr(timeout_s)
+            wait_s = timeout_s + QUERY_WAIT_MARGIN_S
         # Read-your-writes (the default): the read sees every write this master
         # acknowledged before it arrived, so its floor is the head of the log now.
         floor = cluster.read_floor(
             request.headers.get(LOCAL_CONSISTENCY, "").lower() == "updating")
         tried: set[str] = set()
+        refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
         cluster.counters.running_reads += 1
         try:
             while True:
                 w = await cluster.reader_for(tried, floor)
                 if w is None:
                     cluster.counters.failed_reads += 1
+                    if refusal is not None:
+                        return refusal
                     if tried:
                         why = "every available worker failed this read"
                     elif floor is not None and cluster.readable():
@@ -148,21 +200,39 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                 tried.add(w.url)
                 started = time.monotonic()
                 try:
-                    status, resp_headers, content = await w.client.read(
+                    answer = await read_unless_gone(request, w.client.read(
                         request.method, target + (f"?{query.decode()}" if query else ""),
-                        body, headers)
+                        body, headers, timeout=wait_s and wait_s + 1), wait_s)
                 except WorkerUnavailable as exc:
                     cluster.router.done(w.url, time.monotonic() - started, ok=False)
                     log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
                     continue
+                except TimeoutError:
+                    cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                    cluster.counters.failed_reads += 1
+                    log.warning("query on %s not answered within its timeout of %g s and a "
+                                "margin: not re-sent", w.url, timeout_s)
+                    return _text(query_limits.TIMED_OUT_STATUS,
+                                 query_limits.timed_out_message(timeout_s or 0.0))
+                if answer is None:
+                    cluster.router.done(w.url, time.monotonic() - started, ok=True)
+                    log.info("client of a read on %s went away: read abandoned", w.url)
+                    return Response(status_code=499)  # nobody reads it
+                status, resp_headers, content = answer
                 elapsed = time.monotonic() - started
-                ok = status < 500
+                timed_out = query_limits.TIMED_OUT_HEADER in resp_headers
+                ok = status < 500 or timed_out
                 cluster.router.done(w.url, elapsed, ok=ok)
                 if not ok:
                     log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
+                    refusal = Response(content, status_code=status, headers={
+                        k: v for k, v in resp_headers.items() if k in PASS_HEADERS})
                     continue
-                cluster.counters.completed_reads += 1
-                cluster.counters.read_time_s += elapsed
+                if timed_out:  # the worker's answer goes to the client as it is
+                    cluster.counters.failed_reads += 1
+                else:
+                    cluster.counters.completed_reads += 1
+                    cluster.counters.read_time_s += elapsed
                 out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
                 return Response(content, status_code=status, headers=out)
         finally:

@@ -2,6 +2,7 @@
 
     GET    /admin/sync                      the peering state (MasterService.sync_status)
     GET    /admin/sync/agreed?after=&limit= agreed transactions (position, id, origin, ...)
+                                            held: those after the floor (GET /admin/sync)
     POST   /admin/sync/peers                addSyncPeer {id, url}: persisted, at once
     DELETE /admin/sync/peers/{id}           removeSyncPeer
 
@@ -48,9 +49,13 @@ def sync_admin_router(service: Any, auth: ClientAuth) -> APIRouter:
         if service.sync is None:
             raise HTTPException(404, "this master has no sync peers (peer.<n>.id)")
         node = service.sync.node
-        return [{"position": after + i + 1, "txid": tx.txid, "timestamp": tx.timestamp,
+        # Entries up to the floor are forgotten (protocol.py, "Compaction"): the list
+        # starts after max(after, floor); positions stay absolute.
+        start = max(after, node.floor)
+        held = node.synchronised
+        return [{"position": start + i + 1, "txid": tx.txid, "timestamp": tx.timestamp,
                  "origin": tx.origin, "size": tx.size, "digest": tx.digest}
-                for i, tx in enumerate(node.synchronised[after:after + limit])]
+                for i, tx in enumerate(held[start - node.floor:start - node.floor + limit])]
 
     @router.post("/peers", summary="addSyncPeer: peer with another master (persisted)")
     async def add_peer(body: PeerIn, request: Request) -> dict:

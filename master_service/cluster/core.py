@@ -255,6 +255,21 @@ class Cluster:
             self.probe = None
         self._workers_changed()
 
+    def set_readable(self, url: str, readable: bool) -> Worker:
+        """Take a worker out of read rotation (drain: no new read is routed to it, and it
+        stops being the probe, so writes go to another in-sync worker) or put it back.
+        It keeps receiving forwards, so it stays in sync while drained. Not persisted: a
+        drain is for maintenance (a rolling upgrade) and ends with the master's process."""
+        w = self.workers.get(url.rstrip("/"))
+        if w is None:
+            raise KeyError(f"unknown worker {url}")
+        if w.readable != readable:
+            w.readable = readable
+            self.note(f"worker {w.url} {'back in' if readable else 'out of'} read rotation")
+        if not readable and self.probe == w.url:
+            self.probe = None
+        return w
+
     def _workers_changed(self) -> None:
         if self.on_workers_changed:
             self.on_workers_changed(list(self.workers))
@@ -627,9 +642,10 @@ class Cluster:
 
     def _choose_probe(self) -> Worker | None:
         cur = self.workers.get(self.probe) if self.probe else None
-        if cur and cur.status in IN_SYNC and not cur.queue:
+        if cur and cur.status in IN_SYNC and not cur.queue and cur.readable:
             return cur
-        for w in self.in_sync():
+        # A drained worker (set_readable) is the probe only when no other one can be.
+        for w in sorted(self.in_sync(), key=lambda w: not w.readable):
             if not w.queue and w.seq == self.head_seq:
                 self.probe = w.url
                 return w

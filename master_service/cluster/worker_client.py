@@ -74,13 +74,16 @@ class WorkerClient:
             raise WorkerUnavailable(f"{self.url}: answered with something that is not JSON"
                                     ) from None
 
-    async def read(self, method: str, target: str, body: bytes,
-                   headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        """A client's read, forwarded unsigned (a worker's read API is open to anyone)."""
+    async def read(self, method: str, target: str, body: bytes, headers: dict[str, str],
+                   timeout: float | None = None) -> tuple[int, dict[str, str], bytes]:
+        """A client's read, forwarded unsigned (a worker's read API is open to anyone).
+        ``timeout``: instead of request-timeout-s (a query's own timeout and a margin)."""
+        options = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
         try:
             # encoded=True: pass the client's query string on byte for byte.
             async with self.session.request(method, URL(self.url + target, encoded=True),
-                                            data=body or None, headers=headers) as resp:
+                                            data=body or None, headers=headers,
+                                            **options) as resp:
                 out = {k.lower(): v for k, v in resp.headers.items()}
                 return resp.status, out, await resp.read()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

@@ -216,12 +216,12 @@ def _per_worker(value: Callable[[Any], str]) -> Callable[[MasterService], list[s
 
 
 def _config_setter(name: str, apply: Callable[[MasterService, Any], None],
-                   check: Callable[[MasterService, Any], None] | None = None
-                   ) -> Callable[[MasterService, Any], Awaitable[None]]:
-    """The setter of an attribute persisted as key_for_attribute(name): parsed by the
-    same parser as cluster.properties (so a value JMX accepts is one a restart accepts),
-    persisted, then applied."""
-    key = key_for_attribute(name)
+                   check: Callable[[MasterService, Any], None] | None = None,
+                   key: str | None = None) -> Callable[[MasterService, Any], Awaitable[None]]:
+    """The setter of an attribute persisted as key_for_attribute(name) (or ``key``): parsed
+    by the same parser as cluster.properties (so a value JMX accepts is one a restart
+    accepts), persisted, then applied."""
+    key = key or key_for_attribute(name)
     parse = SCHEMA.key(key).parse  # type: ignore[union-attr]  (key_for_attribute checked)
 
     async def set_value(s: MasterService, value: Any) -> None:
@@ -269,11 +269,15 @@ def _no_change_during_split(s: MasterService, value: Any) -> None:
 
 def _attr(name: str, java_type: str, description: str, get: Callable[[MasterService], Any],
           apply: Callable[[MasterService, Any], None] | None = None,
-          check: Callable[[MasterService, Any], None] | None = None) -> Attribute:
+          check: Callable[[MasterService, Any], None] | None = None,
+          key: str | None = None) -> Attribute:
+    """``key``: the cluster.properties key when it is not the attribute's name in hyphens
+    (MaxPeerLag is max-peer-lag-s: seconds, like the key's other users)."""
     if apply is None:
         return Attribute(name, java_type, description, False, get)
     return Attribute(name, java_type, description, True, get,
-                     _config_setter(name, apply, check), key_for_attribute(name))
+                     _config_setter(name, apply, check, key), key or key_for_attribute(name))
+
 
 
 ATTRIBUTES: tuple[Attribute, ...] = (
@@ -335,6 +339,13 @@ ATTRIBUTES: tuple[Attribute, ...] = (
           "Hours transactions are kept in the transaction log (default 168 = 7 days; "
           "log-max-depth)", lambda s: int(cluster_of(s).log_max_depth_h),
           _on_cluster("log_max_depth_h")),
+    _attr("MaxPeerLag", DOUBLE,
+          "Seconds without progress after which peers not heard from for that long are "
+          "left out: the split is detected, writes no longer wait for them (default 20, "
+          "below the 30 s request timeout; 0 waits for them indefinitely; "
+          "max-peer-lag-s)", lambda s: float(s.config.max_peer_lag_s or 0.0),
+          # MasterService.persist hands a new value to the running sync driver
+          in_config_only, key="max-peer-lag-s"),
     _attr("SplitRecovery", STRING,
           "Strategy after a cluster split: None, Simple or Smart (case-insensitive; "
           "split-recovery); cannot change during a split",

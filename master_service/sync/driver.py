@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -61,10 +62,12 @@ from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegme
 from master_service.sync.protocol import (
     Acquire,
     Activity,
+    Compaction,
     Incoming,
     PersistentState,
     Ready,
     Refused,
+    Retention,
     SplitRecovery,
     SyncNode,
     Timing,
@@ -80,6 +83,8 @@ PUSH_BYTES = 256 * 1024  # payloads pushed with one status, at most
 # one is asked too (_fetch). Well above a fetch across data centres (tens of ms), well
 # below a request timeout.
 FETCH_HEDGE_S = 0.5
+# Agreed entries are forgotten in steps of at least this many (protocol.py, Retention).
+COMPACT_BATCH = 64
 
 __all__ = ["SyncDriver", "mode_of"]
 
@@ -209,6 +214,9 @@ class SyncDriver:
         self._deadline_seen: int | None = None
         self._round_started: float | None = None
         self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0
+        # peers behind our floor (they need seeding), and whether we need it ourselves
+        self.beyond_horizon: frozenset[str] = frozenset()
+        self.needs_seeding = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -249,7 +257,21 @@ class SyncDriver:
               peers: Mapping[str, Mode]) -> SyncNode:
         return SyncNode.restore(self.node_id, state, now=now_ms(), peers=dict(peers),
                                 mode=self.mode, timing=self.timing, missing_payloads=missing,
-                                split_recovery=self.split_recovery)
+                                split_recovery=self.split_recovery,
+                                retention=self._retention(),
+                                # during a rollback our executed position is not known
+                                # yet (rolled_back tells the core): claim nothing
+                                executed=0 if self._rollback is not None
+                                else self.executed_pos)
+
+    def _retention(self) -> Retention:
+        """LogMaxSize / LogMaxDepth of the data centre's log are the agreed queue's
+        horizon too (cluster-basics.txt: masters keep only limited transactions)."""
+        size = getattr(self.cluster, "log_max_size", None)
+        depth = getattr(self.cluster, "log_max_depth_h", None)
+        return Retention(max_entries=int(size) if size else None,
+                         max_age=int(float(depth) * 3_600_000) if depth else None,
+                         batch=COMPACT_BATCH)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -465,6 +487,9 @@ class SyncDriver:
 
     def _retry_tick(self) -> None:
         if not self._stopping and self.node is not None and not self.failed:
+            retention = self._retention()
+            if retention != self.node.retention:  # LogMaxSize / LogMaxDepth were written
+                self._step(lambda now: self.node.set_retention(retention, now=now))
             self._step(lambda now: self.node.tick(now))
 
     # ------------------------------------------------------------------ membership, mode
@@ -493,6 +518,14 @@ class SyncDriver:
             return
         await self._restart_core(lambda: setattr(self, "mode", mode))
         log.info("sync: %s is now %s", self.node_id, mode.value)
+
+    def set_max_peer_lag(self, seconds: float | None) -> None:
+        """MaxPeerLag written at runtime (JMX, Jolokia): the core uses it from its next
+        step on; None (0 in cluster.properties) waits for missing peers indefinitely."""
+        lag = None if not seconds else max(1, int(seconds * 1000))
+        self.timing = dataclasses.replace(self.timing, max_peer_lag=lag)
+        self._step(lambda now: self.node.set_max_peer_lag(lag, now=now))
+        log.info("sync: max-peer-lag is now %s", f"{seconds} s" if lag else "unset (wait)")
 
     async def set_split_recovery(self, strategy: SplitRecovery) -> None:
         """SplitRecovery changed at runtime; refused during a split (the spec: the
@@ -599,6 +632,7 @@ class SyncDriver:
                               ) -> None:
         truncated = batch[0][0].truncated if batch else None
         split_point: tuple[int | None] | None = None
+        compacted: Compaction | None = None
         counter = None
         incoming: dict[str, Incoming] = {}
         synchronised: list[TxMeta] = []
@@ -620,13 +654,16 @@ class SyncDriver:
             payloads.extend(pays)
             if ready.split_point_changed:
                 split_point = (ready.split_point,)
+            if ready.compacted is not None:
+                compacted = ready.compacted  # floors only rise: the last one covers all
         if (counter is None and not incoming and not synchronised and not payloads
-                and truncated is None and split_point is None):
+                and truncated is None and split_point is None and compacted is None):
             return
         await self.cluster.db(lambda: self.agreement.persist(
             counter=counter, incoming=list(incoming.values()), synchronised=synchronised,
             payloads=payloads, split_point=split_point,
-            truncate_after=None if truncated is None else truncated.after_seq))
+            truncate_after=None if truncated is None else truncated.after_seq,
+            compacted=compacted))
 
     def _act(self, ready: Ready) -> None:
         for post in ready.posts:
@@ -672,7 +709,21 @@ class SyncDriver:
             else:
                 log.warning("sync: every peer is back")
         for inc in ready.inconsistencies:
-            self._diverged(inc.peer, inc.kind, inc.detail)
+            if inc.kind == "beyond-horizon":
+                log.error("sync: peer %s needs seeding: %s", inc.peer, inc.detail)
+            else:
+                self._diverged(inc.peer, inc.kind, inc.detail)
+        if ready.beyond_horizon is not None:
+            self.beyond_horizon = ready.beyond_horizon
+        if ready.needs_seeding is not None:
+            self.needs_seeding = ready.needs_seeding
+            if ready.needs_seeding:
+                log.critical("sync: this data centre needs seeding: it lags behind the "
+                             "floor of every peer (they forgot the agreed transactions it "
+                             "still needs, past LogMaxSize / LogMaxDepth); replay can no "
+                             "longer bring it up to date")
+            else:
+                log.warning("sync: a peer can serve this data centre again")
         if ready.split_point_changed:
             self._split_point_moved(ready.split_point)
         if ready.truncated is not None:
@@ -849,6 +900,10 @@ class SyncDriver:
                         fp = answer["fingerprint"]
                     self._recent[a.pos] = fp
                 self.executed_pos, self.executed_fp = batch[-1].pos, fp
+                if self._rollback is None and not self._stopping and not self.failed:
+                    # posted to the peers: what everybody executed is forgotten
+                    pos = self.executed_pos
+                    self._step(lambda now, pos=pos: self.node.executed(pos, now))
                 while len(self._recent) > 4096:
                     self._recent.popitem(last=False)
                 for txid, answer in answers.items():
@@ -984,6 +1039,8 @@ class SyncDriver:
             self.executed_pos, self.executed_fp = await db(self.agreement.executed)
             self._recent.clear()
             self.recovery_problem = None
+            pos = self.executed_pos
+            self._step(lambda now: self.node.rolled_back(pos, now))
             log.warning("sync: this data centre is back at agreed position %d; executing the "
                         "re-agreed transactions", self.executed_pos)
         except asyncio.CancelledError:
@@ -1017,6 +1074,11 @@ class SyncDriver:
             "node_id": self.node_id, "data_centre": self.data_centre,
             "mode": self.mode.value, "state": state, "missing_peers": sorted(missing),
             "seq": node.seq if node else 0, "executed_seq": self.executed_pos,
+            # agreed entries up to "floor" are forgotten; "agreed_held" are kept
+            "floor": node.floor if node else 0,
+            "agreed_held": len(node.synchronised) if node else 0,
+            "needs_seeding": self.needs_seeding,
+            "beyond_horizon": sorted(self.beyond_horizon),
             "executed_fingerprint": self.executed_fp,
             "merge_base": node.merge_base if node else None,
             "counter": node.counter if node else 0,

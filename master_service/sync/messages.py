@@ -120,6 +120,13 @@ class Status:
     prefix* (protocol.py, "Split recovery": a SMART node never keeps post-split entries
     that contradict another node's good prefix). Not split: None and "" (the whole queue
     is good).
+
+    Bounded state (protocol.py, "Compaction"): ``executed`` — the sender's data centre
+    has executed the agreed transactions up to that position (so the peers may forget
+    them once everybody has); ``floor`` — the sender forgot its agreed entries and their
+    payloads up to that position: it can serve a lagger (tail segments, payloads) only
+    from there on. A sender from before these fields posts 0 for both (it forgets
+    nothing, and nothing is forgotten on its account).
     """
 
     sender: str
@@ -131,6 +138,8 @@ class Status:
     chain: str = ""
     split_point: int | None = None  # the sender's last known good position, while split
     split_chain: str = ""  # chain_hash of the sender's queue up to split_point
+    executed: int = 0  # the sender's data centre executed the agreed queue up to here
+    floor: int = 0  # the sender forgot its agreed entries (and payloads) up to here
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
@@ -160,6 +169,11 @@ class Status:
                 raise InvalidMessage(f"split_point {self.split_point} is past the merge base "
                                      f"(seq {self.seq})")
             _check_chain(self.split_point, self.split_chain)
+        _check_int("executed", self.executed)
+        _check_int("floor", self.floor)
+        if not self.floor <= self.executed <= self.seq:
+            raise InvalidMessage(f"floor {self.floor} <= executed {self.executed} <= seq "
+                                 f"{self.seq} does not hold")
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,13 +230,61 @@ deadline. The first round with nothing unsynchronised switches to idle (rounds e
 ``idle_interval``); a non-empty status from a peer or a client transaction switches back
 to busy and starts a round at once.
 
+Compaction (bounded state)
+--------------------------
+A peered deployment runs for months: the synchronised queue cannot grow for ever. Each
+node forgets a prefix of it, entries and payloads, up to its *floor*; positions stay
+absolute (position 1 is the first transaction ever agreed), the node keeps the id of the
+entry at the floor and the hash chain up to it, so statuses and tail segments at or after
+the floor are compared exactly as before. Inputs: ``executed(pos)`` — this data centre
+executed the queue up to ``pos`` (durably) — and the ``Retention`` (LogMaxSize,
+LogMaxDepth). Each status carries the sender's executed position and floor.
+
+*What is forgotten.* Up to the least *stable* position of all nodes: for a peer, the
+executed position of its newest status, but not past its good prefix (its split point,
+while split: a split node may truncate to it and need what follows again; good prefixes
+only shrink to another node's split point, whose own stable position was no further);
+for ourselves, what we executed. A peer not heard from since we started forgets nothing
+on its account. Beyond that, the *horizon*: entries older than LogMaxSize positions or
+whose timestamp is older than LogMaxDepth are forgotten even if a peer has not executed
+them (cluster-basics.txt: masters keep only limited transactions). Never past what we
+executed ourselves (our workers still need the payloads) nor, under SIMPLE or SMART,
+past our split point (a truncation puts the entries after it back into the incoming
+queue); under NONE the split point repairs nothing and follows the floor. Read-only
+masters execute nothing (cluster-basics.txt), so entries are then kept up to the horizon.
+A truncation caps our executed position at its point until the driver reports the
+rollback done (``rolled_back``): an execution under way may still report its old end.
+
+*Why nothing needed is lost.* A consistent peer at or past our floor synchronised every
+entry we forgot, so none of them is in its queue; one behind our floor needs what we no
+longer hold: its status is ``_FORGOTTEN`` to us. Then we report it (``beyond-horizon``,
+``Ready.beyond_horizon``), do not merge its queue (it may hold transactions agreed since
+its position: merged, they would be agreed twice) and no longer wait for it — it can't
+take part before it is seeded from a worker image, and it can't ADD with anybody: no
+peer posts at its merge base again. A late status (lower counter than the newest, or the
+same counter at a lower position) is not such a peer. A status *ahead* of us is not
+verified (a diverged node under NONE can look ahead): from it we skip transactions not
+newer than every entry we forgot (``floor_newest``); they are merged once the sender's
+status can be verified, or from another peer. The node itself learns that it *needs
+seeding* (``Ready.needs_seeding``) when every peer has posted and no peer ahead of it
+holds its position (every floor is past it), or a payload it lacks was forgotten by a
+peer and no peer surely holds it (floor <= position < executed).
+
+The simulator models execution (with delays; read-only masters execute nothing),
+compaction (payloads leave with the entries), restarts from a floor, and seeding (a
+node restarted from a peer's image: floor = seq = the peer's executed position); it
+checks that nothing is forgotten that a node still needs when there is no horizon, that
+after settling every node forgot everything (all executed it), and convergence with a
+horizon of 2 to 20 entries, where laggers are seeded.
+
 The Ready contract (etcd raft's Ready)
 --------------------------------------
 Handle Readies in order. For each: persist, in one durable transaction, first
 ``truncated`` (drop the synchronised entries after ``truncated.after_seq``; they are
 upserted as incoming, they are also in ``incoming``), then ``counter``, ``incoming``
 (upserts), ``synchronised`` (append; those transactions leave the incoming queue) and
-``split_point`` when ``split_point_changed``; only then acknowledge ``acknowledge`` to
+``split_point`` when ``split_point_changed``, last ``compacted`` (forget the entries up
+to its floor, with their payloads); only then acknowledge ``acknowledge`` to
 clients, send ``posts`` and ``tails``, start ``acquire`` fetches, and hand
 ``synchronised`` to the workers (a transaction whose payload is still being fetched waits
 for it). After a truncation the workers are restored to the state at ``after_seq`` (the
@@ -252,7 +300,7 @@ from __future__ import annotations
 import bisect
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from master_service.sync.hlc import HybridLogicalClock
 from master_service.sync.messages import (
@@ -268,12 +316,14 @@ from master_service.sync.messages import (
 __all__ = [
     "Acquire",
     "Activity",
+    "Compaction",
     "Incoming",
     "Inconsistency",
     "PersistentState",
     "Post",
     "Ready",
     "Refused",
+    "Retention",
     "SplitRecovery",
     "SyncNode",
     "Tail",
@@ -338,6 +388,29 @@ class Timing:
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """How long agreed entries are kept (module docstring, "Compaction"): entries every
+    node has executed are forgotten anyway; ``max_entries`` (LogMaxSize) and ``max_age``
+    (LogMaxDepth, in the driver's time unit, against the entries' timestamps) are the
+    horizon past which they are forgotten even if some peer has not executed them (it
+    then needs seeding). None: no horizon. ``batch``: forget in steps of at least this
+    many entries (a list's front is dropped by copying the rest)."""
+
+    max_entries: int | None = None
+    max_age: int | None = None
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_entries", "max_age"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value < 1):
+                raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {self.batch!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Incoming:
     """An incoming-queue entry as persisted: the transaction and whether we hold its payload."""
 
@@ -349,19 +422,32 @@ class Incoming:
 class PersistentState:
     """What a node needs to resume after a crash: exactly what its Readies asked to persist."""
 
-    synchronised: tuple[TxMeta, ...] = ()
+    synchronised: tuple[TxMeta, ...] = ()  # the entries after ``floor``
     incoming: tuple[Incoming, ...] = ()
     counter: int = 0
     split_point: int | None = None  # the last known good position, while split
+    # Compaction: the entries up to position ``floor`` are forgotten; ``floor_txid`` was
+    # the one at ``floor`` (None exactly when floor is 0), ``floor_chain`` the hash chain
+    # up to it.
+    floor: int = 0
+    floor_txid: str | None = None
+    floor_chain: str = ""
+    floor_newest: int = 0  # the newest timestamp of a forgotten entry
 
     def __post_init__(self) -> None:
         if not isinstance(self.counter, int) or self.counter < 0:
             raise ValueError(f"counter must be an integer >= 0, got {self.counter!r}")
+        if (not isinstance(self.floor, int) or isinstance(self.floor, bool) or self.floor < 0
+                or (self.floor == 0) != (self.floor_txid is None)
+                or (self.floor == 0) != (self.floor_chain == "")):
+            raise ValueError(f"floor {self.floor!r} needs a txid and a chain exactly when > 0 "
+                             f"(got {self.floor_txid!r}, {self.floor_chain!r})")
+        top = self.floor + len(self.synchronised)
         if self.split_point is not None and (
                 not isinstance(self.split_point, int) or isinstance(self.split_point, bool)
-                or not 0 <= self.split_point <= len(self.synchronised)):
+                or not self.floor <= self.split_point <= top):
             raise ValueError(f"split_point must be None or a position in the synchronised "
-                             f"queue (0..{len(self.synchronised)}), got {self.split_point!r}")
+                             f"queue ({self.floor}..{top}), got {self.split_point!r}")
         seen: set[str] = set()
         for tx in self.synchronised:
             if tx.txid in seen:
@@ -391,6 +477,19 @@ class Truncation:
 
     after_seq: int
     entries: tuple[TxMeta, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The agreed entries up to position ``floor`` are forgotten, with their payloads:
+    every node executed them, or they are past the retention horizon. ``txid`` and
+    ``chain``: the entry at ``floor`` and the hash chain up to it (what a restarted node
+    compares statuses and tail segments at ``floor`` with)."""
+
+    floor: int
+    txid: str
+    chain: str
+    newest: int  # the newest timestamp of every entry forgotten so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,6 +541,7 @@ class Ready:
     #                                        they leave the incoming queue
     split_point: int | None = None  # the current split point (last known good position)
     split_point_changed: bool = False  # persist split_point
+    compacted: Compaction | None = None  # last: forget the agreed entries up to its floor
     # -- then (after a truncation, restore the workers to after_seq first) --
     acknowledge: tuple[str, ...] = ()  # client transactions now durable: answer the clients
     posts: tuple[Post, ...] = ()
@@ -450,12 +550,17 @@ class Ready:
     activity: Activity | None = None  # when busy/idle mode changed
     split_suspected: frozenset[str] | None = None  # when the set of excluded peers changed
     inconsistencies: tuple[Inconsistency, ...] = ()
+    # Peers behind our floor, when that set changed: we can't serve them any more by
+    # replay (they need seeding from a peer's worker image) and no longer wait for them.
+    beyond_horizon: frozenset[str] | None = None
+    needs_seeding: bool | None = None  # when it changed: no peer can serve *us* any more
     next_round_at: int = 0  # call tick() at this time
 
     @property
     def must_persist(self) -> bool:
         return (self.counter is not None or bool(self.incoming) or bool(self.synchronised)
-                or self.truncated is not None or self.split_point_changed)
+                or self.truncated is not None or self.split_point_changed
+                or self.compacted is not None)
 
 
 class _Entry:
@@ -492,10 +597,14 @@ class _Out:
     split_changed: bool = False
     split_point_changed: bool = False
     truncated: Truncation | None = None
+    compacted: Compaction | None = None
+    beyond_changed: bool = False
+    needs_seeding: bool | None = None
     inconsistencies: list[Inconsistency] = field(default_factory=list)
 
 
 _SAME, _BEHIND, _AHEAD, _DIVERGED = "same", "behind", "ahead", "diverged"
+_FORGOTTEN = "forgotten"  # a position before our floor: we can't compare nor serve it
 
 
 def _check_time(now: object) -> None:
@@ -518,7 +627,8 @@ class SyncNode:
                  mode: Mode = Mode.READ_WRITE, timing: Timing | None = None,
                  state: PersistentState | None = None,
                  missing_payloads: Iterable[str] = (),
-                 split_recovery: SplitRecovery = SplitRecovery.NONE) -> None:
+                 split_recovery: SplitRecovery = SplitRecovery.NONE,
+                 retention: Retention | None = None, executed: int = 0) -> None:
         if not isinstance(node_id, str) or not node_id:
             raise ValueError("node_id must be a non-empty string")
         if not isinstance(mode, Mode):
@@ -533,11 +643,29 @@ class SyncNode:
         state = state or PersistentState()
         self._clock = HybridLogicalClock(state.counter)
         self._persisted_counter = state.counter
+        # Positions are absolute (1 is the first agreed transaction ever); the entries up
+        # to _floor are forgotten (module docstring, "Compaction"), _synced holds the rest.
+        self._floor = state.floor
+        self._floor_txid = state.floor_txid
+        self._forgotten_ts = state.floor_newest
         self._synced: list[TxMeta] = list(state.synchronised)
-        self._synced_pos = {tx.txid: i for i, tx in enumerate(self._synced)}
-        self._chain = [""]  # _chain[k]: hash chain of the first k synchronised entries
+        # txid -> 0-based absolute position (the entry at position pos + 1)
+        self._synced_pos = {tx.txid: self._floor + i for i, tx in enumerate(self._synced)}
+        # _chain[k]: hash chain of the first _floor + k synchronised entries
+        self._chain = [state.floor_chain]
         for tx in self._synced:
             self._chain.append(chain_hash(self._chain[-1], tx.txid))
+        if not isinstance(retention, Retention | None):
+            raise ValueError(f"retention must be a Retention, got {retention!r}")
+        self._retention = retention or Retention()
+        if not isinstance(executed, int) or isinstance(executed, bool) or executed < 0:
+            raise ValueError(f"executed must be an integer >= 0, got {executed!r}")
+        # what this data centre executed (an input: ``executed``); capped at a truncation
+        # point until the driver reports the rollback done (``rolled_back``)
+        self._executed = executed
+        self._executed_cap: int | None = None
+        self._beyond: set[str] = set()  # peers whose statuses are behind our floor
+        self._seeding = False  # needs_seeding, as last reported
         self._incoming: dict[str, _Entry] = {}
         self._order: list[tuple[int, str]] = []  # keys of _incoming, sorted
         for item in state.incoming:
@@ -555,7 +683,7 @@ class SyncNode:
             pos = self._synced_pos.get(txid)
             if pos is None:
                 raise ValueError(f"missing payload {txid!r} is not synchronised")
-            tx = self._synced[pos]
+            tx = self._synced[pos - self._floor]
             self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
         self._excluded: set[str] = set()
         # the last known good position while split (module docstring, "Split recovery")
@@ -588,11 +716,39 @@ class SyncNode:
 
     @property
     def merge_base(self) -> str | None:
-        return self._synced[-1].txid if self._synced else None
+        return self._synced[-1].txid if self._synced else self._floor_txid
 
     @property
     def seq(self) -> int:
-        return len(self._synced)
+        return self._floor + len(self._synced)
+
+    @property
+    def floor(self) -> int:
+        """The agreed entries up to this position are forgotten ("Compaction")."""
+        return self._floor
+
+    @property
+    def executed_position(self) -> int:
+        """The position up to which this data centre executed, as posted to the peers."""
+        return self._posted_executed()
+
+    @property
+    def timing(self) -> Timing:
+        return self._timing
+
+    @property
+    def retention(self) -> Retention:
+        return self._retention
+
+    @property
+    def beyond_horizon(self) -> frozenset[str]:
+        """Peers behind our floor: they need seeding, we do not wait for them."""
+        return frozenset(self._beyond)
+
+    @property
+    def needs_seeding(self) -> bool:
+        """Do we lag behind the floor of every peer (no one can serve us by replay)?"""
+        return self._seeding
 
     @property
     def counter(self) -> int:
@@ -600,6 +756,7 @@ class SyncNode:
 
     @property
     def synchronised(self) -> tuple[TxMeta, ...]:
+        """The synchronised entries after the floor (positions floor + 1 ..)."""
         return tuple(self._synced)
 
     @property
@@ -641,7 +798,7 @@ class SyncNode:
         if entry is not None:
             return entry.tx
         pos = self._synced_pos.get(txid)
-        return None if pos is None else self._synced[pos]
+        return None if pos is None else self._synced[pos - self._floor]
 
     def wants_payload(self, txid: str) -> bool:
         """Is ``txid`` incoming or synchronised here without its payload? (O(1), for a
@@ -657,7 +814,8 @@ class SyncNode:
     def persistent_state(self) -> PersistentState:
         """What the Readies so far asked to persist (for checks and tests)."""
         return PersistentState(tuple(self._synced), self.incoming, self._persisted_counter,
-                               self._split_point)
+                               self._split_point, self._floor, self._floor_txid,
+                               self._chain[0], self._forgotten_ts)
 
     # ------------------------------------------------------------------ inputs
 
@@ -677,7 +835,7 @@ class SyncNode:
             self._complete_round(now)  # busy on an incoming transaction: post it now
         elif self.EAGER_POSTS:
             self._post(now)  # post it now, without waiting for the round to end
-        return self._ready()
+        return self._finish(now)
 
     def receive(self, message: Message, now: int) -> Ready:
         """A status or tail segment from a peer (already validated at construction)."""
@@ -700,7 +858,7 @@ class SyncNode:
             self._on_tail(message, now)
         else:
             raise InvalidMessage(f"not a protocol message: {type(message).__name__}")
-        return self._ready()
+        return self._finish(now)
 
     def tick(self, now: int) -> Ready:
         """The clock: ends the round at its deadline, retries payload fetches."""
@@ -709,7 +867,7 @@ class SyncNode:
             self._complete_round(now)
         else:
             self._retry_acquires(now)
-        return self._ready()
+        return self._finish(now)
 
     def acquired(self, txid: str, now: int) -> Ready:
         """The payload of ``txid`` is stored durably by the driver."""
@@ -723,14 +881,49 @@ class SyncNode:
             if self.EAGER_POSTS:
                 self._post(now)
         self._missing.pop(txid, None)
-        return self._ready()
+        return self._finish(now)
 
     def add_peer(self, peer: str, mode: Mode = Mode.READ_WRITE, *, now: int) -> Ready:
         """Configure a peer (or change its mode). We wait for a new read-write or read-only
         peer's status before adding anything: we hold no counter of it yet."""
         _check_time(now)
         self._set_peer(peer, mode)
-        return self._ready()
+        return self._finish(now)
+
+    def executed(self, pos: int, now: int) -> Ready:
+        """This data centre executed the agreed queue up to ``pos`` (durably). Posted to the
+        peers, so that everybody forgets what everybody executed ("Compaction"). After a
+        truncation, reports are capped at its point until ``rolled_back``: an execution
+        that was under way when the queue was truncated may still report its end."""
+        _check_time(now)
+        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
+            raise ValueError(f"executed position must be an integer >= 0, got {pos!r}")
+        self._executed = pos if self._executed_cap is None else min(pos, self._executed_cap)
+        return self._finish(now)
+
+    def rolled_back(self, pos: int, now: int) -> Ready:
+        """The data centre went back to the state at ``pos`` after a truncation (split
+        recovery): executed reports are believed again."""
+        _check_time(now)
+        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
+            raise ValueError(f"rolled back position must be an integer >= 0, got {pos!r}")
+        self._executed_cap = None
+        self._executed = pos
+        return self._finish(now)
+
+    def set_max_peer_lag(self, lag: int | None, *, now: int) -> Ready:
+        """MaxPeerLag changed at runtime (None: wait for missing peers indefinitely)."""
+        _check_time(now)
+        self._timing = replace(self._timing, max_peer_lag=lag)  # validated by Timing
+        return self._finish(now)
+
+    def set_retention(self, retention: Retention, *, now: int) -> Ready:
+        """LogMaxSize / LogMaxDepth changed at runtime."""
+        _check_time(now)
+        if not isinstance(retention, Retention):
+            raise ValueError(f"retention must be a Retention, got {retention!r}")
+        self._retention = retention
+        return self._finish(now)
 
     def remove_peer(self, peer: str, *, now: int) -> Ready:
         """Stop synchronising with a peer. Safe only if it originates no more transactions
@@ -745,7 +938,7 @@ class SyncNode:
             self._excluded.discard(peer)
             self._out.split_changed = True
             self._split_maybe_over()
-        return self._ready()
+        return self._finish(now)
 
     # ------------------------------------------------------------------ steps
 
@@ -765,6 +958,29 @@ class SyncNode:
             self._report(st.sender, "mode-mismatch",
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
         relation = self._relation(st.seq, st.merge_base, st.chain)
+        if relation == _FORGOTTEN:
+            # Behind our floor: we can neither tell whether it is consistent with us nor
+            # send it what follows, and its incoming queue may hold transactions agreed
+            # (and forgotten) since its position — merged, they would be agreed twice. It
+            # needs seeding from a worker image; meanwhile we do not wait for it. Unless
+            # the status is an old one that the network delivered late (a lower counter
+            # than the newest we hold — counters never go back — or the same counter at a
+            # lower position: statuses posted within one millisecond; the simulator found
+            # both).
+            latest = peer.latest
+            if latest is not None and (st.counter, st.seq) < (latest.counter, latest.seq):
+                return
+            if st.sender not in self._beyond:
+                self._beyond.add(st.sender)
+                self._out.beyond_changed = True
+            self._report(st.sender, "beyond-horizon",
+                         f"its agreed position {st.seq} is before our floor {self._floor}: "
+                         "it can no longer be served by replay and needs seeding from a "
+                         "peer's worker image")
+            return
+        if st.sender in self._beyond:
+            self._beyond.discard(st.sender)  # seeded: at or past our floor again
+            self._out.beyond_changed = True
         if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
                 st.sender in self._excluded
                 or (relation == _DIVERGED and peer.mode is not Mode.MUTED)
@@ -778,15 +994,15 @@ class SyncNode:
         if relation == _DIVERGED:
             self._report(st.sender, "diverged",
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
-                         f"ours there is {self._synced[st.seq - 1].txid} "
-                         f"(chain {self._chain[st.seq][:8]})")
+                         f"ours there is {self._txid_at(st.seq)} "
+                         f"(chain {self._chain_at(st.seq)[:8]})")
             # Under None too: the peer cannot append it, but reports the divergence, so
             # that every master of both sides shows it (a master behind the other side
             # sees only a status ahead of it; tests/test_partitions.py, None).
             self._send_diverged(st.sender, st.seq)
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
-        self._merge(st.queue, st.sender, now)
+        self._merge(st.queue, st.sender, now, verified=relation != _AHEAD)
         if st.sender in self._excluded and relation != _AHEAD:
             self._apart_since.pop(st.sender, None)
             self._excluded.discard(st.sender)  # back, and consistent with us
@@ -801,6 +1017,7 @@ class SyncNode:
         if peer.latest is None or st.counter >= peer.latest.counter:
             peer.latest = st
             peer.fresh = True
+        self._check_seeding()
         if self._activity is Activity.IDLE:
             if st.queue:
                 self._complete_round(now)  # spec: busy on the first non-empty status
@@ -809,23 +1026,29 @@ class SyncNode:
 
     def _on_tail(self, seg: TailSegment, now: int) -> None:
         start = seg.after_seq
-        if start > len(self._synced):
+        if start > self.seq:
             return  # not next to our queue; our next status asks from where we are
+        if start < self._floor:
+            seg = self._from_floor(seg)
+            if seg is None:
+                return
+            start = seg.after_seq
         # the sender's good prefix ends here (the whole segment when it is not split)
         good = start + len(seg.entries) if seg.split_point is None else seg.split_point
         if self._relation(start, seg.after, seg.after_chain) == _DIVERGED:
             self._report(seg.sender, "tail-diverged",
                          f"segment after {seg.after} at seq {start}, ours there is "
-                         f"{self._synced[start - 1].txid}")
+                         f"{self._txid_at(start)}")
             # the queues differ somewhere up to ``start``
             self._tail_diverged(seg.sender, now, start <= good)
             return
-        overlap = min(len(seg.entries), len(self._synced) - start)
+        overlap = min(len(seg.entries), self.seq - start)
+        base = start - self._floor
         for i in range(overlap):
-            if seg.entries[i] != self._synced[start + i]:
+            if seg.entries[i] != self._synced[base + i]:
                 self._report(seg.sender, "tail-diverged",
                              f"seq {start + i + 1} is {seg.entries[i].txid}, ours is "
-                             f"{self._synced[start + i].txid}")
+                             f"{self._synced[base + i].txid}")
                 self._tail_diverged(seg.sender, now, start + i + 1 <= good)
                 return
         new = seg.entries[overlap:]
@@ -876,7 +1099,7 @@ class SyncNode:
         posted at our merge base this round (module docstring)."""
         if not self._order:
             return 0
-        base, seq = self.merge_base, len(self._synced)
+        base, seq = self.merge_base, self.seq
         least = self._clock.counter
         collected = []
         for node in self._required():
@@ -922,8 +1145,9 @@ class SyncNode:
         counter = self._clock.tick(now)
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
         point = self._split_point if self._split() else None
-        status = Status(self._id, self._mode, self.merge_base, len(self._synced), counter, queue,
-                        self._chain[-1], point, "" if point is None else self._chain[point])
+        status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
+                        self._chain[-1], point, "" if point is None else self._chain_at(point),
+                        self._posted_executed(), self._floor)
         self._out.posts.extend(Post(p, status) for p in sorted(self._peers))
 
     # ------------------------------------------------------------------ helpers
@@ -931,13 +1155,14 @@ class SyncNode:
     def _required(self) -> list[str]:
         """Peers we wait for: every read-write and read-only peer not excluded by a split."""
         return [p for p, s in self._peers.items()
-                if s.mode is not Mode.MUTED and p not in self._excluded]
+                if s.mode is not Mode.MUTED and p not in self._excluded
+                and p not in self._beyond]
 
     def _all_posted(self) -> bool:
         required = self._required()
         if not required:
             return False
-        base, seq = self.merge_base, len(self._synced)
+        base, seq = self.merge_base, self.seq
         for node in required:
             peer = self._peers[node]
             if not peer.fresh or peer.latest.seq != seq or peer.latest.merge_base != base:
@@ -945,11 +1170,23 @@ class SyncNode:
         return True
 
     def _relation(self, seq: int, base: str | None, chain: str) -> str:
-        if seq > len(self._synced):
+        if seq > self.seq:
             return _AHEAD
-        if seq and (self._synced[seq - 1].txid != base or self._chain[seq] != chain):
+        if seq < self._floor:
+            return _FORGOTTEN
+        if seq and (self._txid_at(seq) != base or self._chain_at(seq) != chain):
             return _DIVERGED
-        return _SAME if seq == len(self._synced) else _BEHIND
+        return _SAME if seq == self.seq else _BEHIND
+
+    def _txid_at(self, pos: int) -> str | None:
+        """The id of the entry at position ``pos`` (floor <= pos <= seq; None at 0)."""
+        if pos == self._floor:
+            return self._floor_txid
+        return self._synced[pos - self._floor - 1].txid
+
+    def _chain_at(self, pos: int) -> str:
+        """The hash chain of the first ``pos`` entries (floor <= pos <= seq)."""
+        return self._chain[pos - self._floor]
 
     def _sources(self, *nodes: str) -> list[str]:
         out: list[str] = []
@@ -963,9 +1200,21 @@ class SyncNode:
         bisect.insort(self._order, entry.tx.key)
         self._out.incoming[entry.tx.txid] = None
 
-    def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int) -> None:
-        """MERGE unknown transactions (one that conflicts with what we hold is reported)."""
+    def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int,
+               verified: bool = True) -> None:
+        """MERGE unknown transactions (one that conflicts with what we hold is reported).
+
+        ``verified``: the status's merge base and chain are ours at its position, so its
+        sender synchronised every entry we forgot and none of them is in its queue. A
+        status ahead of us is not verified: it may come from a diverged node (a split
+        under None) whose queue holds a transaction we synchronised and then forgot —
+        merged, it would be agreed twice (the simulator found it). From such a status
+        we skip what is not newer than everything we forgot; it is merged when the
+        sender's status can be verified (we caught up) or from another peer's."""
         for tx in txs:
+            if not verified and self._floor and tx.timestamp <= self._forgotten_ts \
+                    and tx.txid not in self._incoming:
+                continue
             entry = self._incoming.get(tx.txid)
             if entry is not None:
                 if entry.tx != tx:
@@ -975,7 +1224,7 @@ class SyncNode:
                 continue
             pos = self._synced_pos.get(tx.txid)
             if pos is not None:
-                if self._synced[pos] != tx:
+                if self._synced[pos - self._floor] != tx:
                     self._report(poster, "conflicting-transaction", f"{tx.txid} differs")
                 continue
             self._clock.observe(tx.timestamp)
@@ -984,7 +1233,7 @@ class SyncNode:
             self._request(entry, now)
 
     def _append_synced(self, tx: TxMeta, entry: _Entry | None, source: str, now: int) -> None:
-        self._synced_pos[tx.txid] = len(self._synced)
+        self._synced_pos[tx.txid] = self.seq
         self._synced.append(tx)
         self._chain.append(chain_hash(self._chain[-1], tx.txid))
         self._out.synchronised.append(tx)
@@ -1009,7 +1258,7 @@ class SyncNode:
             if not self._excluded and self._split_point is None and (
                     self._mode is not Mode.MUTED):
                 # an exclusion episode starts: our last known good state
-                self._split_point = len(self._synced)
+                self._split_point = self.seq
                 self._out.split_point_changed = True
             self._excluded |= missing
             self._out.split_changed = True
@@ -1044,13 +1293,17 @@ class SyncNode:
         point = seg.split_point
         if point is None or self._recovery is SplitRecovery.NONE:
             return new
-        past = len(self._synced) + len(new) - point
+        past = self.seq + len(new) - point
         if past <= 0:
             return new
         if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
-                or seg.sender in self._excluded or self._rejoining):
+                or seg.sender in self._excluded or self._rejoining
+                or point < self._floor):
+            # (a split point before our floor: we forgot entries the sender may take back
+            # — only the retention horizon passes a peer's split point — so we can't
+            # join its side, which could make us truncate there)
             return new[:max(0, len(new) - past)]
-        point = min(point, len(self._synced))
+        point = min(point, self.seq)
         if point < self._split_point:
             self._split_point = point
             self._out.split_point_changed = True
@@ -1074,11 +1327,13 @@ class SyncNode:
             end = min(end, limit)
         if end <= seq:
             return
-        entries = tuple(self._synced[seq:end])
-        after = self._synced[seq - 1].txid if seq else None
+        if seq < self._floor:
+            return  # forgotten (_on_status tells such a peer that it needs seeding)
+        entries = tuple(self._synced[seq - self._floor:end - self._floor])
         point, excluded = self._split_view()
-        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, after, entries,
-                                                      self._chain[seq], point, excluded)))
+        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, self._txid_at(seq),
+                                                      entries, self._chain_at(seq), point,
+                                                      excluded)))
 
     def _send_diverged(self, peer: str, seq: int) -> None:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our
@@ -1089,12 +1344,14 @@ class SyncNode:
         other for ever: the one behind saw the keeper only as ahead of it): a peer that
         appends the segment later (after truncating) takes nothing past that split point
         unless it joins our split (``_join_senders_side``)."""
-        start = max(0, seq - self._timing.max_tail)
-        after = self._synced[start - 1].txid if start else None
+        start = max(self._floor, seq - self._timing.max_tail)
+        if start >= seq:
+            return  # nothing before our floor to show it (it is reported on our side)
         point, excluded = self._split_view()
         self._out.tails.append(Tail(peer, TailSegment(
-            self._id, start, after, tuple(self._synced[start:seq]), self._chain[start],
-            point, excluded)))
+            self._id, start, self._txid_at(start),
+            tuple(self._synced[start - self._floor:seq - self._floor]),
+            self._chain_at(start), point, excluded)))
 
     def _tail_diverged(self, peer: str, now: int, in_good_prefix: bool) -> None:
         """A tail segment does not extend our queue; ``in_good_prefix``: the first
@@ -1120,7 +1377,7 @@ class SyncNode:
         status (a diverged tail segment tells, ``_on_tail``)."""
         if self._split_point is None or good <= self._split_point:
             return False
-        return good <= len(self._synced) and self._chain[good] != chain
+        return self._floor <= good <= self.seq and self._chain_at(good) != chain
 
     def _keeps(self) -> bool:
         """SMART's majority vote (module docstring, "Split recovery")."""
@@ -1153,9 +1410,13 @@ class SyncNode:
         point = self._split_point
         assert point is not None
         assert not self._out.synchronised, "a truncation comes first in its step"
-        removed = self._synced[point:]
-        del self._synced[point:]
-        del self._chain[point + 1:]
+        assert point >= self._floor, "never compacted past the split point"
+        removed = self._synced[point - self._floor:]
+        del self._synced[point - self._floor:]
+        del self._chain[point - self._floor + 1:]
+        # the data centre rolls back to the point: what it executed after it does not count
+        self._executed = min(self._executed, point)
+        self._executed_cap = point
         for tx in removed:
             del self._synced_pos[tx.txid]
             missing = self._missing.pop(tx.txid, None)
@@ -1206,6 +1467,112 @@ class SyncNode:
             self._reported.add(key)
             self._out.inconsistencies.append(Inconsistency(peer, kind, detail))
 
+    # ------------------------------------------------------------------ compaction
+
+    def _posted_executed(self) -> int:
+        return max(self._floor, min(self._executed, self.seq))
+
+    def _stable(self, st: Status) -> int:
+        """What a peer's status lets us forget on its account: what it executed, but not
+        past its good prefix (a split node may truncate to its split point and need what
+        follows again; module docstring, "Compaction")."""
+        good = st.seq if st.split_point is None else st.split_point
+        return min(st.executed, good)
+
+    def _compact_limit(self) -> int:
+        """Never past what we executed ourselves (our executor still needs the payloads),
+        nor, under SIMPLE or SMART, past our split point (a truncation puts the entries
+        after it back into the incoming queue)."""
+        limit = self._posted_executed()
+        if self._split_point is not None and self._recovery is not SplitRecovery.NONE:
+            limit = min(limit, self._split_point)
+        return limit
+
+    def _compact(self, now: int) -> None:
+        """Forget the agreed entries that every node executed, or that are past the
+        retention horizon (LogMaxSize / LogMaxDepth)."""
+        limit = self._compact_limit()
+        if limit <= self._floor:
+            return
+        target = limit
+        for name, peer in self._peers.items():
+            if name in self._beyond:
+                continue  # it can't be served anyway: it needs seeding
+            if peer.latest is None:
+                target = self._floor  # not heard since we started: it may need anything
+                break
+            target = min(target, self._stable(peer.latest))
+        r = self._retention
+        if r.max_entries is not None:
+            target = max(target, self.seq - r.max_entries)
+        if r.max_age is not None:
+            cutoff, pos = now - r.max_age, max(target, self._floor)
+            while pos < limit and self._synced[pos - self._floor].timestamp < cutoff:
+                pos += 1
+            target = max(target, pos)
+        target = min(target, limit)
+        if target - self._floor < r.batch:
+            return
+        k = target - self._floor
+        for tx in self._synced[:k]:
+            del self._synced_pos[tx.txid]
+            self._missing.pop(tx.txid, None)
+            self._forgotten_ts = max(self._forgotten_ts, tx.timestamp)
+        self._floor_txid = self._synced[k - 1].txid
+        del self._synced[:k]
+        del self._chain[:k]
+        self._floor = target
+        if self._split_point is not None and self._split_point < target:
+            # only under NONE (_compact_limit): the split point repairs nothing there
+            self._split_point = target
+            self._out.split_point_changed = True
+        self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
+                                         self._forgotten_ts)
+
+    def _from_floor(self, seg: TailSegment) -> TailSegment | None:
+        """A tail segment that starts before our floor, cut to start at our floor (None
+        when it ends there). Its entry at our floor and the hash chain up to it must be
+        ours: else it diverged from us, which is reported and not applied."""
+        skip = self._floor - seg.after_seq
+        if len(seg.entries) <= skip:
+            return None
+        chain = seg.after_chain
+        for tx in seg.entries[:skip]:
+            chain = chain_hash(chain, tx.txid)
+        if seg.entries[skip - 1].txid != self._floor_txid or chain != self._chain[0]:
+            self._report(seg.sender, "tail-diverged",
+                         f"segment has {seg.entries[skip - 1].txid} at seq {self._floor}, "
+                         f"ours there is {self._floor_txid}")
+            return None
+        return replace(seg, after_seq=self._floor, after=self._floor_txid,
+                       entries=seg.entries[skip:], after_chain=chain)
+
+    def _check_seeding(self) -> None:
+        """Do we need seeding? When every peer has posted, one is ahead of us or holds a
+        payload we lack, and every peer's floor is past where we need to start from."""
+        latest = [p.latest for p in self._peers.values()]
+        if not latest or any(st is None for st in latest):
+            return
+        seq = self.seq
+        # A lagger gets its tail from a peer ahead of it whose floor is at or before its
+        # position. A payload at 0-based position i is surely held by a peer that
+        # executed it and did not forget it (floor <= i < executed); a peer that did not
+        # execute it yet may hold it or not (the origin does), so we need seeding for a
+        # payload only if some peer forgot it and no peer surely holds it.
+        need = any(st.seq > seq for st in latest) and not any(
+            st.seq > seq and st.floor <= seq for st in latest)
+        if not need and self._missing:
+            first = min(self._synced_pos[t] for t in self._missing)
+            need = any(st.floor > first for st in latest) and not any(
+                st.floor <= first < st.executed for st in latest)
+        if need != self._seeding:
+            self._seeding = need
+            self._out.needs_seeding = need
+
+    def _finish(self, now: int) -> Ready:
+        self._compact(now)
+        return self._ready()
+
     def _ready(self) -> Ready:
         out, self._out = self._out, _Out()
         counter = None
@@ -1219,5 +1586,7 @@ class SyncNode:
             tails=tuple(out.tails), acquire=tuple(out.acquire), activity=out.activity,
             split_suspected=frozenset(self._excluded) if out.split_changed else None,
             truncated=out.truncated, split_point=self._split_point,
-            split_point_changed=out.split_point_changed,
-            inconsistencies=tuple(out.inconsistencies), next_round_at=self._deadline)
+            split_point_changed=out.split_point_changed, compacted=out.compacted,
+            inconsistencies=tuple(out.inconsistencies),
+            beyond_horizon=frozenset(self._beyond) if out.beyond_changed else None,
+            needs_seeding=out.needs_seeding, next_round_at=self._deadline)

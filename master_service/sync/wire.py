@@ -24,6 +24,9 @@ def status_to_json(st: Status) -> dict[str, Any]:
     if st.split_point is not None:
         out["split_point"] = st.split_point
         out["split_chain"] = st.split_chain
+    if st.executed or st.floor:
+        out["executed"] = st.executed
+        out["floor"] = st.floor
     return out
 
 
@@ -70,7 +73,8 @@ def status_from_json(value: Any) -> Status:
     return Status(_field(obj, "sender", "status"), mode, _field(obj, "merge_base", "status"),
                   _field(obj, "seq", "status"), _field(obj, "counter", "status"),
                   _txs(_field(obj, "queue", "status"), "queue"), obj.get("chain", ""),
-                  obj.get("split_point"), obj.get("split_chain", ""))
+                  obj.get("split_point"), obj.get("split_chain", ""),
+                  obj.get("executed", 0), obj.get("floor", 0))
 
 
 def tail_from_json(value: Any) -> TailSegment:

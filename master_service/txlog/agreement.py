@@ -14,7 +14,11 @@ keeps what its Readies ask to persist, next to the data centre's own log:
   executed, so a payload is durable before its id is posted (spec, "Transaction
   exchange": only acquired transactions are posted);
 - meta: the timestamp counter's high-water mark, and the *peering base* — this data
-  centre's state when it started peering, the state at agreed position 0.
+  centre's state when it started peering, the state at agreed position 0;
+- meta: the *floor* (protocol.py, "Compaction"): the agreed entries up to that position
+  were executed here and left ``sync_agreed`` with their payloads (every peer executed
+  them too, or they passed the LogMaxSize / LogMaxDepth horizon); kept are the id of the
+  entry at the floor, the hash chain up to it, and this data centre's state after it.
 
 Position p of the agreed queue is the same transaction on every master; "the state after
 position p" is therefore comparable across data centres: that is how a divergence between
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from master_service.sync.messages import TxMeta
-from master_service.sync.protocol import Incoming, PersistentState
+from master_service.sync.protocol import Compaction, Incoming, PersistentState
 from master_service.txlog.log import State, TxLog, TxLogError
 
 COUNTER_LEASE = 10_000  # persist the counter this far ahead (driver units: ms)
@@ -106,6 +110,17 @@ class AgreementLog:
                      self._meta("sync_base_fingerprint") or "0" * 32,
                      int(self._meta("sync_base_quads") or 0))
 
+    def floor(self) -> tuple[int, str | None, str, State | None]:
+        """(floor position, id of the entry there, hash chain up to it, this data
+        centre's state after it); (0, None, "", None) before the first compaction."""
+        pos = int(self._meta("sync_floor") or 0)
+        if not pos:
+            return 0, None, "", None
+        return (pos, self._meta("sync_floor_txid"), self._meta("sync_floor_chain") or "",
+                State(int(self._meta("sync_floor_seq") or 0),
+                      self._meta("sync_floor_fingerprint") or "0" * 32,
+                      int(self._meta("sync_floor_quads") or 0)))
+
     # ---- what the protocol core resumes from ----
 
     def load(self) -> tuple[PersistentState, list[str]]:
@@ -119,8 +134,11 @@ class AgreementLog:
         newest = max([t.timestamp for t, _ in agreed] + [i.tx.timestamp for i in incoming],
                      default=0)
         counter = max(self._counter_mark, newest)
+        floor, floor_txid, floor_chain, _ = self.floor()
         state = PersistentState(tuple(t for t, _ in agreed), tuple(incoming), counter,
-                                split_point=self.split_point())
+                                split_point=self.split_point(), floor=floor,
+                                floor_txid=floor_txid, floor_chain=floor_chain,
+                                floor_newest=int(self._meta("sync_floor_newest") or 0))
         missing = [t.txid for t, has in agreed if not has]
         return state, missing
 
@@ -128,7 +146,8 @@ class AgreementLog:
                 synchronised: Sequence[TxMeta],
                 payloads: Sequence[tuple[TxMeta, Sequence[dict[str, Any]]]] = (),
                 truncate_after: int | None = None,
-                split_point: tuple[int | None] | None = None) -> None:
+                split_point: tuple[int | None] | None = None,
+                compacted: Compaction | None = None) -> None:
         """One Ready (or several merged) in ONE SQLite transaction: payloads, the counter
         mark, a split recovery's truncation (before anything else of the Ready), incoming
         upserts, synchronised appends (which leave the incoming queue), the split point.
@@ -136,12 +155,13 @@ class AgreementLog:
         ``truncate_after``: agreed entries after that position leave the agreed queue (the
         Ready lists them as incoming again); their transactions are pending again, and
         the data centre owes a rollback to the state at that position (``rollback``).
-        ``split_point``: a 1-tuple holding the new split point (None: recovered)."""
+        ``split_point``: a 1-tuple holding the new split point (None: recovered).
+        ``compacted``: last, the agreed entries up to its floor leave, with their payloads."""
         mark = None
         if counter is not None and counter > self._counter_mark:
             mark = counter + COUNTER_LEASE
         if (mark is None and not incoming and not synchronised and not payloads
-                and truncate_after is None and split_point is None):
+                and truncate_after is None and split_point is None and compacted is None):
             return
         with self.txlog.atomic() as db:
             if truncate_after is not None:
@@ -173,14 +193,50 @@ class AgreementLog:
                     pk="txid")
             if synchronised:
                 row = next(iter(db.query("select coalesce(max(pos), 0) as n from sync_agreed")))
-                start = row["n"] + 1
+                # after the floor even when every entry was forgotten
+                start = max(row["n"], int(self._meta("sync_floor") or 0)) + 1
                 db["sync_agreed"].insert_all(
                     [{"pos": start + k, **_row(tx), "seq": None, "fingerprint": None,
                       "quads": None} for k, tx in enumerate(synchronised)])
                 db.conn.executemany("delete from sync_incoming where txid = ?",
                                     [(tx.txid,) for tx in synchronised])
+            if compacted is not None:
+                self._compact(db, compacted)
         if mark is not None:
             self._counter_mark = mark
+
+    # ---- compaction ----
+
+    def _compact(self, db: Any, c: Compaction) -> None:
+        """The agreed entries up to ``c.floor`` leave, with their payloads (rows of
+        ``transactions``, which this data centre executed: committed or failed); the
+        state after the floor is kept in meta (state_at, executed)."""
+        old = int(self._meta("sync_floor") or 0)
+        if c.floor <= old:
+            return
+        rows = list(db.query("select txid, fingerprint, quads from sync_agreed where pos = ?",
+                             [c.floor]))
+        if not rows or rows[0]["txid"] != c.txid or rows[0]["fingerprint"] is None:
+            raise TxLogError(f"cannot forget up to agreed position {c.floor}: it is not "
+                             f"{c.txid} executed here")
+        seq_row = next(iter(db.query(
+            "select max(seq) as seq from sync_agreed where pos <= ? and seq is not null",
+            [c.floor])))
+        _, _, _, before = self.floor()
+        seq = seq_row["seq"]
+        if seq is None:
+            seq = before.seq if before is not None else self.base().seq
+        db.execute("delete from transactions where status != 'pending' and txid in "
+                   "(select txid from sync_agreed where pos <= ?)", [c.floor])
+        db.execute("delete from sync_agreed where pos <= ?", [c.floor])
+        db["meta"].upsert_all(
+            [{"key": "sync_floor", "value": str(c.floor)},
+             {"key": "sync_floor_txid", "value": c.txid},
+             {"key": "sync_floor_chain", "value": c.chain},
+             {"key": "sync_floor_newest", "value": str(c.newest)},
+             {"key": "sync_floor_seq", "value": str(seq)},
+             {"key": "sync_floor_fingerprint", "value": rows[0]["fingerprint"]},
+             {"key": "sync_floor_quads", "value": str(rows[0]["quads"] or 0)}], pk="key")
 
     # ---- split recovery ----
 
@@ -213,6 +269,12 @@ class AgreementLog:
         if pos == 0:
             base = self.base()
             return base.seq, base.fingerprint
+        floor, _, _, at_floor = self.floor()
+        if pos < floor:
+            return None  # forgotten
+        if pos == floor:
+            assert at_floor is not None
+            return at_floor.seq, at_floor.fingerprint
         with self.txlog.atomic() as db:
             rows = list(db.query(
                 "select fingerprint from sync_agreed where pos = ? and fingerprint is not null",
@@ -223,7 +285,9 @@ class AgreementLog:
                 "select max(seq) as seq from sync_agreed where pos <= ? and seq is not null",
                 [pos]))
         seq = seq_rows[0]["seq"]
-        return (seq if seq is not None else self.base().seq), rows[0]["fingerprint"]
+        if seq is None:
+            seq = at_floor.seq if at_floor is not None else self.base().seq
+        return seq, rows[0]["fingerprint"]
 
     def record_split_backup(self, name: str, pos: int) -> None:
         with self.txlog.atomic() as db:
@@ -277,6 +341,9 @@ class AgreementLog:
                                  "fingerprint is not null order by pos desc limit 1"))
         if rows:
             return rows[0]["pos"], rows[0]["fingerprint"]
+        floor, _, _, at_floor = self.floor()
+        if at_floor is not None:
+            return floor, at_floor.fingerprint
         return 0, self.base().fingerprint
 
     def agreed_count(self) -> int:
@@ -287,6 +354,9 @@ class AgreementLog:
         """This data centre's fingerprint after agreed position ``pos``, if executed."""
         if pos == 0:
             return self.base().fingerprint
+        floor, _, _, at_floor = self.floor()
+        if pos == floor and at_floor is not None:
+            return at_floor.fingerprint
         with self.txlog.atomic() as db:
             rows = list(db.query("select fingerprint from sync_agreed where pos = ?", [pos]))
         return rows[0]["fingerprint"] if rows else None

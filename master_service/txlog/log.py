@@ -464,6 +464,8 @@ class TxLog:
         ``max_depth_hours`` before ``now`` (with everything older: a prefix), with their
         transaction rows; the base moves to the state after the last dropped entry, so
         ``head()`` is unchanged. Failed transactions older than the depth are dropped too.
+        On a peered master the payloads of agreed transactions that the agreed queue still
+        holds are kept (peers may fetch them; agreement.py forgets them with the entry).
         """
         if max_size < 0 or max_depth_hours < 0:
             raise ValueError("prune limits must be >= 0")
@@ -476,13 +478,18 @@ class TxLog:
                               [cutoff])
             if row["seq"] is not None:
                 last = max(last, row["seq"])
+            # A peered master: the payloads of agreed transactions stay until the agreed
+            # queue forgets them (agreement.py): peers may still fetch them. Pruning used
+            # to take them, and a restarted master then asked its peers for them for ever.
+            keep = (" and txid not in (select txid from sync_agreed)"
+                    if "sync_agreed" in self._db.table_names() else "")
             self._db["transactions"].delete_where(
-                "status = 'failed' and timestamp < ?", [cutoff])
+                "status = 'failed' and timestamp < ?" + keep, [cutoff])
             if last == base.seq:
                 return 0
             new_base = self.state_at(last)
             assert new_base is not None  # base.seq < last <= head.seq: retained
-            self._db["transactions"].delete_where("seq <= ?", [last])
+            self._db["transactions"].delete_where("seq <= ?" + keep, [last])
             self._db["sync_queue"].delete_where("seq <= ?", [last])
             self._set_base(new_base)
             return last - base.seq

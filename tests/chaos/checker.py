@@ -74,10 +74,10 @@ def check(status: dict, workers: list, repository_id: str, history: History,
 
 
 def check_peered(statuses: dict[str, dict], workers: dict[str, list], repository_id: str,
-                 history: History, agreed: dict[str, list[str]]) -> Verdict:
+                 history: History, agreed: dict[str, list[str | None]]) -> Verdict:
     """Peered masters once recovered: ``statuses`` each master's /admin/status,
     ``workers`` each master's worker nodes, ``agreed`` each master's agreed queue (txids
-    in order), all by master name."""
+    in order, None where it forgot the entry), all by master name."""
     v = Verdict()
     fingerprints: dict[str, list[str]] = {}
     for name, status in statuses.items():
@@ -90,13 +90,17 @@ def check_peered(statuses: dict[str, dict], workers: dict[str, list], repository
         v.violations.append(f"{len(fingerprints)} worker fingerprints: "
                             + "; ".join(f"{fp[:12]} on {', '.join(nodes)}"
                                         for fp, nodes in sorted(fingerprints.items())))
+    # A position a master forgot (None: every data centre executed it, or LogMaxSize;
+    # protocol.py, "Compaction") is compared where the others still hold it.
     queues = {tuple(q) for q in agreed.values()}
-    if len(queues) > 1:
+    first = min((len(q) for q in queues), default=0)
+    at = next((k for k in range(first)
+               if len({q[k] for q in queues if q[k] is not None}) > 1), first)
+    if len(queues) > 1 and (at < first or len({len(q) for q in queues}) > 1):
         v.divergent = True
-        first = min(len(q) for q in queues)
-        at = next((k for k in range(first) if len({q[k] for q in queues}) > 1), first)
         v.violations.append("agreed queues differ from position " + str(at + 1) + ": "
                             + ", ".join(f"{n} has {len(q)} entries"
-                                        + (f", {q[at][:12]} at {at + 1}" if at < len(q) else "")
+                                        + (f", {(q[at] or '(forgotten)')[:12]} at {at + 1}"
+                                           if at < len(q) else "")
                                         for n, q in sorted(agreed.items())))
     return v

@@ -10,6 +10,15 @@ Reading: ``repo.reading()`` is held only around the call that *starts* a query o
 pattern iteration. pyoxigraph evaluates over a snapshot taken then, so results are
 serialised after the lock is released and a reader never sees half a changeset.
 
+Queries (worker_service/query_limits.py): every query runs under a timeout, the smallest
+of the request's ``timeout``, the one its master passed on and ``query-timeout-s``.
+Provably cheap queries (a single triple pattern) run in the thread pool and are stopped
+while their results are written; every other query runs in a query process
+(worker_service/query_process.py) forked under the read lock, killed at the deadline or
+when its client goes. A query that timed out is a 503 "Query evaluation took too long"
+(RDF4J's answer); when ``max-concurrent-queries`` query processes run, the next such
+query is a 503 saying so.
+
 The routes are plain Starlette routes taking a ``Request`` and returning a ``Response``:
 no pydantic, no dependency injection on the hot path (point SELECT throughput), and
 pyoxigraph always runs in the thread pool, never on the event loop. Errors are
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +47,8 @@ from txcluster import binary_rdf, rdf4j
 from txcluster.auth import Verifier
 from txcluster.http_auth import credential_problem
 from txcluster.rdf4j import ProtocolError
+from worker_service import query_limits, query_process
+from worker_service.query_limits import QueryLimits
 from worker_service.tx_view import TransactionViews
 
 log = logging.getLogger("txcluster.worker.rdf4j")
@@ -59,6 +71,16 @@ class QueryTimeout(Exception):
     pass
 
 
+class TimedOut(ProtocolError):
+    """A query stopped at its timeout: RDF4J's 503, marked so that a master does not send
+    the query to another worker (query_limits.TIMED_OUT_HEADER)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(query_limits.TIMED_OUT_STATUS,
+                         query_limits.timed_out_message(timeout_s))
+        self.headers = {query_limits.TIMED_OUT_HEADER: f"{timeout_s:g}"}
+
+
 class _DeadlineWriter:
     """A sink for pyoxigraph's ``serialize`` that fails once the deadline has passed.
 
@@ -72,7 +94,7 @@ class _DeadlineWriter:
 
     def write(self, chunk: bytes) -> int:
         if time.monotonic() > self.deadline:
-            raise QueryTimeout(f"query evaluation exceeded the timeout of {self.timeout_s:g} s")
+            raise QueryTimeout
         self.chunks.append(bytes(chunk))
         return len(chunk)  # FACTS.md: serialize needs the length back
 
@@ -91,8 +113,8 @@ def _write_results(result: Any, fmt: Any, timeout_s: float | None) -> bytes:
     return sink.getvalue()
 
 
-def _text(status: int, message: str) -> Response:
-    return PlainTextResponse(message, status_code=status)
+def _text(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return PlainTextResponse(message, status_code=status, headers=headers)
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -111,7 +133,7 @@ def _handler(endpoint: Callable) -> Callable:
         try:
             return await endpoint(request)
         except ProtocolError as exc:
-            return _text(exc.status, exc.message)
+            return _text(exc.status, exc.message, getattr(exc, "headers", None))
         except Exception as exc:
             status = _status_of(exc)
             if status is not None:
@@ -131,43 +153,61 @@ _NEGOTIATORS = {
 }
 
 
-def _run_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None) -> Response:
-    """Start, evaluate and serialise a query, all in the calling (pool) thread.
+def _negotiate_first(q: rdf4j.QueryRequest, accept: str | None) -> rdf4j.Negotiated | None:
+    negotiate = _NEGOTIATORS.get(rdf4j.sparql_keyword(q.query) or "")
+    return negotiate(accept) if negotiate is not None else None
+
+
+def _negotiate_for(result: Any, accept: str | None) -> rdf4j.Negotiated:
+    """The format for a result whose form was not known before the query started."""
+    if isinstance(result, ox.QueryBoolean):
+        return rdf4j.negotiate_boolean_format(accept)
+    if isinstance(result, ox.QuerySolutions):
+        return rdf4j.negotiate_tuple_format(accept)
+    return rdf4j.negotiate_rdf_format(accept)
+
+
+def _start_query(store: ox.Store, q: rdf4j.QueryRequest, repo_id: str) -> Any:
+    """``store.query`` with its errors as protocol errors (no result exists yet)."""
+    try:
+        return store.query(q.query, **q.query_kwargs())
+    except SyntaxError as exc:
+        if rdf4j.is_update(q.query):
+            raise ProtocolError(
+                400, "a SPARQL update cannot be sent to the query endpoint: send it to "
+                     f"/repositories/{repo_id}/statements ({exc})") from None
+        raise ProtocolError(400, f"MALFORMED QUERY: {exc}") from None
+    except RuntimeError as exc:  # e.g. a binding pyoxigraph cannot substitute
+        raise ProtocolError(400, f"query cannot be evaluated: {exc}") from None
+
+
+def _run_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None,
+               timeout_s: float | None) -> Response:
+    """Start, evaluate and serialise a query, all in the calling (pool) thread; stopped
+    (TimedOut) when ``timeout_s`` has passed at a write of its results.
 
     pyoxigraph's result iterators are "unsendable": they must be used and dropped by the
     thread that created them. So the format is negotiated before the query starts, and
     no exception leaves this function while a frame still holds a result (an exception's
     traceback would keep it alive until another thread collects it)."""
-    negotiate = _NEGOTIATORS.get(rdf4j.sparql_keyword(q.query) or "")
-    neg = negotiate(accept) if negotiate is not None else None
-    try:
-        with repo.reading() as store:
-            result = store.query(q.query, **q.query_kwargs())
-    except SyntaxError as exc:
-        if rdf4j.is_update(q.query):
-            raise ProtocolError(
-                400, "a SPARQL update cannot be sent to the query endpoint: send it to "
-                     f"/repositories/{repo.id}/statements ({exc})") from None
-        raise ProtocolError(400, f"MALFORMED QUERY: {exc}") from None
-    except RuntimeError as exc:  # e.g. a binding pyoxigraph cannot substitute
-        raise ProtocolError(400, f"query cannot be evaluated: {exc}") from None
+    neg = _negotiate_first(q, accept)
+    with repo.reading() as store:
+        result = _start_query(store, q, repo.id)
     failure: ProtocolError | None = None
     try:
+        neg = neg or _negotiate_for(result, accept)
         if isinstance(result, ox.QueryBoolean):
-            neg = neg or rdf4j.negotiate_boolean_format(accept)
             body = rdf4j.serialize_boolean(bool(result), neg)
         elif isinstance(result, ox.QuerySolutions):
-            neg = neg or rdf4j.negotiate_tuple_format(accept)
-            body = (_binary_solutions(result, q.timeout_s) if neg.binary
-                    else _write_results(result, neg.format, q.timeout_s))
+            body = (_binary_solutions(result, timeout_s) if neg.binary
+                    else _write_results(result, neg.format, timeout_s))
         else:
-            neg = neg or rdf4j.negotiate_rdf_format(accept)
-            body = (_binary_graph(result, q.timeout_s) if neg.binary
-                    else _write_results(result, neg.format, q.timeout_s))
+            body = (_binary_graph(result, timeout_s) if neg.binary
+                    else _write_results(result, neg.format, timeout_s))
     except ProtocolError as exc:
         failure = ProtocolError(exc.status, exc.message)
-    except QueryTimeout as exc:
-        failure = ProtocolError(503, str(exc))
+    except QueryTimeout:
+        failure = TimedOut(timeout_s or 0.0)
     except (OSError, RuntimeError, ValueError) as exc:
         failure = ProtocolError(500, f"query evaluation failed: {exc}")
     # Out of the except blocks: the exception and its frames are gone; drop the result
@@ -188,7 +228,7 @@ def _within(items: Iterable, timeout_s: float | None) -> Iterable:
     deadline = time.monotonic() + timeout_s
     for i, item in enumerate(items):
         if not i & 255 and time.monotonic() > deadline:
-            raise QueryTimeout(f"query evaluation exceeded the timeout of {timeout_s:g} s")
+            raise QueryTimeout
         yield item
 
 
@@ -201,6 +241,56 @@ def _binary_solutions(result: ox.QuerySolutions, timeout_s: float | None) -> byt
 def _binary_graph(result: ox.QueryTriples, timeout_s: float | None) -> bytes:
     """CONSTRUCT/DESCRIBE results as Binary RDF (statements without context)."""
     return binary_rdf.write_rdf(_within(result, timeout_s))
+
+
+def _answer_in_child(store: ox.Store, q: rdf4j.QueryRequest, accept: str | None,
+                     neg: rdf4j.Negotiated | None, repo_id: str,
+                     out: query_process.FrameWriter) -> None:
+    """In a query process: evaluate ``q`` on ``store`` (the snapshot the fork took) and
+    write the answer's frames; errors as the thread pool's ``_run_query`` answers them.
+    No deadline here: the worker kills this process at it."""
+    try:
+        result = _start_query(store, q, repo_id)
+        neg = neg or _negotiate_for(result, accept)
+    except ProtocolError as exc:
+        out.fail(exc.status, exc.message)
+        return
+    out.header(neg.content_type)
+    try:
+        if isinstance(result, ox.QueryBoolean):
+            out.write(rdf4j.serialize_boolean(bool(result), neg))
+        elif neg.binary:
+            out.write(_binary_solutions(result, None) if isinstance(result, ox.QuerySolutions)
+                      else _binary_graph(result, None))
+        else:
+            result.serialize(out, format=neg.format)
+    except (OSError, RuntimeError, ValueError) as exc:
+        out.fail(500, f"query evaluation failed: {exc}")
+
+
+def _fork_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None,
+                neg: rdf4j.Negotiated | None) -> tuple[int, int]:
+    """In a pool thread: fork a query process while holding the read lock (no changeset
+    half-applied in what it inherits); its pid and the read end of its pipe."""
+    r, w = os.pipe()
+    try:
+        with repo.reading() as store:
+            parent = os.getpid()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                query_process.child_main(
+                    parent, w, partial(_answer_in_child, store, q, accept, neg, repo.id))
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return pid, r
+
+
+def _excerpt(query: str, limit: int = 200) -> str:
+    text = " ".join(query.split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
@@ -227,15 +317,20 @@ def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
 
 
 def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
-                 transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S) -> APIRouter:
+                 transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S,
+                 limits: QueryLimits | None = None) -> APIRouter:
     """The RDF4J REST protocol for the repository ``repo_provider()`` returns.
 
     Open transactions (credentialed) idle for longer than ``transaction_idle_s`` are
-    forgotten, with the views their reads used (tx_view.py)."""
+    forgotten, with the views their reads used (tx_view.py). ``limits``: query timeout and
+    concurrent query processes (query_limits.py; default: its defaults)."""
     router = APIRouter()
     transactions = rdf4j.TransactionRegistry(transaction_idle_s)
     views = TransactionViews(repo_provider, idle_s=transaction_idle_s)
     router.transaction_views = views  # type: ignore[attr-defined]  # closed by the app
+    qlimits = limits or QueryLimits()
+    processes = query_process.QueryProcesses(qlimits.max_concurrent_queries, _pool)
+    router.query_processes = processes  # type: ignore[attr-defined]  # killed by the app
 
     def repository(request: Request) -> Any:
         repo = repo_provider()
@@ -315,7 +410,47 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
             q = rdf4j.parse_query_request("POST", params, body, ctype)
         else:
             q = rdf4j.parse_query_request("GET", query_params(request))
-        return await run_in_threadpool(_run_query, repo, q, accept(request))
+        if not qlimits.isolate:  # the benchmark's baseline: stopped only while writing
+            return await run_in_threadpool(_run_query, repo, q, accept(request), q.timeout_s)
+        timeout_s = query_timeout(request, q)
+        if query_limits.runs_in_process(
+                q.query, {v.value for v, _ in q.bindings},
+                None if q.default_graphs is None else len(q.default_graphs)):
+            return await run_in_threadpool(_run_query, repo, q, accept(request), timeout_s)
+        return await in_query_process(request, repo, q, timeout_s)
+
+    def query_timeout(request: Request, q: rdf4j.QueryRequest) -> float:
+        try:
+            passed = query_limits.parse_timeout(request.headers.get(
+                query_limits.TIMEOUT_HEADER), f"header {query_limits.TIMEOUT_HEADER}")
+        except ValueError as exc:
+            raise ProtocolError(400, str(exc)) from None
+        return query_limits.effective_timeout(qlimits.query_timeout_s, q.timeout_s, passed)
+
+    async def in_query_process(request: Request, repo: Any, q: rdf4j.QueryRequest,
+                               timeout_s: float) -> Response:
+        accept_ = accept(request)
+        neg = _negotiate_first(q, accept_)  # a 406 costs no fork
+        started = time.monotonic()
+        try:
+            answer = await processes.evaluate(
+                partial(_fork_query, repo, q, accept_, neg), timeout_s,
+                partial(query_process.wait_for_disconnect, request.receive))
+        except query_process.TooManyQueries:
+            raise ProtocolError(query_limits.BUSY_STATUS,
+                                query_limits.busy_message(qlimits.max_concurrent_queries)
+                                ) from None
+        except query_process.QueryTimedOut:
+            log.warning("query stopped at its timeout of %g s (its process killed): %s",
+                        timeout_s, _excerpt(q.query))
+            raise TimedOut(timeout_s) from None
+        except query_process.ClientGone:
+            log.info("client gone after %.1f s: query process killed: %s",
+                     time.monotonic() - started, _excerpt(q.query))
+            return Response(status_code=499)  # nobody reads it
+        except query_process.QueryFailed as exc:
+            raise ProtocolError(exc.status, exc.message) from None
+        return Response(answer.body, media_type=answer.content_type)
 
     # ---- statements ----
 
@@ -467,7 +602,10 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
             neg = rdf4j.negotiate_rdf_format(accept_, dataset=True)
             return read_statements(view, pattern, neg)
         q = rdf4j.parse_query_request("POST", params, body, ctype)
-        return _run_query(view, q, accept_)
+        # On the transaction's private view, in this thread: stopped at a write of its
+        # results past the timeout (no query process for views yet).
+        return _run_query(view, q, accept_, query_limits.effective_timeout(
+            qlimits.query_timeout_s, q.timeout_s))
 
     async def transaction(request: Request) -> Response:
         repo = repository(request)

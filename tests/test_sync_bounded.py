@@ -1,0 +1,375 @@
+"""Bounded agreed state (issue 16, item 1): peering that runs for months.
+
+The agreed queue of a peered master forgets what every data centre executed, or what is
+past the LogMaxSize / LogMaxDepth horizon (protocol.py, "Compaction"), in memory and in
+SQLite; a restarted master resumes from its floor; a peer behind everybody's floor is
+reported as needing seeding, and not waited for. Real processes: the soak benchmark
+(bench/bench_peering_soak.py) and test_peered_masters_keep_a_bounded_agreed_queue below.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from master_service.sync import (
+    Activity,
+    InvalidMessage,
+    Mode,
+    Ready,
+    Retention,
+    Status,
+    SyncNode,
+    Timing,
+    TxMeta,
+)
+from master_service.sync.wire import status_from_json, status_to_json
+from master_service.txlog import TxLog
+from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
+from tests.sync_sim import SimConfig, Simulation
+
+TIMING = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4)
+FAST = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---------------------------------------------------------------- a tiny lossless network
+
+
+class Net:
+    """Delivers every post, tail and payload fetch at once, in order (no faults): the
+    simulator (tests/sync_sim.py) does the faulty version."""
+
+    def __init__(self, nodes: dict[str, SyncNode], now: int = 1_000) -> None:
+        self.nodes = nodes
+        self.now = now
+        self.down: set[str] = set()
+        self.queue: list[tuple[str, Ready]] = []
+        self.payloads: dict[str, set[str]] = {n: set() for n in nodes}
+        self.reports: list[tuple[str, object]] = []
+        self.compacted: dict[str, int] = {}
+
+    def take(self, name: str, ready: Ready) -> Ready:
+        self.queue.append((name, ready))
+        return ready
+
+    def pump(self, limit: int = 10_000) -> None:
+        while self.queue and limit:
+            limit -= 1
+            name, ready = self.queue.pop(0)
+            self.reports.extend((name, i) for i in ready.inconsistencies)
+            if ready.compacted is not None:
+                self.compacted[name] = ready.compacted.floor
+            for p in ready.posts:
+                if p.to not in self.down and name not in self.down:
+                    self.take(p.to, self.nodes[p.to].receive(p.status, self.now))
+            for t in ready.tails:
+                if t.to not in self.down and name not in self.down:
+                    self.take(t.to, self.nodes[t.to].receive(t.segment, self.now))
+            for a in ready.acquire:
+                src = next((s for s in a.sources if s not in self.down
+                            and a.tx.txid in self.payloads[s]), None)
+                if src is not None and name not in self.down:
+                    self.payloads[name].add(a.tx.txid)
+                    self.take(name, self.nodes[name].acquired(a.tx.txid, self.now))
+
+    def submit(self, name: str, txid: str) -> None:
+        self.payloads[name].add(txid)
+        self.take(name, self.nodes[name].submit(txid, size=1, digest="d", now=self.now))
+
+    def rounds(self, n: int = 3, step: int = 1_000) -> None:
+        for _ in range(n):
+            self.now += step
+            for name, node in self.nodes.items():
+                if name not in self.down:
+                    self.take(name, node.tick(self.now))
+            self.pump()
+
+    def execute(self, name: str, pos: int | None = None) -> None:
+        node = self.nodes[name]
+        self.take(name, node.executed(node.seq if pos is None else pos, self.now))
+        self.pump()
+
+
+def cluster(names=("n1", "n2", "n3"), **kwargs) -> dict[str, SyncNode]:
+    return {n: SyncNode(n, now=1_000, peers=[p for p in names if p != n], timing=TIMING,
+                        retention=Retention(), **kwargs) for n in names}
+
+
+# ---------------------------------------------------------------- messages
+
+
+def test_a_status_carries_executed_and_floor_and_they_are_checked():
+    st = Status("n1", Mode.READ_WRITE, "A", 3, 9, (), "c", None, "", 2, 1)
+    assert status_from_json(status_to_json(st)) == st
+    old = status_to_json(Status("n1", Mode.READ_WRITE, "A", 3, 9, (), "c"))
+    assert "executed" not in old and status_from_json(old).floor == 0  # older senders
+    for executed, floor in ((4, 0), (1, 2), (-1, 0), (True, 0)):
+        with pytest.raises(InvalidMessage):
+            Status("n1", Mode.READ_WRITE, "A", 3, 9, (), "c", None, "", executed, floor)
+
+
+# ---------------------------------------------------------------- the core
+
+
+def test_what_every_node_executed_is_forgotten_and_a_restart_resumes_from_the_floor():
+    nodes = cluster()
+    net = Net(nodes)
+    net.rounds(1)
+    for i in range(6):
+        net.submit(f"n{1 + i % 3}", f"T{i}")
+    net.rounds(3)
+    assert {n.seq for n in nodes.values()} == {6}
+    net.execute("n1")
+    net.execute("n2")
+    net.rounds(2)
+    assert all(n.floor == 0 for n in nodes.values()), "n3 has executed nothing yet"
+    net.execute("n3", 4)
+    net.rounds(2)
+    assert {n.floor for n in nodes.values()} == {4}
+    assert [len(n.synchronised) for n in nodes.values()] == [2, 2, 2]
+    net.execute("n3")
+    net.rounds(2)
+    assert {n.floor for n in nodes.values()} == {6}
+    assert all(n.synchronised == () and n.merge_base == "T5" for n in nodes.values())
+    # a restart from the persisted state (nothing held but the floor) rejoins
+    state = nodes["n2"].persistent_state()
+    assert (state.floor, state.floor_txid, state.synchronised) == (6, "T5", ())
+    nodes["n2"] = SyncNode.restore("n2", state, now=net.now, peers=["n1", "n3"],
+                                   timing=TIMING, executed=6)
+    net.rounds(1)
+    net.submit("n2", "U1")
+    net.submit("n3", "U2")
+    net.rounds(3)
+    assert {n.seq for n in nodes.values()} == {8}
+    assert all(n.synchronised[-1].txid == "U2" for n in nodes.values())
+    net.rounds(2)
+    assert all(n.activity is Activity.IDLE for n in nodes.values())  # idle rounds resume
+
+
+def test_a_node_restarted_before_its_peers_posted_forgets_nothing_on_their_account():
+    nodes = cluster(("n1", "n2"))
+    net = Net(nodes)
+    net.rounds(1)
+    net.submit("n1", "A")
+    net.rounds(3)
+    net.execute("n1")
+    state = nodes["n1"].persistent_state()
+    node = SyncNode.restore("n1", state, now=net.now, peers=["n2"], timing=TIMING,
+                            executed=1)
+    assert node.tick(net.now).compacted is None  # n2's executed position is not known
+
+
+def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_for():
+    timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
+                    max_peer_lag=2_000)
+    names = ("n1", "n2", "n3")
+    nodes = {n: SyncNode(n, now=1_000, peers=[p for p in names if p != n], timing=timing,
+                         retention=Retention(max_entries=2)) for n in names}
+    net = Net(nodes)
+    net.rounds(1)
+    net.down.add("n3")
+    net.submit("n1", "A")
+    net.rounds(5)  # n1 and n2 go on without n3 after max-peer-lag
+    for i in range(5):
+        net.submit("n2", f"B{i}")
+        net.rounds(2)
+    assert nodes["n1"].seq == nodes["n2"].seq == 6
+    net.execute("n1")
+    net.execute("n2")
+    assert nodes["n1"].floor == nodes["n2"].floor == 4  # LogMaxSize 2: n3 did not execute
+    net.down.discard("n3")
+    net.rounds(2)
+    kinds = {(name, i.peer, i.kind) for name, i in net.reports}
+    assert ("n1", "n3", "beyond-horizon") in kinds and ("n2", "n3", "beyond-horizon") in kinds
+    assert nodes["n1"].beyond_horizon == {"n3"}
+    assert nodes["n3"].needs_seeding and nodes["n3"].seq == 0
+    net.submit("n3", "C")  # n3's clients still write; it is not agreed before seeding
+    net.submit("n1", "D")
+    net.rounds(3)
+    assert nodes["n1"].seq == nodes["n2"].seq == 7  # not waiting for n3
+    assert "C" not in {t.txid for t in nodes["n1"].synchronised}
+
+
+def test_a_late_status_from_before_the_floor_is_not_a_peer_behind_the_horizon():
+    nodes = cluster(("n1", "n2"))
+    net = Net(nodes)
+    net.rounds(1)
+    old = Status("n2", Mode.READ_WRITE, None, 0, net.now, ())  # posted before A existed
+    net.submit("n1", "A")
+    net.rounds(3)
+    net.execute("n1")
+    net.execute("n2")
+    net.rounds(2)
+    assert nodes["n1"].floor == 1
+    ready = nodes["n1"].receive(old, net.now)  # seq 0 with an older counter: delayed
+    assert not ready.inconsistencies and nodes["n1"].beyond_horizon == frozenset()
+
+
+def test_execution_reports_after_a_truncation_are_capped_until_the_rollback():
+    node = SyncNode("n1", now=1_000, peers=["n2"], timing=TIMING)
+    node._executed, node._executed_cap = 0, 3  # as _truncate leaves it
+    node.executed(9, 2_000)
+    assert node._executed == 3
+    node.rolled_back(2, 2_001)
+    node.executed(5, 2_002)
+    assert node._executed == 5
+
+
+# ---------------------------------------------------------------- the simulator
+
+
+@settings(FAST, max_examples=150)
+@given(seed=st.integers(0, 2**32 - 1), rate=st.floats(0.0, 1.0))
+def test_simulated_masters_forget_what_all_executed_and_restarts_rejoin(seed, rate):
+    """Every run models execution and compaction (payloads leave with the entries);
+    crashes restart nodes from their floor. Checked after every step by the simulator:
+    nothing is forgotten that a node still needs (no node is ever stranded without a
+    horizon), the usual invariants, convergence; then, 3 s after converging, that every
+    node forgot everything (all executed it everywhere)."""
+    sim = Simulation(SimConfig.derive(seed, 3, rate, crashes=random.Random(seed).randint(0, 4),
+                                      settle=3_000))
+    result = sim.run()
+    if result.converged_at is not None:
+        sim.check_bounded()  # all executed everywhere: all forgotten everywhere
+
+
+@settings(FAST, max_examples=150)
+@given(seed=st.integers(0, 2**32 - 1), rate=st.floats(0.0, 1.0),
+       lag=st.sampled_from([None, 400]), size=st.sampled_from([2, 3, 8]))
+def test_simulated_laggers_behind_a_small_horizon_are_seeded_and_converge(
+        seed, rate, lag, size):
+    """LogMaxSize 2-8 with crashes: laggers fall behind every peer's floor, report that
+    they need seeding, are seeded from a peer's image (the simulator's model of it) and
+    go on peering from its position; with max-peer-lag a split may diverge (None)."""
+    sim = Simulation(SimConfig.derive(seed, 3, rate, retention=Retention(max_entries=size),
+                                      max_peer_lag=lag, crashes=3))
+    sim.run()
+
+
+# ---------------------------------------------------------------- SQLite
+
+
+def _agreed_and_executed(ag: AgreementLog, log: TxLog, n: int) -> list[TxMeta]:
+    ops = [[{"type": "update", "update": f"INSERT DATA {{ <urn:a> <urn:p> {i} }}"}]
+           for i in range(n)]
+    metas = [TxMeta(f"t{i}", 1_000 + i, "m2", len(canonical_payload(o)),
+                    payload_digest(canonical_payload(o))) for i, o in enumerate(ops)]
+    ag.persist(counter=2_000, incoming=[], synchronised=metas,
+               payloads=list(zip(metas, ops, strict=True)))
+    fps = [f"{i + 1:032x}" for i in range(n)]
+    ag.record_executed([(i + 1, m.txid, fps[i], i + 1) for i, m in enumerate(metas)],
+                       [(i + 1, m.txid, {}, fps[i], i + 1, 0.0)
+                        for i, m in enumerate(metas)], [], 1_000.0)
+    return metas
+
+
+def test_pruning_the_log_keeps_the_payloads_the_agreed_queue_holds(tmp_path):
+    """The issue's check: 5 agreed and executed, prune(2), then load() listed 3 missing
+    payloads and the restarted master asked its peers for them for ever."""
+    with TxLog.open(tmp_path / "txlog.db") as log:
+        ag = AgreementLog(log)
+        ag.enable()
+        _agreed_and_executed(ag, log, 5)
+        assert log.prune(2, 168, 1_000.0) == 3
+        state, missing = ag.load()
+        assert missing == [] and len(state.synchronised) == 5
+
+
+def test_a_compaction_leaves_sqlite_and_a_reload_resumes_from_the_floor(tmp_path):
+    from master_service.sync import Compaction, chain_hash
+    with TxLog.open(tmp_path / "txlog.db") as log:
+        ag = AgreementLog(log)
+        ag.enable()
+        metas = _agreed_and_executed(ag, log, 5)
+        chain = ""
+        for m in metas[:3]:
+            chain = chain_hash(chain, m.txid)
+        ag.persist(counter=None, incoming=[], synchronised=[],
+                   compacted=Compaction(3, "t2", chain, 1_002))
+        state, missing = ag.load()
+        assert (state.floor, state.floor_txid, state.floor_chain, state.floor_newest) == \
+            (3, "t2", chain, 1_002)
+        assert [t.txid for t in state.synchronised] == ["t3", "t4"] and missing == []
+        assert ag.agreed_count() == 2
+        assert ag.payload("t1") is None and ag.payload("t3") is not None
+        assert ag.state_at(3) == (3, f"{3:032x}") and ag.state_at(2) is None
+        assert ag.executed() == (5, f"{5:032x}")
+        ag.persist(counter=None, incoming=[], synchronised=[],
+                   compacted=Compaction(5, "t4", chain_hash(chain_hash(chain, "t3"), "t4"),
+                                        1_004))
+        assert ag.executed() == (5, f"{5:032x}")  # from the floor, every row gone
+        assert ag.agreed_count() == 0
+        node = SyncNode.restore("m1", ag.load()[0], now=5_000, peers=["m2"], executed=5)
+        assert (node.seq, node.merge_base, node.floor) == (5, "t4", 5)
+        more = TxMeta("t5", 1_005, "m2", 3, "d")
+        ag.persist(counter=None, incoming=[], synchronised=[more], payloads=[(more, [])])
+        assert [a.pos for a in ag.to_execute(5, 10)] == [6]  # after the floor
+
+
+# ---------------------------------------------------------------- real processes
+
+
+def test_peered_masters_keep_a_bounded_agreed_queue_and_a_master_killed_after_pruning_rejoins(
+        tmp_path):
+    """Three data centres; LogMaxSize written over Jolokia on every master; hundreds of
+    writes: each master's agreed queue stays bounded in memory (GET /admin/sync/agreed,
+    agreed_held) and in SQLite (sync_agreed), its data-centre log is pruned; then a master
+    killed after pruning comes back, writes are agreed on every master, it goes idle."""
+    import sqlite3
+    import time
+
+    import httpx
+
+    from tests.test_sync_peering import DataCentres, Writers, insert
+
+    name = "ReplicationCluster:name=ClusterInfo"
+    dcs = DataCentres(tmp_path, n=3, workers=1)
+    try:
+        dcs.start()
+        m2 = dcs.dcs[1]
+        for dc in dcs.dcs:
+            mbean = f"{name}/{dc.master.properties['node-id']}"
+            r = httpx.post(f"{dc.master.url}/jolokia", json={
+                "type": "write", "mbean": mbean, "attribute": "LogMaxSize", "value": 100},
+                timeout=10)
+            assert r.json()["status"] == 200, r.text
+        targets = [(f"w{i}", dc) for i, dc in enumerate(dcs.dcs) for _ in range(2)]
+        targets = [(f"{n}{k}", dc) for k, (n, dc) in enumerate(targets)]
+        with Writers(targets, per_thread=60) as writers:
+            pass
+        assert not writers.failed, writers.failed[:3]
+        dcs.wait_converged(timeout=120)
+        for dc in dcs.dcs:
+            st = dcs.sync(dc)
+            assert st["seq"] >= 360 and st["floor"] >= st["seq"] - 100, st
+            assert st["agreed_held"] <= 100 + 64, st
+            assert len(httpx.get(f"{dc.master.url}/admin/sync/agreed",
+                                 params={"limit": 10_000}).json()) == st["agreed_held"]
+        # every entry every DC executed leaves SQLite too, payload included
+        db = sqlite3.connect(f"file:{m2.master.properties['data-dir']}/txlog.db?mode=ro",
+                             uri=True)
+        held = db.execute("select count(*) from sync_agreed").fetchone()[0]
+        payloads = db.execute("select count(*) from transactions").fetchone()[0]
+        db.close()
+        assert held <= 164 and payloads <= 164 + 100, (held, payloads)
+        m2.master.kill9()  # after its agreed queue forgot most of what it agreed
+        m2.master.start(wait=True)
+        for dc in dcs.dcs:
+            assert insert(dc, f"urn:txc:after-{dc.master.properties['node-id']}"
+                          ).status_code == 204
+        dcs.wait_converged(timeout=120)
+        subjects = dcs.subjects_on_every_worker()
+        for url, got in subjects.items():
+            assert writers.acked <= got and "urn:txc:after-m2" in got, url
+        assert len(set(dcs.fingerprints().values())) == 1
+        deadline = time.monotonic() + 30
+        while not all(dcs.sync(dc)["activity"] == "idle" for dc in dcs.dcs):
+            assert time.monotonic() < deadline, [dcs.sync(dc) for dc in dcs.dcs]
+            time.sleep(0.2)
+        st = dcs.sync(m2)
+        assert st["state"] == "connected" and not st["needs_seeding"], st
+    finally:
+        dcs.stop_all()
