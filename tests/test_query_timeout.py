@@ -360,5 +360,5 @@ def test_a_query_process_stuck_at_its_fork_is_forked_again():
     assert (answer.content_type, answer.body) == ("text/plain", b"answer")
     assert len(attempts) == 2 and processes.stuck == 1
     assert query_process.STUCK_AFTER_S <= took < query_process.STUCK_AFTER_S + 1.5
-    assert children_of(os.getpid()) == []
+    assert not set(attempts) & set(children_of(os.getpid()))  # both reaped
     assert processes.running == 0 and not processes.children
