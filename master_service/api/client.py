@@ -5,8 +5,9 @@ Reads are forwarded to one worker that has applied every write this master ackno
 before the read arrived (read-your-writes, core.py), chosen by the read router (fewest
 running queries), and re-sent to another on a lost connection; a query that timed out
 (query-timeout-s, the client's ``timeout``) is answered as such, never re-sent; a query
-FROM the control-query graph goes to every worker. Writes become transaction operations (txcluster.rdf4j, the same
-translation a worker uses) and go through the cluster's write path.
+FROM the control-query graph goes to every worker. Writes become transaction operations
+(txcluster.rdf4j, the same translation a worker uses) and go through the cluster's write
+path.
 """
 
 from __future__ import annotations
