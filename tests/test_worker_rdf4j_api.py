@@ -651,6 +651,13 @@ def test_reads_inside_a_transaction_see_its_pending_operations(recorder):
     assert bad.status_code == 400 and "MALFORMED QUERY" in bad.text
     assert c.delete(path).status_code == 204
     assert rec.executed == []
+    # A pending operation that fails (found by the fuzz suite: the view's lock was taken
+    # twice and the read hung): the read answers the operation's error, and again.
+    path = c.post(f"{R}/transactions").headers["location"][len(BASE):]
+    c.put(path, params={"action": "UPDATE"}, data={"update": "CLEAR GRAPH <http://nope>"})
+    for _ in range(2):
+        failed = c.put(path, params={"action": "SIZE"})
+        assert 400 <= failed.status_code < 500, failed.text
 
 
 # ---- writes with the credential, through the real execute_local ----

@@ -57,7 +57,9 @@ class TransactionView:
     namespaces: dict[str, str]
     applied: list[str] = field(default_factory=list)  # digests of executed operations
     used: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Re-entrant: an operation that fails while the view is brought up to date drops the
+    # view (forget -> _drop) with this lock still held.
+    lock: threading.RLock = field(default_factory=threading.RLock)
     quads: int = 0
 
     # The repository-like face the read code uses (worker_service/api/rdf4j.py).
