@@ -887,22 +887,7 @@ def parse_update(update: str, base_iri: str | None = None,
         if raw.head == st.LOAD:
             raise OperationRefused(LOAD_REFUSED)
     ops = split.operations
-    if using:
-        _check_syntax(update, base_iri, split)
-        steps = []
-        for raw in split.operations:
-            try:
-                parsed = st.classify(update, raw)
-            except st.SparqlTextError as exc:
-                raise _structure_error(str(exc)) from None
-            if parsed.kind in (st.MODIFY, st.DELETE_WHERE):
-                if parsed.using or parsed.with_iri is not None:
-                    raise UpdateSyntaxError(
-                        "an update sent with using-graph-uri or using-named-graph-uri must "
-                        "not state USING, USING NAMED or WITH itself (SPARQL 1.1 Protocol)")
-                parsed = dataclasses.replace(parsed, using=using)
-            steps.append(_sparql_step(parsed, base_iri))
-        return UpdateOperation(update, base_iri, tuple(steps))
+    # A single INSERT DATA / DELETE DATA has no WHERE: the protocol's dataset changes nothing.
     if (len(ops) == 1 and len(ops[0].tokens) == 3 and ops[0].head in ("INSERT", "DELETE")
             and st.keyword(ops[0].tokens[1]) == "DATA" and ops[0].tokens[2].kind == st.BLOCK):
         step = _single_data_step(update, base_iri, ops[0])
@@ -915,6 +900,12 @@ def parse_update(update: str, base_iri: str | None = None,
             parsed = st.classify(update, raw)
         except st.SparqlTextError as exc:
             raise _structure_error(str(exc)) from None
+        if using and parsed.kind in (st.MODIFY, st.DELETE_WHERE):
+            if parsed.using or parsed.with_iri is not None:
+                raise UpdateSyntaxError(
+                    "an update sent with using-graph-uri or using-named-graph-uri must "
+                    "not state USING, USING NAMED or WITH itself (SPARQL 1.1 Protocol)")
+            parsed = dataclasses.replace(parsed, using=using)
         steps.append(_sparql_step(parsed, base_iri))
     return UpdateOperation(update, base_iri, tuple(steps))
 

@@ -26,7 +26,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from master_service.cluster.core import Cluster, NotWritable, WriteFailed
+from master_service.cluster.core import Cluster, NotWritable, Worker, WriteFailed
 from master_service.cluster.worker_client import WorkerUnavailable
 from txcluster import rdf4j
 from txcluster.rdf4j import ProtocolError
@@ -181,6 +181,21 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         # acknowledged before it arrived, so its floor is the head of the log now.
         floor = cluster.read_floor(
             request.headers.get(LOCAL_CONSISTENCY, "").lower() == "updating")
+        url = target + (f"?{query.decode()}" if query else "")
+
+        def send(w: Worker) -> Awaitable:
+            return w.client.read(request.method, url, body, headers,
+                                 timeout=wait_s and wait_s + 1)
+
+        return await route_read(request, cluster, floor, send, timeout_s)
+
+    async def route_read(request: Request, cluster: Cluster, floor: int | None,
+                         send: Callable[[Worker], Awaitable], timeout_s: float | None
+                         ) -> Response:
+        """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost
+        connection or a 5xx, to another. ``timeout_s``: a query's timeout, waited for
+        with a margin and never re-sent once reached."""
+        wait_s = None if timeout_s is None else timeout_s + QUERY_WAIT_MARGIN_S
         tried: set[str] = set()
         refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
         cluster.counters.running_reads += 1
@@ -203,9 +218,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                 tried.add(w.url)
                 started = time.monotonic()
                 try:
-                    answer = await read_unless_gone(request, w.client.read(
-                        request.method, target + (f"?{query.decode()}" if query else ""),
-                        body, headers, timeout=wait_s and wait_s + 1), wait_s)
+                    answer = await read_unless_gone(request, send(w), wait_s)
                 except WorkerUnavailable as exc:
                     cluster.router.done(w.url, time.monotonic() - started, ok=False)
                     log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
@@ -372,7 +385,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                        "query_string": query, "body": text, "content_type": ctype,
                        "accept": accept}
 
-            def send(w):
+            def send(w: Worker) -> Awaitable:
                 view_holders.setdefault(txid, set()).add(w.url)
                 return w.client.transaction_read(payload)
         else:
@@ -381,29 +394,10 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
             method = "POST" if action == "QUERY" else "GET"
             url = f"{repo_path}{target}" + (f"?{query}" if query else "")
 
-            def send(w):
+            def send(w: Worker) -> Awaitable:
                 return w.client.read(method, url, body if method == "POST" else b"",
                                      headers)
-        floor = cluster.read_floor()
-        tried: set[str] = set()
-        while True:
-            w = await cluster.reader_for(tried, floor)
-            if w is None:
-                return _text(503, "no worker is available for reads")
-            tried.add(w.url)
-            started = time.monotonic()
-            try:
-                status, resp_headers, content = await send(w)
-            except WorkerUnavailable as exc:
-                cluster.router.done(w.url, time.monotonic() - started, ok=False)
-                log.warning("transaction read on %s failed (%s): retrying elsewhere", w.url,
-                            exc)
-                continue
-            cluster.router.done(w.url, time.monotonic() - started, ok=status < 500)
-            if status >= 500 and status != 503:
-                continue
-            out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
-            return Response(content, status_code=status, headers=out)
+        return await route_read(request, cluster, cluster.read_floor(), send, None)
 
     async def protocol(request: Request) -> Response:
         return PlainTextResponse(rdf4j.PROTOCOL_VERSION)
