@@ -35,7 +35,9 @@ def agreed_queue(master_url: str) -> list[str | None]:
         r.raise_for_status()
         page = r.json()
         if not page:
-            return out
+            # A master that forgot every entry it agreed still knows how many: its floor.
+            floor = httpx.get(f"{master_url}/admin/sync", timeout=10).json().get("floor", 0)
+            return out + [None] * (floor - len(out))
         out += [None] * (page[0]["position"] - 1 - len(out))
         out += [e["txid"] for e in page]
 
