@@ -70,7 +70,30 @@ def test_every_metric_is_documented():
 
 
 def markdown_files() -> list[Path]:
-    return [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted(DOCS.rglob("*.md"))]
+    return [ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "deploy" / "README.md",
+            *sorted(DOCS.rglob("*.md"))]
+
+
+# Files that live outside the repository (the original specification, notes of the
+# sessions that built it): a page that cites them sends its reader nowhere.
+OUTSIDE = re.compile(r"\.\./shared|\bspec/|\b(?:FACTS|STYLE)\.md|"
+                     r"\b(?:txlog-sync-protocol|smart-replication|cluster-basics|"
+                     r"how-the-cluster-works)\.txt")
+
+
+@pytest.mark.parametrize("page", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_cite_only_files_in_the_repository(page):
+    cited = sorted({m.group(0) for m in OUTSIDE.finditer(page.read_text())})
+    assert cited == [], (f"{page.relative_to(ROOT)} cites {cited}: cite docs/design/ "
+                         "instead")
+
+
+def test_design_pages_are_linked_from_the_index():
+    index = (DOCS / "design" / "README.md").read_text()
+    pages = sorted(p.name for p in (DOCS / "design").glob("*.md") if p.name != "README.md")
+    assert pages, "docs/design/ has no pages"
+    missing = [name for name in pages if f"]({name})" not in index]
+    assert missing == [], f"docs/design/README.md does not link {missing}"
 
 
 @pytest.mark.parametrize("page", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -84,3 +107,25 @@ def test_relative_links_resolve(page):
         if not path.exists():
             broken.append(target)
     assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces
+    to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_link_anchors_name_a_heading(page):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target) or "#" not in target:
+            continue
+        name, anchor = target.split("#", 1)
+        linked = (page.parent / name).resolve() if name else page
+        if linked.suffix != ".md" or not linked.exists():
+            continue  # test_relative_links_resolve reports a missing file
+        headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
+        if anchor not in {_anchor(h) for h in headings}:
+            broken.append(target)
+    assert broken == [], f"{page.relative_to(ROOT)}: links to no heading {broken}"
