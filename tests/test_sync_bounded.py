@@ -21,6 +21,7 @@ from master_service.sync import (
     Mode,
     Ready,
     Retention,
+    SplitRecovery,
     Status,
     SyncNode,
     Timing,
@@ -46,6 +47,7 @@ class Net:
         self.nodes = nodes
         self.now = now
         self.down: set[str] = set()
+        self.cut: set[tuple[str, str]] = set()  # (sender, receiver) pairs that lose messages
         self.queue: list[tuple[str, Ready]] = []
         self.payloads: dict[str, set[str]] = {n: set() for n in nodes}
         self.reports: list[tuple[str, object]] = []
@@ -63,17 +65,23 @@ class Net:
             if ready.compacted is not None:
                 self.compacted[name] = ready.compacted.floor
             for p in ready.posts:
-                if p.to not in self.down and name not in self.down:
+                if self.reaches(name, p.to):
                     self.take(p.to, self.nodes[p.to].receive(p.status, self.now))
             for t in ready.tails:
-                if t.to not in self.down and name not in self.down:
+                if self.reaches(name, t.to):
                     self.take(t.to, self.nodes[t.to].receive(t.segment, self.now))
             for a in ready.acquire:
-                src = next((s for s in a.sources if s not in self.down
+                src = next((s for s in a.sources if self.reaches(s, name)
                             and a.tx.txid in self.payloads[s]), None)
                 if src is not None and name not in self.down:
                     self.payloads[name].add(a.tx.txid)
                     self.take(name, self.nodes[name].acquired(a.tx.txid, self.now))
+
+    def reaches(self, src: str, dst: str) -> bool:
+        return src not in self.down and dst not in self.down and (src, dst) not in self.cut
+
+    def partition(self, *sides: tuple[str, ...]) -> None:
+        self.cut = {(a, b) for x in sides for y in sides if x is not y for a in x for b in y}
 
     def submit(self, name: str, txid: str) -> None:
         self.payloads[name].add(txid)
@@ -206,6 +214,48 @@ def test_a_late_status_from_before_the_floor_is_not_a_peer_behind_the_horizon():
     assert nodes["n1"].floor == 1
     ready = nodes["n1"].receive(old, net.now)  # seq 0 with an older counter: delayed
     assert not ready.inconsistencies and nodes["n1"].beyond_horizon == frozenset()
+
+
+@pytest.mark.parametrize("ahead", ["us1", "uk1"])
+def test_without_split_recovery_the_side_that_forgot_its_split_still_reports_it(ahead):
+    """SplitRecovery None: every side of a split reports the divergence after the heal.
+    The side behind takes the other side's status as ahead of it (unverified), whose
+    executed position passes its whole queue, so it forgets every entry; the diverged
+    tail it then gets ends exactly at its floor and must still be compared there
+    (tests/test_partitions.py::TestNoRecovery failed 2 runs in 3 without it)."""
+    timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
+                    max_peer_lag=2_000)
+    uk, us = ("uk1", "uk2"), ("us1",)
+    names = uk + us
+    nodes = {n: SyncNode(n, now=1_000, peers=[p for p in names if p != n], timing=timing,
+                         retention=Retention(), split_recovery=SplitRecovery.NONE)
+             for n in names}
+    net = Net(nodes)
+    net.rounds(1)
+    net.submit("uk1", "A")
+    net.rounds(3)
+    net.partition(uk, us)
+    behind = "uk1" if ahead == "us1" else "us1"
+    for i in range(6):  # both sides go on after max-peer-lag; `ahead` writes twice as much
+        net.submit(behind, f"B{i}")
+        net.submit(ahead, f"C{i}")
+        net.submit(ahead, f"D{i}")
+        net.rounds(2)
+    for n in names:
+        net.execute(n)
+    assert nodes["uk1"].seq == nodes["uk2"].seq != nodes["us1"].seq
+    net.partition()
+    net.rounds(4)
+    for n in names:
+        net.execute(n)
+    net.rounds(4)
+    behind_side = uk if behind == "uk1" else us
+    assert all(nodes[n].floor == nodes[n].seq for n in behind_side), "it forgot everything"
+    reported = {(name, i.peer) for name, i in net.reports
+                if i.kind in ("diverged", "tail-diverged")}
+    for n in names:
+        other = us if n in uk else uk
+        assert {(n, p) for p in other} <= reported, f"{n} did not report: {reported}"
 
 
 def test_execution_reports_after_a_truncation_are_capped_until_the_rollback():

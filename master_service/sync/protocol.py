@@ -1531,10 +1531,15 @@ class SyncNode:
 
     def _from_floor(self, seg: TailSegment) -> TailSegment | None:
         """A tail segment that starts before our floor, cut to start at our floor (None
-        when it ends there). Its entry at our floor and the hash chain up to it must be
-        ours: else it diverged from us, which is reported and not applied."""
+        when it ends at or before it). Its entry at our floor and the hash chain up to it
+        must be ours: else it diverged from us, which is reported and not applied. A
+        segment that ends exactly at our floor is still compared there: a diverged tail
+        (``_send_diverged``) ends at the position we posted, which is our floor once we
+        executed and forgot everything (a diverged peer ahead of us posts an executed
+        position past our queue), and it is then the only way we learn of the divergence
+        (spec, SplitRecovery None: reported on every side)."""
         skip = self._floor - seg.after_seq
-        if len(seg.entries) <= skip:
+        if len(seg.entries) < skip:
             return None
         chain = seg.after_chain
         for tx in seg.entries[:skip]:
@@ -1544,6 +1549,8 @@ class SyncNode:
                          f"segment has {seg.entries[skip - 1].txid} at seq {self._floor}, "
                          f"ours there is {self._floor_txid}")
             return None
+        if len(seg.entries) == skip:
+            return None  # consistent, and nothing past our floor
         return replace(seg, after_seq=self._floor, after=self._floor_txid,
                        entries=seg.entries[skip:], after_chain=chain)
 
