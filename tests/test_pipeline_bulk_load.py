@@ -17,12 +17,12 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from rdfcore import fingerprint
 from txcluster import rdf4j
 from txcluster.auth import HmacAuth, NodeAuthorities
-from worker_service import fingerprint
 from worker_service.app import create_app
 from worker_service.repository import Repository
-from worker_service.transaction import parse_operations
+from worker_service.wire_parsing import parse_operations
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 XSD = "http://www.w3.org/2001/XMLSchema#"

@@ -20,10 +20,10 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from rdfcore.changeset import Changeset
 from tests.procs import free_port
 from txcluster.auth import HmacAuth, NodeAuthorities, Verifier
 from worker_service.api.rdf4j import rdf4j_router
-from worker_service.changeset import Changeset
 from worker_service.repository import Repository
 
 EX = "http://e/"

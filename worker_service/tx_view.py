@@ -36,7 +36,7 @@ from typing import Any
 
 import pyoxigraph as ox
 
-from worker_service.changeset import apply_to
+from rdfcore.changeset import apply_to
 
 log = logging.getLogger("txcluster.worker.txview")
 
@@ -172,7 +172,8 @@ class TransactionViews:
 
     @staticmethod
     def _execute(view: TransactionView, operations: list[dict]) -> None:
-        from worker_service.transaction import BlankNodeMinter, parse_operations
+        from worker_service.transaction import BlankNodeMinter
+        from worker_service.wire_parsing import parse_operations
 
         minter = BlankNodeMinter(view.base_seq + 1, f"view-{view.txid}-{len(view.applied)}")
         for op in parse_operations(operations):

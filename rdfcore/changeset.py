@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pyoxigraph as ox
 
-from worker_service import fingerprint
+from rdfcore import fingerprint
 
 
 @dataclass(frozen=True)
