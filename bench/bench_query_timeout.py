@@ -1,4 +1,5 @@
-"""Query timeouts (worker_service/query_limits.py, worker_service/query_process.py).
+"""Query timeouts (txcluster/query_limits.py, worker_service/query_isolation.py,
+worker_service/query_process.py).
 
 Printed, from one run against real worker processes on loopback:
 

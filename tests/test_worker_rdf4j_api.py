@@ -295,7 +295,7 @@ BIG = ("SELECT ?a ?b WHERE { VALUES ?a { " + " ".join(map(str, range(200))) + " 
 
 
 def test_timeout_stops_the_query_with_a_clear_error(client):
-    # RDF4J's answer to a query past its max execution time (worker_service/query_limits).
+    # RDF4J's answer to a query past its max execution time (txcluster/query_limits.py).
     resp = client.get(R, params={"query": BIG, "timeout": "0.000001"})
     assert resp.status_code == 503
     assert resp.text == "Query evaluation took too long: it was stopped at its timeout of 1e-06 s"

@@ -342,6 +342,8 @@ def parse_update(update: str, base_iri: str | None = None,
 
 
 def check_absolute_iri(value: Any, what: str) -> ox.NamedNode:
+    """``value`` as an IRI; UpdateSyntaxError naming ``what`` unless it is an absolute IRI
+    string (a base IRI, a namespace, a protocol dataset graph)."""
     if not isinstance(value, str):
         raise UpdateSyntaxError(f"{what} must be an absolute IRI string, got {value!r}")
     try:
