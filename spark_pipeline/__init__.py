@@ -9,7 +9,7 @@ configuration is passed in (``jobs.LoadConfig``, ``jobs.AuditConfig``, ``ParseCo
                   source as raw bytes, split by line across tasks; documents one per
                   task; a replica's content exported as N-Quads from a worker's API
     rdf.py        the per-record work, plain Python: line-exact validation, canonical
-                  terms (the worker's canonical_term), per-file blank node scopes
+                  terms (rdfcore.canonical), per-file blank node scopes
     transform.py  the pure transforms: parse (mapInArrow), rejects with line numbers
                   across splits, deduplication, fingerprint sums in 32-bit pieces (ANSI
                   mode on), differences between replicas, N-Quads documents to send

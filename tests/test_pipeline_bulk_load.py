@@ -37,7 +37,7 @@ MORE = "<http://e/c> <http://e/p> <http://e/d> .\n"
 
 def canonical(text: str) -> set[ox.Quad]:
     """The quads as a store holds them (an in-memory store: another path than the
-    worker's canonical_term)."""
+    canonical_term of rdfcore/canonical.py)."""
     store = ox.Store()
     store.extend(ox.parse(text, format=ox.RdfFormat.N_QUADS))
     return set(store)
