@@ -84,20 +84,8 @@ class WorkerConfig:
             raise ConfigError(f"{path}: " + "; ".join(problems))
         host, port = values["listen-address"]
         return cls(
-            repository_id=values["repository-id"],
-            data_dir=values["data-dir"],
             host=host,
             port=port,
-            cluster_secret_file=values["cluster-secret-file"],
-            repository_title=values["repository-title"],
-            verify_on_start=values["verify-on-start"],
-            sync_writes=values["sync-writes"],
-            log_level=values["log-level"],
-            tls_cert_file=values["tls-cert-file"],
-            tls_key_file=values["tls-key-file"],
-            tls_ca_file=values["tls-ca-file"],
             advertised_hosts=values["advertised-hosts"] or (),
-            transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
-            query_timeout_s=values["query-timeout-s"],
-            max_concurrent_queries=values["max-concurrent-queries"],
+            **SCHEMA.fields(values, exclude=("listen-address", "advertised-hosts")),
         )
