@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 import pyoxigraph as ox
 
-from worker_service.transaction import BlankNodeMinter, parse_operations
+from worker_service.transaction import BlankNodeMinter
+from worker_service.wire_parsing import parse_operations
 
 PROLOGUE = "PREFIX ex: <http://example.org/>\nPREFIX xsd: <http://www.w3.org/2001/XMLSchema#>\n"
 INSERT_DATA = PROLOGUE + "INSERT DATA {\n" + "".join(

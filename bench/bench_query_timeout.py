@@ -1,4 +1,5 @@
-"""Query timeouts (worker_service/query_limits.py, worker_service/query_process.py).
+"""Query timeouts (txcluster/query_limits.py, worker_service/query_isolation.py,
+worker_service/query_process.py).
 
 Printed, from one run against real worker processes on loopback:
 
@@ -50,10 +51,10 @@ import pyoxigraph as ox
 
 from bench._common import EX, quads, show, workdir
 from bench.bench_master import Conn
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset
 from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, new_secret, worker_node
-from worker_service import fingerprint
-from worker_service.changeset import Changeset
 
 N_TRIPLES = 100_000
 N_SUBJECTS = N_TRIPLES // 8  # bench._common.quads: 8 predicates per subject

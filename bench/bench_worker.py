@@ -20,10 +20,10 @@ import httpx
 import pyoxigraph as ox
 
 from bench._common import EX, Timer, quads, rate, show, workdir
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset
 from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import new_secret, worker_node
-from worker_service import fingerprint
-from worker_service.changeset import Changeset
 
 BATCH = 10_000
 

@@ -36,13 +36,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # What goes into the wheel (setup.cfg packages + metadata files): its hash is the version.
-SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "txcluster", "worker_service",
-           "master_service", "spark_pipeline")
+METADATA = ("setup.cfg", "pyproject.toml", "README.md")
+
+
+def packages() -> list[str]:
+    """The top-level packages the wheel holds, as setup.cfg's [options.packages.find]
+    includes them: a package added there is hashed here without a second list."""
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    names = cfg["options.packages.find"]["include"].split()
+    return [n for n in names if "." not in n]
 
 
 def source_files() -> list[Path]:
     files: list[Path] = []
-    for name in SOURCES:
+    for name in (*METADATA, *packages()):
         p = REPO / name
         if p.is_file():
             files.append(p)

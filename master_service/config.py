@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pyoxigraph as ox
 
-from txcluster import tls
+from txcluster import node_keys, query_limits, tls
 from txcluster.auth import parse_advertised_hosts
 from txcluster.properties import (
     ConfigError,
@@ -31,16 +31,12 @@ from txcluster.properties import (
     parse_choice,
     parse_float,
     parse_int,
-    parse_listen_address,
     parse_nonempty,
     parse_path,
-    parse_repository_id,
     parse_url,
     read_properties,
     rewrite_properties,
 )
-from txcluster.rdf4j import TRANSACTION_IDLE_S
-from worker_service import query_limits
 
 # ---- value parsers specific to the master ----
 
@@ -218,14 +214,11 @@ SCHEMA = Schema(
             description="NodeID: unique and consistent throughout the cluster, across DCs"),
         Key("master-url", parse_url, required=True,
             description="MasterURL: how peers and clients reach this master"),
-        Key("repository-id", parse_repository_id, required=True,
-            description="id of the repository the cluster serves"),
-        Key("listen-address", parse_listen_address, required=True,
-            description="host:port of the HTTP APIs"),
+        node_keys.REPOSITORY_ID,
+        node_keys.LISTEN_ADDRESS,
         Key("data-dir", parse_path, required=True,
             description="directory holding the transaction log and backups metadata"),
-        Key("cluster-secret-file", parse_path, required=True,
-            description="secret shared with the workers (mode 600, checked at startup)"),
+        node_keys.CLUSTER_SECRET_FILE,
         Key("net-speed-bits-per-sec", parse_int(1), default=104_857_600,
             description="NetSpeedBitsPerSec: estimates full replication time"),
         Key("full-replication-time-factor", _above_zero(parse_float()), default=1.3,
@@ -255,19 +248,8 @@ SCHEMA = Schema(
         Key("request-timeout-s", _above_zero(parse_float()), default=30.0,
             description="timeout of one request to a worker or peer (not of queries: "
             "query-timeout-s)"),
-        # worker_service/query_limits.py: the master passes a query's timeout on to the
-        # worker, waits for it that long plus a margin, and never re-sends a query that
-        # timed out.
-        Key("query-timeout-s", query_limits.parse_query_timeout,
-            default=query_limits.DEFAULT_QUERY_TIMEOUT_S,
-            description="default and maximum timeout of a query in seconds (> 0): a "
-            "client's timeout parameter can only shorten it; the worker stops the query "
-            "there (each worker's own query-timeout-s applies too) and the client gets a "
-            "503 'Query evaluation took too long', not re-sent to another worker"),
-        Key("transaction-idle-timeout-s", _above_zero(parse_float()),
-            default=TRANSACTION_IDLE_S,
-            description="an open RDF4J transaction untouched for this long is forgotten, "
-                        "with its pending operations (PING answers it in ms)"),
+        node_keys.QUERY_TIMEOUT,
+        node_keys.TRANSACTION_IDLE_TIMEOUT,
         Key("client-auth-file", parse_client_auth,
             description="lines user:password:role (read|write); absent: no client auth"),
         Key("split-recovery", parse_choice("None", "Simple", "Smart"), default="None",
@@ -309,12 +291,12 @@ SCHEMA = Schema(
         Key("jmx.ssl.keystore", parse_path, description="JKS/PKCS12 keystore for JMX TLS"),
         Key("jmx.ssl.keystore-password-file", parse_path,
             description="file holding the keystore password (mode 600)"),
-        Key("log-level", parse_choice("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
+        node_keys.LOG_LEVEL,
         # Optional TLS (txcluster/tls.py): every API of the master over HTTPS (client,
         # admin and peer API: one server), and the CA that verifies https workers and peers.
         Key("tls-cert-file", tls.parse_pem_file,
             description="PEM certificate: serve the client, admin and peer APIs over HTTPS"),
-        Key("tls-key-file", tls.parse_pem_file, description="its private key (mode 600)"),
+        node_keys.TLS_KEY_FILE,
         Key("tls-ca-file", tls.parse_pem_file,
             description="CA bundle that verifies https workers and peers (default: system "
             "CAs)"),
@@ -474,53 +456,23 @@ class MasterConfig:
         auth_file, users = values["client-auth-file"] or (None, ())
         return cls(
             path=path,
-            node_id=values["node-id"],
-            master_url=values["master-url"],
-            repository_id=values["repository-id"],
             host=host,
             port=port,
-            data_dir=values["data-dir"],
-            cluster_secret_file=values["cluster-secret-file"],
             workers=tuple(url for _, url in workers.values()),
             peers=tuple((ids[n][1], urls[n][1]) for n in ids),
-            net_speed_bits_per_sec=values["net-speed-bits-per-sec"],
-            full_replication_time_factor=values["full-replication-time-factor"],
-            min_time_to_consider_full_replication_s=values[
-                "min-time-to-consider-full-replication-s"],
-            log_max_size=values["log-max-size"],
             log_max_depth_hours=values["log-max-depth"],
-            read_only=values["read-only"],
-            mode=values["mode"],
-            protect_single_worker=values["protect-single-worker"],
             control_queries_file=queries_file,
             control_queries=queries,
-            consistency=values["consistency"],
-            health_interval_s=values["health-interval-s"],
-            request_timeout_s=values["request-timeout-s"],
-            transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
-            query_timeout_s=values["query-timeout-s"],
             client_auth_file=auth_file,
             client_users=users,
-            split_recovery=values["split-recovery"],
-            jmx_port=values["jmx.port"],
-            jmx_host=values["jmx.host"],
-            log_level=values["log-level"],
-            data_centre=values["data-centre"],
-            peer_secret_file=values["peer-secret-file"],
             advertised_hosts=values["advertised-hosts"] or (),
-            sync_round_timeout_ms=values["sync-round-timeout-ms"],
-            sync_idle_interval_ms=values["sync-idle-interval-ms"],
             max_peer_lag_s=values["max-peer-lag-s"] or None,  # 0: wait indefinitely
-            jmx_password_file=values["jmx.password-file"],
-            jmx_access_file=values["jmx.access-file"],
-            jmx_ssl=values["jmx.ssl"],
-            jmx_ssl_keystore=values["jmx.ssl.keystore"],
-            jmx_ssl_keystore_password_file=values["jmx.ssl.keystore-password-file"],
-            tls_cert_file=values["tls-cert-file"],
-            tls_key_file=values["tls-key-file"],
-            tls_ca_file=values["tls-ca-file"],
             worker_numbers=tuple(workers),
             peer_numbers=tuple(ids),
+            # Every other key is the field of its name.
+            **SCHEMA.fields(values, exclude=(
+                "listen-address", "log-max-depth", "control-queries", "client-auth-file",
+                "advertised-hosts", "max-peer-lag-s")),
         )
 
     # ---- changes for update_properties (admin API addClusterNode, addSyncPeer, ...) ----

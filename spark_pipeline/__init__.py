@@ -9,7 +9,7 @@ configuration is passed in (``jobs.LoadConfig``, ``jobs.AuditConfig``, ``ParseCo
                   source as raw bytes, split by line across tasks; documents one per
                   task; a replica's content exported as N-Quads from a worker's API
     rdf.py        the per-record work, plain Python: line-exact validation, canonical
-                  terms (the worker's canonical_term), per-file blank node scopes
+                  terms (rdfcore.canonical), per-file blank node scopes
     transform.py  the pure transforms: parse (mapInArrow), rejects with line numbers
                   across splits, deduplication, fingerprint sums in 32-bit pieces (ANSI
                   mode on), differences between replicas, N-Quads documents to send
@@ -20,7 +20,7 @@ configuration is passed in (``jobs.LoadConfig``, ``jobs.AuditConfig``, ``ParseCo
     session.py    the SparkSession: local[*] by default, any cluster by its URL
     progress.py   the progress line (files, lines/quads, rate, ETA)
 
-The proof of a load is the repository fingerprint (worker_service/fingerprint.py: the
+The proof of a load is the repository fingerprint (rdfcore/fingerprint.py: the
 sum mod 2**128 of xxh3-128 of each canonical N-Quads line), computed by the job over the
 data set and by every worker over its store: after ``--initial`` every worker must hold
 the job's fingerprint; after a load into a repository that held data, the fingerprint

@@ -17,9 +17,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from rdfcore.fingerprint import MOD, to_hex
 from spark_pipeline import extract, load, rdf, transform
 from spark_pipeline.progress import CountsParam, Progress
-from worker_service.fingerprint import MOD, to_hex
 
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000

@@ -23,8 +23,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import httpx
 
+from rdfcore.fingerprint import ZERO, to_hex
 from spark_pipeline import extract
-from worker_service.fingerprint import ZERO, to_hex
 
 
 class LoadError(Exception):

@@ -18,7 +18,7 @@ Rules it implements (issue "data pipeline"):
 * Terms are canonicalised as the store holds them (``canonical_quad``, the worker's own
   function: ``"01"^^xsd:integer`` -> ``"1"``); language tags come lowercased from the
   parser. The canonical N-Quads line is ``str(quad) + " ."`` — what ``dump`` writes and
-  what ``worker_service.fingerprint`` hashes.
+  what ``rdfcore.fingerprint`` hashes.
 * Blank node labels are scoped per source file: in a line-format file ``_:b1`` becomes
   ``_:<scope>b1``, the scope being derived from the file's absolute path, so the same
   label in two files is two nodes while all lines of one file (in any Spark split) agree;
@@ -40,8 +40,8 @@ from pathlib import Path
 import pyoxigraph as ox
 import xxhash
 
-from worker_service.fingerprint import MOD, line_hash
-from worker_service.transaction import canonical_quad
+from rdfcore.canonical import canonical_quad
+from rdfcore.fingerprint import MOD, line_hash
 
 # Kinds of the records a parse produces (one schema for all, see transform.PARSED).
 QUAD = 0  # a canonical quad

@@ -18,20 +18,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from worker_service import fingerprint
-from worker_service.changeset import Changeset, apply_to
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset, apply_to
+from worker_service.operations import AddOperation
+from worker_service.steps import ModifyStep
 from worker_service.transaction import (
-    AddOperation,
     BlankNodeMinter,
-    ModifyStep,
     OperationRefused,
     TransactionError,
     UnsupportedFormat,
     UpdateExecutionError,
     UpdateSyntaxError,
-    parse_operations,
-    parse_update,
 )
+from worker_service.update_parsing import parse_update
+from worker_service.wire_parsing import parse_operations
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
 PROLOGUE = ("PREFIX ex: <http://example.org/>\n"

@@ -25,12 +25,12 @@ pytest.importorskip("pyspark")
 
 from pyspark.testing import assertDataFrameEqual
 
+from rdfcore import fingerprint
 from spark_pipeline import extract, jobs, load, rdf, session, transform
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
 from txcluster.cli import main
-from worker_service import fingerprint
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
 QUIET = Progress(enabled=False)

@@ -17,12 +17,12 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from rdfcore import fingerprint
 from txcluster import rdf4j
 from txcluster.auth import HmacAuth, NodeAuthorities
-from worker_service import fingerprint
 from worker_service.app import create_app
 from worker_service.repository import Repository
-from worker_service.transaction import parse_operations
+from worker_service.wire_parsing import parse_operations
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -37,7 +37,7 @@ MORE = "<http://e/c> <http://e/p> <http://e/d> .\n"
 
 def canonical(text: str) -> set[ox.Quad]:
     """The quads as a store holds them (an in-memory store: another path than the
-    worker's canonical_term)."""
+    canonical_term of rdfcore/canonical.py)."""
     store = ox.Store()
     store.extend(ox.parse(text, format=ox.RdfFormat.N_QUADS))
     return set(store)

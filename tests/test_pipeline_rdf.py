@@ -10,8 +10,8 @@ import random
 import pyoxigraph as ox
 import pytest
 
+from rdfcore.fingerprint import MOD, line_hash
 from spark_pipeline import rdf
-from worker_service.fingerprint import MOD, line_hash
 
 NT = ox.RdfFormat.N_TRIPLES
 NQ = ox.RdfFormat.N_QUADS

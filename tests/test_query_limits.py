@@ -1,5 +1,6 @@
-"""worker_service/query_limits.py: the effective timeout of a query, and which queries may
-run in a worker's own threads (pure; the processes are tested in test_query_timeout.py)."""
+"""txcluster/query_limits.py and worker_service/query_isolation.py: the effective timeout of
+a query, and which queries may run in a worker's own threads (pure; the processes are
+tested in test_query_timeout.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import os
 
 import pytest
 
-from worker_service.query_limits import (
+from txcluster.query_limits import (
     DEFAULT_QUERY_TIMEOUT_S,
     TOO_LONG,
-    QueryLimits,
     busy_message,
-    default_max_concurrent_queries,
     effective_timeout,
     parse_query_timeout,
     parse_timeout,
-    runs_in_process,
     timed_out_message,
+)
+from worker_service.query_isolation import (
+    QueryLimits,
+    default_max_concurrent_queries,
+    runs_in_process,
 )
 
 # ---- the timeout rule: min(client timeout if given, query-timeout-s) ----
@@ -215,9 +218,9 @@ def test_query_timeout_properties(tmp_path):
 ])
 def test_the_fast_path_decides_as_the_tokenizer_does(query):
     """The regular expression for the usual shapes is a shortcut, never another rule."""
-    from worker_service import query_limits
+    from worker_service import query_isolation
 
-    m = query_limits._FAST.fullmatch(query)
+    m = query_isolation._FAST.fullmatch(query)
     if m is not None:
-        assert query_limits._fast_path(m, ()) == query_limits._by_tokens(query, ())
-    assert runs_in_process(query) == query_limits._by_tokens(query, ())
+        assert query_isolation._fast_path(m, ()) == query_isolation._by_tokens(query, ())
+    assert runs_in_process(query) == query_isolation._by_tokens(query, ())

@@ -1,6 +1,6 @@
-"""Query timeouts that hold, and runaway queries contained (worker_service/query_limits.py,
-worker_service/query_process.py, the master's forward_read), with real processes on
-loopback.
+"""Query timeouts that hold, and runaway queries contained (txcluster/query_limits.py,
+worker_service/query_isolation.py, worker_service/query_process.py, the master's
+forward_read), with real processes on loopback.
 
 The runaway: a 4-way cross join over a few thousand triples (3,000^4 solutions), which
 pyoxigraph alone would evaluate for hours and which, before query processes, kept every
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.procs import make_secret, signed_client, worker_node
-from worker_service.query_limits import TIMED_OUT_HEADER, TOO_LONG
+from txcluster.query_limits import TIMED_OUT_HEADER, TOO_LONG
 
 EX = "http://example.org/qt/"
 N_TRIPLES = 3000

@@ -7,8 +7,9 @@ import gc
 import pyoxigraph as ox
 import pytest
 
-from worker_service import fingerprint, journal
-from worker_service.changeset import Changeset, apply_to
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset, apply_to
+from worker_service import journal
 from worker_service.image import ImageError
 from worker_service.repository import (
     ApplyEntry,
@@ -297,7 +298,7 @@ def test_apply_killed_while_its_journal_was_written_never_reached_the_store(repo
 
 
 def update(text: str) -> list:
-    from worker_service.transaction import parse_operations
+    from worker_service.wire_parsing import parse_operations
 
     return parse_operations([{"type": "update", "update": text}])
 

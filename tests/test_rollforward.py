@@ -17,9 +17,9 @@ from master_service.cluster.statuses import WorkerStatus
 from master_service.sync.messages import TxMeta
 from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
 from master_service.txlog.log import State, TxLog
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset
 from tests.procs import signed_client
-from worker_service import fingerprint
-from worker_service.changeset import Changeset
 
 HEAD = State(7, fingerprint.to_hex(12345), 3)
 

@@ -9,9 +9,9 @@ import httpx
 import pyoxigraph as ox
 import pytest
 
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset
 from tests.procs import signed_client
-from worker_service import fingerprint
-from worker_service.changeset import Changeset
 
 EX = "http://example.org/"
 

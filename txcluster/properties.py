@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,13 @@ class Schema:
 
     def key(self, name: str) -> Key | None:
         return next((k for k in self.keys if k.name == name), None)
+
+    def fields(self, values: Mapping[str, Any], exclude: Collection[str] = ()) -> dict[str, Any]:
+        """The values of this schema's keys as keyword arguments of a configuration class
+        (``jmx.ssl.keystore`` -> ``jmx_ssl_keystore``), but for the keys in ``exclude``,
+        which the class takes in another form."""
+        return {re.sub(r"[-.]", "_", k.name): values[k.name]
+                for k in self.keys if k.name not in exclude}
 
     def validate(self, raw: Mapping[str, str], source: str = "<config>") -> dict[str, Any]:
         """Check every key of ``raw``; return typed values with defaults filled in."""

@@ -14,7 +14,7 @@ from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
 from worker_service.config import WorkerConfig
-from worker_service.query_limits import QueryLimits
+from worker_service.query_isolation import QueryLimits
 from worker_service.repository import Repository
 
 log = logging.getLogger("txcluster.worker")
@@ -26,7 +26,7 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S,
                limits: QueryLimits | None = None) -> FastAPI:
     """``node``: the Host headers this worker answers signed requests for; ``limits``:
-    query timeout and concurrent query processes (query_limits.py)."""
+    query timeout and concurrent query processes (query_isolation.py)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield

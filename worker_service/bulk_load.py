@@ -31,10 +31,10 @@ from pathlib import Path
 
 import pyoxigraph as ox
 
-from worker_service import fingerprint
+from rdfcore import fingerprint
+from rdfcore.canonical import canonical_quad
 from worker_service.repository import Repository, WorkerError
 from worker_service.state import WorkerState
-from worker_service.transaction import canonical_quad
 
 LOAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # bulk_extend holds the GIL for its whole call (measured: ~6 s for 300k quads); slices

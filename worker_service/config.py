@@ -6,33 +6,27 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from txcluster import tls
+from txcluster import node_keys, query_limits, tls
 from txcluster.auth import parse_advertised_hosts
 from txcluster.properties import (
     ConfigError,
     Key,
     Schema,
     parse_bool,
-    parse_float,
     parse_int,
-    parse_listen_address,
     parse_nonempty,
     parse_path,
-    parse_repository_id,
     read_properties,
 )
 from txcluster.rdf4j import TRANSACTION_IDLE_S
-from worker_service import query_limits
+from worker_service import query_isolation
 
 SCHEMA = Schema((
-    Key("repository-id", parse_repository_id, required=True,
-        description="id of the one repository this worker serves"),
+    node_keys.REPOSITORY_ID,
     Key("data-dir", parse_path, required=True,
         description="directory holding the store, its state, backups"),
-    Key("listen-address", parse_listen_address, required=True,
-        description="host:port of the HTTP API"),
-    Key("cluster-secret-file", parse_path, required=True,
-        description="file (mode 600) with the secret shared with the master"),
+    node_keys.LISTEN_ADDRESS,
+    node_keys.CLUSTER_SECRET_FILE,
     # txcluster/auth.py NodeAuthorities: a signed request names the node it is for.
     Key("advertised-hosts", parse_advertised_hosts,
         description="host or host:port (comma-separated) the master reaches this worker "
@@ -43,33 +37,19 @@ SCHEMA = Schema((
         description="recompute the fingerprint at start; a mismatch reports the real one"),
     Key("sync-writes", parse_bool, default=False,
         description="fsync the journal and state file (power-loss safety of the metadata)"),
-    Key("log-level", lambda t: t.upper() if t.upper() in
-        ("DEBUG", "INFO", "WARNING", "ERROR") else _bad_level(t), default="INFO"),
+    node_keys.LOG_LEVEL,
     # Optional TLS (txcluster/tls.py): serve HTTPS; verify other workers' images' sources.
     Key("tls-cert-file", tls.parse_pem_file, description="PEM certificate: serve HTTPS"),
-    Key("tls-key-file", tls.parse_pem_file, description="its private key (mode 600)"),
+    node_keys.TLS_KEY_FILE,
     Key("tls-ca-file", tls.parse_pem_file,
         description="CA bundle to verify other workers (image pulls) over HTTPS"),
-    Key("transaction-idle-timeout-s", parse_float(1.0), default=TRANSACTION_IDLE_S,
-        description="an open RDF4J transaction untouched for this long is forgotten "
-                    "(PING answers it in ms)"),
-    # worker_service/query_limits.py: every query stops at a timeout, the smaller of the
-    # request's `timeout` (and its master's) and this; then a 503 "Query evaluation took
-    # too long", as RDF4J answers.
-    Key("query-timeout-s", query_limits.parse_query_timeout,
-        default=query_limits.DEFAULT_QUERY_TIMEOUT_S,
-        description="default and maximum timeout of a query in seconds (> 0): a client's "
-        "timeout parameter can only shorten it; a query that reaches it is stopped (its "
-        "process killed) and answered 503 'Query evaluation took too long'"),
+    node_keys.TRANSACTION_IDLE_TIMEOUT,
+    node_keys.QUERY_TIMEOUT,
     Key("max-concurrent-queries", parse_int(1),
         description="query processes that may run at once (every query but a single "
         "triple pattern runs in one); one more is answered 503 (default: twice the CPU "
         "cores)"),
 ))
-
-
-def _bad_level(text: str) -> str:
-    raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got '{text}'")
 
 
 @dataclass(frozen=True)
@@ -91,11 +71,11 @@ class WorkerConfig:
     query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S
     max_concurrent_queries: int | None = None  # None: twice the CPU cores
 
-    def limits(self) -> query_limits.QueryLimits:
-        """The query limits this configuration sets (worker_service/query_limits.py)."""
-        return query_limits.QueryLimits(
+    def limits(self) -> query_isolation.QueryLimits:
+        """The query limits this configuration sets (worker_service/query_isolation.py)."""
+        return query_isolation.QueryLimits(
             self.query_timeout_s, self.max_concurrent_queries
-            or query_limits.default_max_concurrent_queries(os.cpu_count()))
+            or query_isolation.default_max_concurrent_queries(os.cpu_count()))
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:
@@ -104,20 +84,8 @@ class WorkerConfig:
             raise ConfigError(f"{path}: " + "; ".join(problems))
         host, port = values["listen-address"]
         return cls(
-            repository_id=values["repository-id"],
-            data_dir=values["data-dir"],
             host=host,
             port=port,
-            cluster_secret_file=values["cluster-secret-file"],
-            repository_title=values["repository-title"],
-            verify_on_start=values["verify-on-start"],
-            sync_writes=values["sync-writes"],
-            log_level=values["log-level"],
-            tls_cert_file=values["tls-cert-file"],
-            tls_key_file=values["tls-key-file"],
-            tls_ca_file=values["tls-ca-file"],
             advertised_hosts=values["advertised-hosts"] or (),
-            transaction_idle_timeout_s=values["transaction-idle-timeout-s"],
-            query_timeout_s=values["query-timeout-s"],
-            max_concurrent_queries=values["max-concurrent-queries"],
+            **SCHEMA.fields(values, exclude=("listen-address", "advertised-hosts")),
         )

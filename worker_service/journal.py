@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker_service.changeset import Changeset
+from rdfcore.changeset import Changeset
 
 JOURNAL_FILE = "journal.jsonl"
 REDO = "redo"

@@ -1,5 +1,5 @@
 """Query processes: a query that may run long is evaluated in a child forked from the
-worker, and the child is killed at the query's deadline (worker_service/query_limits.py).
+worker, and the child is killed at the query's deadline (txcluster/query_limits.py).
 
 Why fork: pyoxigraph can neither time out nor cancel a query (FACTS.md), so what stops a
 query must be able to stop the work itself and free its CPU: a process that can be
@@ -7,7 +7,7 @@ killed. A child forked while the repository's read lock is held inherits the ope
 as it is at that instant (no changeset is half-applied: a writer holds the write lock for
 all of one), so it answers from the same consistent snapshot a thread would, without
 opening anything. The fork costs ~10 ms for a worker of ~200 MB (page tables); point
-queries never pay it (query_limits.runs_in_process).
+queries never pay it (query_isolation.runs_in_process).
 
 What a child may do (fork copies only the forking thread; every lock another thread held
 stays locked forever in the child): evaluate, serialise, write frames to its pipe, and
@@ -408,9 +408,3 @@ class QueryProcesses:
         for child in list(self.children.values()):
             child.kill()
 
-
-async def wait_for_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
-    """Return when the ASGI client of this request has gone (``http.disconnect``). Only
-    after the request body was read: until then ``receive`` gives its chunks."""
-    while (await receive())["type"] != "http.disconnect":
-        pass

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pyoxigraph as ox
 
-from worker_service import fingerprint, image, journal, state
-from worker_service.changeset import Changeset, apply_to
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset, apply_to
+from worker_service import image, journal, state
 from worker_service.rwlock import RWLock
 from worker_service.state import WorkerState
 
@@ -359,7 +360,7 @@ class Repository:
 
     def execute_local(self, operations: Sequence) -> ExecuteResult:
         """A write sent to this worker's RDF4J API with the cluster credential."""
-        from worker_service.transaction import parse_operations
+        from worker_service.wire_parsing import parse_operations
 
         ops = parse_operations(list(operations)) if operations and isinstance(
             operations[0], dict) else list(operations)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import xxhash
 
-from worker_service import fingerprint
+from rdfcore import fingerprint
 
 STATE_FILE = "state.json"
 SLOTS_FILE = "state.slots"

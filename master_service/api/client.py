@@ -28,10 +28,9 @@ from starlette.responses import PlainTextResponse, Response
 
 from master_service.cluster.core import Cluster, NotWritable, Worker, WriteFailed
 from master_service.cluster.worker_client import WorkerUnavailable
-from txcluster import rdf4j
+from txcluster import query_limits, rdf4j
+from txcluster.query_limits import wait_for_disconnect
 from txcluster.rdf4j import ProtocolError
-from worker_service import query_limits
-from worker_service.query_process import wait_for_disconnect
 
 log = logging.getLogger("txcluster.master.api")
 
@@ -118,7 +117,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
 
     def query_timeout(request: Request, target: str, query: bytes,
                       body: bytes) -> float | None:
-        """The timeout of a query (worker_service/query_limits.py): the smaller of the
+        """The timeout of a query (txcluster/query_limits.py): the smaller of the
         client's ``timeout`` and this master's query-timeout-s; None for other reads. A
         ``timeout`` that does not parse is left to the worker to refuse (400)."""
         if target != f"/repositories/{repository_id}":

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from master_service.txlog.log import State
-from worker_service import fingerprint
-from worker_service.changeset import Changeset
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset
 
 # Farther ahead than this is not one lost group (MAX_GROUP transactions): no roll-forward.
 MAX_AHEAD = 1024

@@ -52,7 +52,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlite_utils import Database
 
-from worker_service.fingerprint import from_hex, to_hex
+from rdfcore.fingerprint import from_hex, to_hex
 
 SCHEMA_VERSION = 1
 ZERO_FINGERPRINT = to_hex(0)

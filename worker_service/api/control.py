@@ -31,12 +31,12 @@ from fastapi.responses import FileResponse, JSONResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
+from rdfcore import fingerprint
+from rdfcore.changeset import Changeset
 from txcluster import jsonbody
 from txcluster.auth import HmacAuth, Verifier
 from txcluster.http_auth import require_credential
-from worker_service import fingerprint
 from worker_service.bulk_load import BulkLoader
-from worker_service.changeset import Changeset
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
 from worker_service.repository import ApplyEntry, Repository, WorkerError
@@ -136,7 +136,8 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         [{"txid", "operations"}], "control_queries": [ASK...]}. Each transaction succeeds
         (with its seq, exact changeset and fingerprint after) or fails alone."""
         repo = await guard(request)
-        from worker_service.transaction import TransactionError, parse_operations
+        from worker_service.transaction import TransactionError
+        from worker_service.wire_parsing import parse_operations
 
         data = await _json_body(request)
         start_seq = _field(data, "start_seq", int)

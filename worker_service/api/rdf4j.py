@@ -10,8 +10,9 @@ Reading: ``repo.reading()`` is held only around the call that *starts* a query o
 pattern iteration. pyoxigraph evaluates over a snapshot taken then, so results are
 serialised after the lock is released and a reader never sees half a changeset.
 
-Queries (worker_service/query_limits.py): every query runs under a timeout, the smallest
-of the request's ``timeout``, the one its master passed on and ``query-timeout-s``.
+Queries (txcluster/query_limits.py, worker_service/query_isolation.py): every query runs
+under a timeout, the smallest of the request's ``timeout``, the one its master passed on
+and ``query-timeout-s``.
 Provably cheap queries (a single triple pattern) run in the thread pool and are stopped
 while their results are written; every other query runs in a query process
 (worker_service/query_process.py) forked under the read lock, killed at the deadline or
@@ -43,12 +44,12 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from txcluster import binary_rdf, rdf4j
+from txcluster import binary_rdf, query_limits, rdf4j
 from txcluster.auth import Verifier
 from txcluster.http_auth import credential_problem
 from txcluster.rdf4j import ProtocolError
-from worker_service import query_limits, query_process
-from worker_service.query_limits import QueryLimits
+from worker_service import query_isolation, query_process
+from worker_service.query_isolation import QueryLimits
 from worker_service.tx_view import TransactionViews
 
 log = logging.getLogger("txcluster.worker.rdf4j")
@@ -413,7 +414,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         if not qlimits.isolate:  # the benchmark's baseline: stopped only while writing
             return await run_in_threadpool(_run_query, repo, q, accept(request), q.timeout_s)
         timeout_s = query_timeout(request, q)
-        if query_limits.runs_in_process(
+        if query_isolation.runs_in_process(
                 q.query, {v.value for v, _ in q.bindings},
                 None if q.default_graphs is None else len(q.default_graphs)):
             return await run_in_threadpool(_run_query, repo, q, accept(request), timeout_s)
@@ -435,7 +436,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         try:
             answer = await processes.evaluate(
                 partial(_fork_query, repo, q, accept_, neg), timeout_s,
-                partial(query_process.wait_for_disconnect, request.receive))
+                partial(query_limits.wait_for_disconnect, request.receive))
         except query_process.TooManyQueries:
             raise ProtocolError(query_limits.BUSY_STATUS,
                                 query_limits.busy_message(qlimits.max_concurrent_queries)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pyoxigraph as ox
 
-from worker_service import fingerprint
+from rdfcore import fingerprint
 
 
 @dataclass(frozen=True)
@@ -56,34 +56,11 @@ class Changeset:
 
     def then(self, later: Changeset) -> Changeset:
         """Composition: this changeset followed by ``later`` (both exact) as one."""
-        removed = set(self.removed)
-        added = set(self.added)
-        for q in later.removed:
-            if q in added:
-                added.discard(q)
-            else:
-                removed.add(q)
-        for q in later.added:
-            if q in removed:
-                removed.discard(q)
-            else:
-                added.add(q)
-        created = set(self.created_graphs)
-        dropped = set(self.dropped_graphs)
-        for g in later.dropped_graphs:
-            if g in created:
-                created.discard(g)
-            else:
-                dropped.add(g)
-        for g in later.created_graphs:
-            if g in dropped:
-                dropped.discard(g)
-            else:
-                created.add(g)
-        return Changeset(
-            frozenset(removed), frozenset(added), frozenset(created), frozenset(dropped),
-            {**self.namespaces, **later.namespaces},
-        )
+        removed, added = _compose(self.removed, self.added, later.removed, later.added)
+        dropped, created = _compose(self.dropped_graphs, self.created_graphs,
+                                    later.dropped_graphs, later.created_graphs)
+        return Changeset(removed, added, created, dropped,
+                         {**self.namespaces, **later.namespaces})
 
     def moved_fingerprint(self, before: int) -> int:
         return fingerprint.moved(before, self.added, self.removed)
@@ -120,6 +97,25 @@ class Changeset:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"changeset graph names must be IRIs: {exc}") from None
         return cls(removed, added, created, dropped, dict(ns))
+
+
+def _compose(gone: frozenset, new: frozenset, later_gone: frozenset,
+             later_new: frozenset) -> tuple[frozenset, frozenset]:
+    """Two exact (taken away, brought) pairs of sets, one after the other, as one: what the
+    later one takes away of what the first brought was never there, and what it brings
+    back of what the first took away was never gone."""
+    gone_now, new_now = set(gone), set(new)
+    for x in later_gone:
+        if x in new_now:
+            new_now.discard(x)
+        else:
+            gone_now.add(x)
+    for x in later_new:
+        if x in gone_now:
+            gone_now.discard(x)
+        else:
+            new_now.add(x)
+    return frozenset(gone_now), frozenset(new_now)
 
 
 def nquads(quads: Iterable[ox.Quad]) -> str:

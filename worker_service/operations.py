@@ -1,0 +1,128 @@
+"""Operations: what a transaction is made of, each a list of steps (steps.py).
+
+A SPARQL update (one step per operation of the request) or one of RDF4J's: add a
+document, remove statements by pattern, declare or remove a namespace, clear the
+namespaces. wire_parsing.py builds them from the JSON wire form a master sends.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyoxigraph as ox
+
+from rdfcore.canonical import GraphName, Term, canonical_term
+from rdfcore.changeset import Changeset
+from worker_service.steps import Step, exact_changeset, named_graph_names, relabel
+from worker_service.transaction import BlankNodeMinter
+
+
+class Operation(ABC):
+    @abstractmethod
+    def steps(self) -> list[Step]:
+        """The steps to run in order; each sees the effects of the previous ones."""
+
+
+class _SingleStep(Operation, Step):
+    def steps(self) -> list[Step]:
+        return [self]
+
+
+@dataclass(frozen=True)
+class UpdateOperation(Operation):
+    """A SPARQL 1.1 Update request: one step per operation (ADD/MOVE/COPY are one)."""
+
+    update: str
+    base_iri: str | None = None
+    parsed: tuple[Step, ...] = field(default=(), repr=False, compare=False)
+
+    def steps(self) -> list[Step]:
+        return list(self.parsed)
+
+
+@dataclass(frozen=True)
+class AddOperation(_SingleStep):
+    """RDF4J add: the statements of a document; with ``contexts``, each statement goes to
+    each listed context instead of where the document puts it. Document blank nodes are
+    scoped to the document: each distinct label becomes one minted node — unless
+    ``preserve_node_ids`` (RDF4J's ``preserveNodeId=true``), which keeps the labels as
+    written (``txcluster load`` scopes them per source file itself)."""
+
+    data: str
+    format: str
+    contexts: tuple[GraphName, ...] | None = None
+    base_iri: str | None = None
+    quads: tuple[ox.Quad, ...] = field(default=(), repr=False, compare=False)
+    preserve_node_ids: bool = False
+
+    def changeset(self, store: ox.Store, minter: BlankNodeMinter,
+                  namespaces: Mapping[str, str]) -> Changeset:
+        mapping: dict[str, ox.BlankNode] = {}
+        out: set[ox.Quad] = set()
+        keep = self.preserve_node_ids
+        for q in self.quads:
+            s = q.subject if keep else relabel(q.subject, mapping, minter)
+            o = canonical_term(q.object if keep else relabel(q.object, mapping, minter))
+            graphs = self.contexts or (
+                q.graph_name if keep else relabel(q.graph_name, mapping, minter),)
+            for g in graphs:
+                out.add(ox.Quad(s, q.predicate, o, g))
+        return exact_changeset(store, added=[q for q in out if q not in store])
+
+
+@dataclass(frozen=True)
+class RemoveOperation(_SingleStep):
+    """RDF4J statement removal by pattern (None = wildcard) in ``contexts`` (None = every
+    graph). With no subject, predicate or object it clears those contexts (everything
+    when ``contexts`` is None) and, as RDF4J knows no empty contexts, also drops the
+    cleared named graphs (an RDF4J client sees a context only while it has statements)."""
+
+    subject: ox.NamedNode | ox.BlankNode | None = None
+    predicate: ox.NamedNode | None = None
+    object: Term | None = None
+    contexts: tuple[GraphName, ...] | None = None
+
+    def changeset(self, store: ox.Store, minter: BlankNodeMinter,
+                  namespaces: Mapping[str, str]) -> Changeset:
+        s, p, o = self.subject, self.predicate, self.object
+        graphs: Iterable[GraphName | None] = (
+            [None] if self.contexts is None else dict.fromkeys(self.contexts))
+        removed: set[ox.Quad] = set()
+        for g in graphs:
+            removed.update(store.quads_for_pattern(s, p, o, g))
+        dropped: frozenset[ox.NamedNode] = frozenset()
+        if s is None and p is None and o is None:
+            if self.contexts is None:
+                dropped = frozenset(named_graph_names(store))
+            else:
+                dropped = frozenset(g for g in self.contexts if type(g) is ox.NamedNode
+                                    and store.contains_named_graph(g))
+        return Changeset(removed=frozenset(removed), dropped_graphs=dropped)
+
+
+@dataclass(frozen=True)
+class NamespaceOperation(_SingleStep):
+    """Declare ``prefix`` (or remove it with ``namespace`` None); exact: no change, no
+    entry."""
+
+    prefix: str
+    namespace: str | None
+
+    def changeset(self, store: ox.Store, minter: BlankNodeMinter,
+                  namespaces: Mapping[str, str]) -> Changeset:
+        if self.namespace is None:
+            return Changeset(namespaces={self.prefix: None}) if self.prefix in namespaces \
+                else Changeset()
+        if namespaces.get(self.prefix) == self.namespace:
+            return Changeset()
+        return Changeset(namespaces={self.prefix: self.namespace})
+
+
+@dataclass(frozen=True)
+class ClearNamespacesOperation(_SingleStep):
+    def changeset(self, store: ox.Store, minter: BlankNodeMinter,
+                  namespaces: Mapping[str, str]) -> Changeset:
+        return Changeset(namespaces={p: None for p in namespaces})
+
