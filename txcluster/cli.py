@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -13,6 +14,17 @@ from txcluster.properties import ConfigError
 def _fail(message: str) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
+
+
+def _serve(kind: str, run: Callable[[], None]) -> None:
+    """Load a node's configuration and serve it: a refused configuration or secret, or a
+    start that fails, is a clear error (exit 2)."""
+    try:
+        run()
+    except (ConfigError, CredentialError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot start {kind}: {exc}")
 
 
 @click.group()
@@ -29,13 +41,7 @@ def worker(config_path: str) -> None:
     from worker_service.app import serve
     from worker_service.config import WorkerConfig
 
-    try:
-        config = WorkerConfig.load(config_path)
-        serve(config)
-    except (ConfigError, CredentialError) as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot start worker: {exc}")
+    _serve("worker", lambda: serve(WorkerConfig.load(config_path)))
 
 
 @main.command()
@@ -51,13 +57,7 @@ def master(config_path: str) -> None:
     from master_service.app import serve
     from master_service.config import MasterConfig
 
-    try:
-        config = MasterConfig.load(config_path)
-        serve(config)
-    except (ConfigError, CredentialError) as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot start master: {exc}")
+    _serve("master", lambda: serve(MasterConfig.load(config_path)))
 
 
 @main.command("check-config")

@@ -138,14 +138,14 @@ def admin_router(control: Control, guard: AdminGuard) -> APIRouter:
     async def add_worker(body: WorkerIn, request: Request) -> dict:
         return await change(request, lambda: control.add_worker(body.url, body.readable))
 
-    @router.delete("/workers", summary="Remove a worker (removeClusterNode)")
-    async def remove_worker(url: str, request: Request) -> dict:
-        return await change(request, lambda: control.remove_worker(url))
-
     @router.put("/workers/readable", summary="Take a worker out of read rotation or put "
                 "it back (drain for maintenance; not persisted)")
     async def set_worker_readable(body: ReadableIn, request: Request) -> dict:
         return await change(request, lambda: control.set_readable(body.url, body.readable))
+
+    @router.delete("/workers", summary="Remove a worker (removeClusterNode)")
+    async def remove_worker(url: str, request: Request) -> dict:
+        return await change(request, lambda: control.remove_worker(url))
 
     @router.post("/backup", summary="Named backup by an up-to-date worker")
     async def backup(body: BackupIn, request: Request) -> dict:
