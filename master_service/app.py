@@ -15,13 +15,15 @@ from fastapi import FastAPI
 
 from master_service.api.admin import admin_router, status_of
 from master_service.api.client import ClientAuth, client_router
+from master_service.api.guard import AdminGuard
 from master_service.api.metrics import LatencyMiddleware, MasterMetrics, metrics_router
 from master_service.api.peer import peer_router
 from master_service.api.status_page import status_page_router
 from master_service.api.sync_admin import sync_admin_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
-from master_service.config import MasterConfig, parse_node_id, update_properties
+from master_service.config import MasterConfig
+from master_service.control import Control
 from master_service.jmx.bridge import JmxBridge, preflight
 from master_service.jmx.clusterinfo import ClusterInfo
 from master_service.jmx.jolokia import jolokia_router
@@ -31,7 +33,7 @@ from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from txcluster import http_server, rdf4j, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
-from txcluster.properties import ConfigError, parse_url
+from txcluster.properties import ConfigError
 
 log = logging.getLogger("txcluster.master")
 
@@ -63,47 +65,9 @@ class MasterService:
         self.cluster_info = ClusterInfo(self)
         self.jmx: JmxBridge | None = None
         self.metrics = MasterMetrics()  # the peering driver reports rounds: metrics.sync_round
-
-    def persist(self, changes: dict[str, str | None]) -> None:
-        if changes:
-            self.config = update_properties(self.config.path, changes)
-            if self.sync and "max-peer-lag-s" in changes:
-                self.sync.set_max_peer_lag(self.config.max_peer_lag_s)
-            if self.sync and "split-recovery" in changes:
-                asyncio.get_running_loop().create_task(self.sync.set_split_recovery(
-                    SplitRecovery(self.config.split_recovery)))
-            if self.sync and ("mode" in changes or "read-only" in changes):
-                # The admin API and JMX change ReadOnly / Mode: the protocol follows.
-                asyncio.get_running_loop().create_task(self.sync.set_mode(
-                    mode_of(self.config.read_only, self.config.mode)))
-
-    # ---- sync peers (addSyncPeer / removeSyncPeer; the driver in sync/driver.py) ----
-
-    async def add_sync_peer(self, peer_id: str, url: str) -> None:
-        """Peer with another master at runtime; persisted as peer.<n>.id / peer.<n>.url.
-
-        ValueError (nothing changed) for an invalid id or URL, our own id, or a known id."""
-        try:
-            peer_id, url = parse_node_id(peer_id), parse_url(url)
-        except Exception as exc:  # the parsers' messages name what is wrong
-            raise ValueError(str(exc)) from None
-        if peer_id == self.config.node_id:
-            raise ValueError(f"'{peer_id}' is this master's own node id")
-        if any(known == peer_id for known, _ in self.config.peers):
-            raise ValueError(f"'{peer_id}' is already a sync peer")
-        self.persist(self.config.add_peer_changes(peer_id, url))
-        if self.sync is not None:
-            await self.sync.add_peer(peer_id, url)
-        elif self.cluster is not None:
-            await self._start_sync()
-
-    async def remove_sync_peer(self, peer_id: str) -> None:
-        """Stop peering with a master; ValueError (nothing changed) for an unknown id."""
-        if not any(known == peer_id for known, _ in self.config.peers):
-            raise ValueError(f"'{peer_id}' is not a sync peer of {self.config.node_id}")
-        self.persist(self.config.remove_peer_changes(peer_id))
-        if self.sync is not None:
-            await self.sync.remove_peer(peer_id)
+        # Every runtime change (admin API, JMX, Jolokia) is validated, persisted and
+        # applied there (master_service/control.py).
+        self.control = Control(self)
 
     def sync_status(self) -> dict | None:
         """The peering state for status pages and JMX, None when this master has no peers.
@@ -202,6 +166,7 @@ def create_app(service: MasterService) -> FastAPI:
                   description="txcluster master: RDF4J REST facade over a cluster of workers, "
                   "and the admin API.")
     auth = ClientAuth(c.client_users)
+    guard = AdminGuard(auth)  # every admin route: /admin, /admin/sync, /jolokia
     # Read by the client API's forward_read (master_service/api/client.py).
     app.state.query_timeout_s = c.query_timeout_s
 
@@ -215,12 +180,12 @@ def create_app(service: MasterService) -> FastAPI:
         s = status_of(cluster())
         return {k: s[k] for k in ("node_id", "status", "writable", "head")}
 
-    app.include_router(admin_router(cluster, auth, service.persist, lambda: service.config))
+    app.include_router(admin_router(service.control, guard))
     app.include_router(client_router(cluster, c.repository_id, auth, service.transactions),
                        tags=["rdf4j"])
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
-    app.include_router(sync_admin_router(service, auth))
-    app.include_router(jolokia_router(lambda: service.cluster_info, auth))
+    app.include_router(sync_admin_router(service, guard))
+    app.include_router(jolokia_router(lambda: service.cluster_info, guard))
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,
                                           lambda: service.config))

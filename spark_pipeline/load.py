@@ -20,11 +20,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TypeVar
 
 import httpx
 
 from rdfcore.fingerprint import ZERO, to_hex
 from spark_pipeline import extract
+from txcluster.admin_client import AdminClient, AdminError
+
+T = TypeVar("T")
 
 
 class LoadError(Exception):
@@ -35,12 +39,14 @@ RETRY_STATUSES = {502, 503, 504}
 
 
 class MasterAPI:
-    """The calls the loader makes to a master (client auth when it is on)."""
+    """The calls the loader makes to a master (client auth when it is on): RDF4J adds,
+    and the admin API through its one client (txcluster/admin_client.py)."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None,
                  timeout: float = 3600.0) -> None:
         self.url = url.rstrip("/")
         self.http = httpx.Client(auth=auth, timeout=httpx.Timeout(timeout, connect=10))
+        self.admin = AdminClient(self.url, http=self.http)
 
     def close(self) -> None:
         self.http.close()
@@ -58,20 +64,14 @@ class MasterAPI:
             raise LoadError(f"cannot reach the master {self.url}: {exc}") from None
 
     @staticmethod
-    def _detail(r: httpx.Response) -> str:
+    def _admin(call: Callable[[], T]) -> T:
         try:
-            return str(r.json().get("detail", r.text))
-        except ValueError:
-            return r.text
-
-    def _json(self, method: str, path: str, **kwargs) -> dict:
-        r = self._request(method, path, **kwargs)
-        if r.status_code >= 400:
-            raise LoadError(f"{method} {path} answered {r.status_code}: {self._detail(r)}")
-        return r.json()
+            return call()
+        except AdminError as exc:
+            raise LoadError(str(exc)) from None
 
     def status(self) -> dict:
-        return self._json("GET", "/admin/status", timeout=30)
+        return self._admin(lambda: self.admin.status(timeout=30))
 
     def repository(self, wanted: str | None) -> str:
         """The master's repository id (checked against ``wanted`` when given)."""
@@ -112,21 +112,14 @@ class MasterAPI:
         raise LoadError(f"{problem} (after {attempts} attempts)")
 
     def bulk_part(self, load_id: str, part: int, worker: str, data: bytes) -> dict:
-        return self._json("PUT", f"/admin/bulk-load/{load_id}/parts/{part}",
-                          params={"worker": worker}, content=data,
-                          headers={"content-type": "application/n-quads"})
+        return self._admin(lambda: self.admin.bulk_load_part(load_id, part, worker, data))
 
     def bulk_commit(self, load_id: str, worker: str, fingerprint: int, quads: int) -> dict:
-        return self._json("POST", f"/admin/bulk-load/{load_id}",
-                          json={"worker": worker, "fingerprint": to_hex(fingerprint),
-                                "quads": quads})
+        return self._admin(lambda: self.admin.bulk_load_commit(
+            load_id, worker, to_hex(fingerprint), quads))
 
     def bulk_abort(self, load_id: str, worker: str) -> None:
-        r = self._request("DELETE", f"/admin/bulk-load/{load_id}",
-                          params={"worker": worker}, timeout=60)
-        if r.status_code >= 400 and r.status_code != 404:
-            raise LoadError(f"aborting bulk load {load_id} answered {r.status_code}: "
-                            f"{self._detail(r)}")
+        self._admin(lambda: self.admin.bulk_load_abort(load_id, worker))
 
 
 # ---- the cluster as the loader needs it ----

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -13,6 +14,17 @@ from txcluster.properties import ConfigError
 def _fail(message: str) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
+
+
+def _serve(kind: str, run: Callable[[], None]) -> None:
+    """Load a node's configuration and serve it: a refused configuration or secret, or a
+    start that fails, is a clear error (exit 2)."""
+    try:
+        run()
+    except (ConfigError, CredentialError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot start {kind}: {exc}")
 
 
 @click.group()
@@ -29,13 +41,7 @@ def worker(config_path: str) -> None:
     from worker_service.app import serve
     from worker_service.config import WorkerConfig
 
-    try:
-        config = WorkerConfig.load(config_path)
-        serve(config)
-    except (ConfigError, CredentialError) as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot start worker: {exc}")
+    _serve("worker", lambda: serve(WorkerConfig.load(config_path)))
 
 
 @main.command()
@@ -51,13 +57,7 @@ def master(config_path: str) -> None:
     from master_service.app import serve
     from master_service.config import MasterConfig
 
-    try:
-        config = MasterConfig.load(config_path)
-        serve(config)
-    except (ConfigError, CredentialError) as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot start master: {exc}")
+    _serve("master", lambda: serve(MasterConfig.load(config_path)))
 
 
 @main.command("check-config")
@@ -89,14 +89,14 @@ def status(master_url: str, as_json: bool, user: str | None, watch: bool, interv
     """Print the cluster status as a master sees it."""
     import json
 
-    from txcluster.progress import MasterCalls, OperationFailed
+    from txcluster.admin_client import AdminClient, AdminError
     from txcluster.progress import watch as watch_loop
     from txcluster.status_table import render, render_operations
 
-    calls = MasterCalls(master_url, _user(user))
+    calls = AdminClient(master_url, _user(user))
     if watch:
         def fetch() -> str:
-            data = calls.get("/status/data")
+            data = calls.status_data()
             if as_json:
                 return json.dumps(data, indent=2)
             return render(data["status"]) + render_operations(data)
@@ -104,8 +104,8 @@ def status(master_url: str, as_json: bool, user: str | None, watch: bool, interv
         watch_loop(fetch, interval, count, clear=sys.stdout.isatty())
         return
     try:
-        data = calls.get("/admin/status")
-    except OperationFailed as exc:
+        data = calls.status()
+    except AdminError as exc:
         _fail(str(exc))
     click.echo(json.dumps(data, indent=2) if as_json else render(data))
 
@@ -119,15 +119,11 @@ def _user(user: str | None) -> tuple[str, str] | None:
     return name, password
 
 
-BACKUP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
-
-
 def _backup_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    import re
+    from txcluster.properties import BACKUP_NAME_RULE, is_backup_name
 
-    if not re.fullmatch(BACKUP_NAME, value):
-        raise click.BadParameter(f"'{value}' is not a backup name (letters, digits, "
-                                 "'_', '.', '-'; at most 100; starting with a letter or digit)")
+    if not is_backup_name(value):
+        raise click.BadParameter(f"'{value}' is not a backup name ({BACKUP_NAME_RULE})")
     return value
 
 
@@ -138,14 +134,14 @@ def _backup_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def backup(name: str, master_url: str, user: str | None) -> None:
     """Named backup written by an up-to-date worker (a name used before is replaced; the
     one named 'default' recovers workers when no worker can serve a replication)."""
-    from txcluster.progress import MasterCalls, OperationFailed, backup_progress, run_with_progress
+    from txcluster.admin_client import AdminClient, AdminError
+    from txcluster.progress import backup_progress, run_with_progress
 
-    calls = MasterCalls(master_url, _user(user))
+    calls = AdminClient(master_url, _user(user))
     try:
-        record = run_with_progress(
-            f"backup '{name}'", lambda: calls.post("/admin/backup", {"name": name}, 3600),
-            lambda: backup_progress(calls.get("/status/data")))
-    except OperationFailed as exc:
+        record = run_with_progress(f"backup '{name}'", lambda: calls.backup(name),
+                                   lambda: backup_progress(calls.status_data()))
+    except AdminError as exc:
         _fail(str(exc))
     click.echo(f"backup '{name}': seq {record['seq']}, {record['quads']} quads, "
                f"fingerprint {record['fingerprint']}, {record['bytes']} bytes on "
@@ -162,27 +158,21 @@ def backup(name: str, master_url: str, user: str | None) -> None:
 def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: float) -> None:
     """Restore every worker from a named backup, then wait while the log after it is
     replayed. The workers' current data is replaced."""
-    from txcluster.progress import (
-        MasterCalls,
-        OperationFailed,
-        run_with_progress,
-        sync_progress,
-        wait_for_sync,
-    )
+    from txcluster.admin_client import AdminClient, AdminError
+    from txcluster.progress import run_with_progress, sync_progress, wait_for_sync
 
     if not yes:
         click.confirm(f"Replace the data of every worker of {master_url} with backup "
                       f"'{name}'?", abort=True)
-    calls = MasterCalls(master_url, _user(user))
+    calls = AdminClient(master_url, _user(user))
     try:
-        result = run_with_progress(
-            f"restore '{name}'", lambda: calls.post("/admin/restore", {"name": name}, 3600),
-            lambda: sync_progress(calls.get("/status/data")))
+        result = run_with_progress(f"restore '{name}'", lambda: calls.restore(name),
+                                   lambda: sync_progress(calls.status_data()))
         failed = {w: r for w, r in result["workers"].items() if r != "restored"}
         for w, r in failed.items():
             click.echo(f"  {w}: {r}", err=True)
         wait_for_sync(calls, "replaying the log", timeout)
-    except OperationFailed as exc:
+    except AdminError as exc:
         _fail(str(exc))
     click.echo(f"restored from '{name}' (seq {result['backup']['seq']}); every worker is "
                f"in sync" + (f" except the {len(failed)} listed" if failed else ""))
@@ -195,11 +185,12 @@ def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: fl
 def wait_sync(master_url: str, user: str | None, timeout: float) -> None:
     """Wait, with a progress bar, until every worker is in sync (after adding a worker,
     a restart, a replication). Exit 1 on timeout."""
-    from txcluster.progress import MasterCalls, OperationFailed, wait_for_sync
+    from txcluster.admin_client import AdminClient, AdminError
+    from txcluster.progress import wait_for_sync
 
     try:
-        data = wait_for_sync(MasterCalls(master_url, _user(user)), "in sync", timeout)
-    except OperationFailed as exc:
+        data = wait_for_sync(AdminClient(master_url, _user(user)), "in sync", timeout)
+    except AdminError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     head = data["status"]["head"]

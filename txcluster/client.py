@@ -47,6 +47,8 @@ from typing import Any
 
 import httpx
 
+from txcluster import admin_client
+
 log = logging.getLogger("txcluster.client")
 
 # Statuses meaning "this master cannot serve now", not "the request is wrong": 502 a
@@ -274,8 +276,9 @@ class ClusterClient:
         return int(r.text.strip())
 
     def status(self) -> dict:
-        """The admin status of the master that answers."""
-        return self.request("GET", "/admin/status").json()
+        """The admin status of the master that answers (with failover, unlike the one
+        master of txcluster/admin_client.py)."""
+        return self.request("GET", admin_client.STATUS).json()
 
 
 def _is_query(params: Any) -> bool:

@@ -2,8 +2,9 @@
 restore, a worker's replication or catch-up (`txcluster backup`, `restore`, `wait-sync`),
 and `txcluster status --watch`.
 
-Thin over the master's HTTP API: the operation is one admin call (run on a thread, it
-blocks until the master answers) while the master's `/status/data` is polled for the
+Thin over the master's HTTP API (txcluster/admin_client.py): the operation is one admin
+call (run on a thread, it blocks until the master answers) while the master's
+`/status/data` is polled for the
 operations in progress (master_service/api/status_page.py) and drawn as a click progress
 bar. `txcluster load` has its own progress line (spark_pipeline/progress.py), fed by
 Spark's accumulators.
@@ -19,13 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import httpx
+
+from txcluster.admin_client import AdminClient, AdminError
 
 STEPS = 1000  # the bar's resolution: fractions are drawn in thousandths
 
 
-class OperationFailed(Exception):
-    """The master refused or failed the operation; the message says why."""
+class OperationFailed(AdminError):
+    """The operation did not finish in time; the message says how far it got."""
 
 
 @dataclass
@@ -63,38 +65,6 @@ def in_sync(data: dict) -> bool:
                                          for w in status["workers"])
 
 
-class MasterCalls:
-    """The few admin calls the commands make, with the CLI's error wording."""
-
-    def __init__(self, master_url: str, auth: tuple[str, str] | None,
-                 timeout: float = 10.0) -> None:
-        self.base = master_url.rstrip("/")
-        self.http = httpx.Client(auth=auth, timeout=timeout)
-
-    def get(self, path: str) -> Any:
-        try:
-            r = self.http.get(self.base + path)
-        except httpx.HTTPError as exc:
-            raise OperationFailed(f"cannot reach {self.base}: {exc}") from None
-        return self._answer(r)
-
-    def post(self, path: str, body: dict, timeout: float) -> Any:
-        try:
-            r = self.http.post(self.base + path, json=body, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise OperationFailed(f"{self.base} did not answer {path}: {exc}") from None
-        return self._answer(r)
-
-    def _answer(self, r: httpx.Response) -> Any:
-        if r.status_code >= 400:
-            try:
-                detail = r.json().get("detail", r.text)
-            except ValueError:
-                detail = r.text
-            raise OperationFailed(f"{self.base} answered {r.status_code}: {detail}")
-        return r.json()
-
-
 def run_with_progress(label: str, call: Callable[[], Any], poll: Callable[[], Snapshot],
                       interval: float = 0.5) -> Any:
     """Run ``call`` (blocking) on a thread and draw ``poll()`` until it returns; its
@@ -119,7 +89,7 @@ def run_with_progress(label: str, call: Callable[[], Any], poll: Callable[[], Sn
             thread.join(interval)
             try:
                 snap = poll()
-            except OperationFailed as exc:  # a missed poll is not the operation failing
+            except AdminError as exc:  # a missed poll is not the operation failing
                 snap = Snapshot(None, str(exc))
             elapsed = f"{time.monotonic() - started:.0f}s"
             detail = f"{elapsed} {snap.detail}"
@@ -138,19 +108,19 @@ def run_with_progress(label: str, call: Callable[[], Any], poll: Callable[[], Sn
     return outcome["result"]
 
 
-def wait_for_sync(calls: MasterCalls, label: str, timeout: float) -> dict:
+def wait_for_sync(calls: AdminClient, label: str, timeout: float) -> dict:
     """Draw the cluster's way to every worker in sync; the last status data, or
     OperationFailed after ``timeout`` seconds."""
     last: dict = {}
 
     def poll() -> Snapshot:
-        last.update(calls.get("/status/data"))
+        last.update(calls.status_data())
         return sync_progress(last)
 
     def wait() -> dict:
         deadline = time.monotonic() + timeout
         while True:
-            data = calls.get("/status/data")
+            data = calls.status_data()
             if in_sync(data):
                 return data
             if time.monotonic() > deadline:
@@ -177,7 +147,7 @@ def watch(fetch: Callable[[], str], interval: float, count: int | None,
         while count is None or shown < count:
             try:
                 text = fetch()
-            except OperationFailed as exc:
+            except AdminError as exc:
                 text = f"error: {exc}"
             if clear:
                 click.clear()

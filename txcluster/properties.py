@@ -220,6 +220,16 @@ def parse_repository_id(text: str) -> str:
     return text
 
 
+# The one rule for backup names (admin API, JMX, the CLI, the worker): a name becomes a
+# folder on the worker and a row of the master's log, so no separator and no leading dot.
+BACKUP_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
+BACKUP_NAME_RULE = "1-100 letters, digits, '_', '.', '-', starting with a letter or digit"
+
+
+def is_backup_name(text: str) -> bool:
+    return re.fullmatch(BACKUP_NAME, text) is not None
+
+
 def parse_listen_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host:

@@ -5,15 +5,17 @@ cluster.properties."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, Field
 
-from master_service.api.client import ClientAuth
-from master_service.cluster.core import BulkLoadRefused, Cluster, NoWorkerAvailable
+from master_service.api.guard import AdminGuard, refusal_as_http
+from master_service.cluster.core import BulkLoadRefused, Cluster, Worker
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
-from txcluster.properties import ConfigError
+from master_service.control import Control
+from txcluster.properties import BACKUP_NAME, BACKUP_NAME_RULE
 
 
 class WorkerIn(BaseModel):
@@ -28,7 +30,7 @@ class ReadableIn(BaseModel):
 
 
 class BackupIn(BaseModel):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    name: str = Field(pattern=f"^{BACKUP_NAME}$", description=BACKUP_NAME_RULE)
 
 
 class BulkLoadIn(BaseModel):
@@ -38,6 +40,7 @@ class BulkLoadIn(BaseModel):
     quads: int = Field(ge=0, description="number of distinct quads")
 
 
+T = TypeVar("T")
 LOAD_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
@@ -100,94 +103,67 @@ def status_of(cluster: Cluster) -> dict:
     }
 
 
-def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
-                 persist: Callable[[dict[str, str | None]], None],
-                 config_provider: Callable[[], object]) -> APIRouter:
+def admin_router(control: Control, guard: AdminGuard) -> APIRouter:
+    """Routes over ``control`` (master_service/control.py): each checks the user, hands
+    its input to the control plane and answers; a refusal is the ``ControlError``'s
+    status and message."""
     router = APIRouter(prefix="/admin", tags=["admin"])
 
-    def guard(request: Request, write: bool) -> Cluster:
-        denied = auth.problem(request, need_write=write)
-        if denied is not None:
-            # The challenge header too: a 401 without WWW-Authenticate (RFC 9110 11.6.1)
-            # leaves browsers and curl --anyauth without a way to ask for credentials.
-            challenge = {k: v for k, v in denied.headers.items()
-                         if k.lower() == "www-authenticate"}
-            raise HTTPException(denied.status_code, denied.body.decode(),
-                                headers=challenge or None)
-        return cluster_provider()
+    def cluster() -> Cluster:
+        with refusal_as_http():
+            return control.cluster
 
-    def save(changes: dict[str, str | None]) -> None:
-        try:
-            persist(changes)
-        except ConfigError as exc:
-            raise HTTPException(400, str(exc)) from None
+    def status() -> dict:
+        return status_of(cluster())
+
+    async def run(request: Request, write: bool, action: Callable[[], Awaitable[T]]) -> T:
+        """``action`` for a user who may look (``write``: change); a refusal is the
+        ``ControlError``'s status and message."""
+        guard.require(request, write)
+        with refusal_as_http():
+            return await action()
+
+    async def change(request: Request, action: Callable[[], Awaitable[Any]]) -> dict:
+        """What a change answers: the status after it."""
+        await run(request, True, action)
+        return status()
 
     @router.get("/status", summary="Cluster status: head of the log, every worker, counters")
     async def get_status(request: Request) -> dict:
-        return status_of(guard(request, write=False))
+        guard.require(request, write=False)
+        return status()
 
     @router.post("/workers", summary="Add a worker (addClusterNode): synchronised or "
                  "replicated automatically")
     async def add_worker(body: WorkerIn, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        config = config_provider()
-        url = body.url.rstrip("/")
-        if url in cluster.workers:
-            raise HTTPException(409, f"worker {url} is already part of the cluster")
-        save(config.add_worker_changes(url))
-        await cluster.add_worker(url, body.readable)
-        return status_of(cluster)
-
-    @router.delete("/workers", summary="Remove a worker (removeClusterNode)")
-    async def remove_worker(url: str, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        url = url.rstrip("/")
-        if url not in cluster.workers:
-            raise HTTPException(404, f"unknown worker {url}")
-        save(config_provider().remove_worker_changes(url))
-        await cluster.remove_worker(url)
-        return status_of(cluster)
+        return await change(request, lambda: control.add_worker(body.url, body.readable))
 
     @router.put("/workers/readable", summary="Take a worker out of read rotation or put "
                 "it back (drain for maintenance; not persisted)")
     async def set_worker_readable(body: ReadableIn, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        try:
-            cluster.set_readable(body.url, body.readable)
-        except KeyError:
-            raise HTTPException(404, f"unknown worker {body.url}") from None
-        return status_of(cluster)
+        return await change(request, lambda: control.set_readable(body.url, body.readable))
+
+    @router.delete("/workers", summary="Remove a worker (removeClusterNode)")
+    async def remove_worker(url: str, request: Request) -> dict:
+        return await change(request, lambda: control.remove_worker(url))
 
     @router.post("/backup", summary="Named backup by an up-to-date worker")
     async def backup(body: BackupIn, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        try:
-            return await cluster.backup(body.name)
-        except NoWorkerAvailable as exc:
-            raise HTTPException(503, str(exc)) from None
-        except (WorkerUnavailable, WorkerRefused) as exc:
-            raise HTTPException(502, f"backup failed: {exc}") from None
+        return await run(request, True, lambda: control.backup(body.name))
 
     @router.post("/restore", summary="Restore every worker from a named image, then replay")
     async def restore(body: BackupIn, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        try:
-            return await cluster.restore(body.name)
-        except KeyError as exc:
-            raise HTTPException(404, str(exc.args[0])) from None
+        return await run(request, True, lambda: control.restore(body.name))
 
     @router.get("/backups", summary="Named backups known to this master")
     async def backups(request: Request) -> list[dict]:
-        cluster = guard(request, write=False)
-        return [dataclasses.asdict(b) for b in await cluster.db(cluster.txlog.backups)]
+        return [dataclasses.asdict(b) for b in await run(request, False, control.backups)]
 
     # ---- initial bulk load (txcluster load --initial; worker_service/bulk_load.py) ----
 
-    def bulk_worker(cluster: Cluster, url: str):
-        w = cluster.workers.get(url.rstrip("/"))
-        if w is None:
-            raise HTTPException(404, f"unknown worker {url}")
-        return w
+    def bulk_worker(url: str) -> Worker:
+        with refusal_as_http():
+            return cluster().workers[control.worker_url(url)]
 
     async def on_worker(call):
         """A worker's refusal goes to the caller with its status; no answer is a 502."""
@@ -203,20 +179,20 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
     async def bulk_load_part(request: Request, worker: str,
                              load_id: str = Path(pattern=LOAD_ID),
                              part: int = Path(ge=0)) -> dict:
-        cluster = guard(request, write=True)
-        if problem := cluster.bulk_load_problem():
+        guard.require(request, write=True)
+        if problem := cluster().bulk_load_problem():
             raise HTTPException(409, problem)
-        w = bulk_worker(cluster, worker)
+        w = bulk_worker(worker)
         return await on_worker(w.client.bulk_load_part(load_id, part, await request.body()))
 
     @router.post("/bulk-load/{load_id}", summary="Initial bulk load: commit the staged "
                  "parts; the log adopts the worker's state, the others are replicated")
     async def bulk_load_commit(body: BulkLoadIn, request: Request,
                                load_id: str = Path(pattern=LOAD_ID)) -> dict:
-        cluster = guard(request, write=True)
-        bulk_worker(cluster, body.worker)
+        guard.require(request, write=True)
+        bulk_worker(body.worker)
         try:
-            return await on_worker(cluster.commit_bulk_load(
+            return await on_worker(cluster().commit_bulk_load(
                 body.worker, load_id, body.fingerprint.lower(), body.quads))
         except BulkLoadRefused as exc:
             raise HTTPException(409, str(exc)) from None
@@ -225,45 +201,19 @@ def admin_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,
                    "the staged parts")
     async def bulk_load_abort(request: Request, worker: str,
                               load_id: str = Path(pattern=LOAD_ID)) -> dict:
-        cluster = guard(request, write=True)
-        return await on_worker(bulk_worker(cluster, worker).client.bulk_load_abort(load_id))
+        guard.require(request, write=True)
+        return await on_worker(bulk_worker(worker).client.bulk_load_abort(load_id))
 
     @router.put("/mode", summary="Mode (NORMAL or MUTE) and read-only flag")
     async def set_mode(body: ModeIn, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        changes: dict[str, str | None] = {}
-        if body.mode is not None:
-            if body.mode.upper() not in ("NORMAL", "MUTE"):
-                raise HTTPException(400, f"mode must be NORMAL or MUTE, got '{body.mode}'")
-            changes["mode"] = body.mode.upper()
-        if body.read_only is not None:
-            changes["read-only"] = str(body.read_only).lower()
-        save(changes)
-        if body.mode is not None:
-            cluster.mode = body.mode.upper()
-        if body.read_only is not None:
-            cluster.read_only = body.read_only
-        return status_of(cluster)
+        values = {"mode": body.mode, "read-only": body.read_only}
+        return await change(request, lambda: control.set(
+            {k: v for k, v in values.items() if v is not None}))
 
     @router.put("/parameters", summary="Smart-replication and log parameters")
     async def set_parameters(body: ParametersIn, request: Request) -> dict:
-        cluster = guard(request, write=True)
-        values = body.model_dump(exclude_none=True)
-        keys = {"net_speed_bits_per_sec": "net-speed-bits-per-sec",
-                "full_replication_time_factor": "full-replication-time-factor",
-                "min_time_to_consider_full_replication_s":
-                    "min-time-to-consider-full-replication-s",
-                "log_max_size": "log-max-size", "log_max_depth": "log-max-depth",
-                "protect_single_worker": "protect-single-worker"}
-        save({keys[k]: str(v).lower() if isinstance(v, bool) else str(v)
-              for k, v in values.items()})
-        p = cluster.params
-        cluster.params = dataclasses.replace(p, **{
-            k: v for k, v in values.items() if hasattr(p, k)})
-        cluster.log_max_size = values.get("log_max_size", cluster.log_max_size)
-        cluster.log_max_depth_h = values.get("log_max_depth", cluster.log_max_depth_h)
-        cluster.protect_single_worker = values.get("protect_single_worker",
-                                                   cluster.protect_single_worker)
-        return status_of(cluster)
+        # The body's fields are the cluster.properties keys with '_' for '-'.
+        return await change(request, lambda: control.set(
+            {k.replace("_", "-"): v for k, v in body.model_dump(exclude_none=True).items()}))
 
     return router

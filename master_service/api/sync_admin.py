@@ -6,8 +6,9 @@
     POST   /admin/sync/peers                addSyncPeer {id, url}: persisted, at once
     DELETE /admin/sync/peers/{id}           removeSyncPeer
 
-Same credential as the rest of the admin API (client-auth-file: read role to look, write
-role to change). A bad id or URL, our own id, a known or unknown peer: 400/404 naming it,
+Same guard as the rest of the admin API (client-auth-file: read role to look, write role
+to change). Peers are added and removed by the control plane (master_service/control.py):
+a bad id or URL, our own id, a known peer: 400; an unknown peer: 404; each naming it,
 and nothing changes.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
-from master_service.api.client import ClientAuth
+from master_service.api.guard import AdminGuard, refusal_as_http
 
 
 class PeerIn(BaseModel):
@@ -26,28 +27,26 @@ class PeerIn(BaseModel):
     url: str = Field(description="the peer master's master-url")
 
 
-def sync_admin_router(service: Any, auth: ClientAuth) -> APIRouter:
-    router = APIRouter(prefix="/admin/sync", tags=["admin", "peering"])
+NOT_PEERED = "this master has no sync peers (peer.<n>.id)"
 
-    def guard(request: Request, write: bool) -> None:
-        denied = auth.problem(request, need_write=write)
-        if denied is not None:
-            raise HTTPException(denied.status_code, denied.body.decode())
+
+def sync_admin_router(service: Any, guard: AdminGuard) -> APIRouter:
+    router = APIRouter(prefix="/admin/sync", tags=["admin", "peering"])
 
     @router.get("", summary="Peering state: agreed position, peers, divergences")
     async def status(request: Request) -> dict:
-        guard(request, write=False)
+        guard.require(request, write=False)
         st = service.sync_status()
         if st is None:
-            raise HTTPException(404, "this master has no sync peers (peer.<n>.id)")
+            raise HTTPException(404, NOT_PEERED)
         return st
 
     @router.get("/agreed", summary="Agreed transactions in order (the synchronised queue)")
     async def agreed(request: Request, after: int = Query(0, ge=0),
                      limit: int = Query(1000, ge=1, le=10_000)) -> list[dict]:
-        guard(request, write=False)
+        guard.require(request, write=False)
         if service.sync is None:
-            raise HTTPException(404, "this master has no sync peers (peer.<n>.id)")
+            raise HTTPException(404, NOT_PEERED)
         node = service.sync.node
         # Entries up to the floor are forgotten (protocol.py, "Compaction"): the list
         # starts after max(after, floor); positions stay absolute.
@@ -59,20 +58,16 @@ def sync_admin_router(service: Any, auth: ClientAuth) -> APIRouter:
 
     @router.post("/peers", summary="addSyncPeer: peer with another master (persisted)")
     async def add_peer(body: PeerIn, request: Request) -> dict:
-        guard(request, write=True)
-        try:
-            await service.add_sync_peer(body.id, body.url)
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
+        guard.require(request, write=True)
+        with refusal_as_http(Conflict=400):  # a known peer is a bad request here
+            await service.control.add_peer(body.id, body.url)
         return service.sync_status()
 
     @router.delete("/peers/{peer_id}", summary="removeSyncPeer: stop peering with a master")
     async def remove_peer(peer_id: str, request: Request) -> dict:
-        guard(request, write=True)
-        try:
-            await service.remove_sync_peer(peer_id)
-        except ValueError as exc:
-            raise HTTPException(404, str(exc)) from None
+        guard.require(request, write=True)
+        with refusal_as_http():
+            await service.control.remove_peer(peer_id)
         return service.sync_status() or {}
 
     return router

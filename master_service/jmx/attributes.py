@@ -3,9 +3,10 @@
 Names and Java types are the documented ones (spec/README.md); each entry has the
 description shown in MBeanInfo and by Jolokia's ``list``. Getters and setters work on a
 running ``MasterService`` and are called on the master's asyncio loop only (the JVM bridge
-hops there from its RMI threads). A setter follows the admin API's order: validate,
-persist to cluster.properties, take effect; a refused value raises a ``ManagementError``
-and changes nothing (ARCHITECTURE.md, "Every bad input ...").
+hops there from its RMI threads). Setters and operations are the control plane's
+(master_service/control.py: validate, persist to cluster.properties, take effect), as
+for the admin API; its refusal becomes a ``ManagementError`` and nothing changed
+(ARCHITECTURE.md, "Every bad input ...").
 
 This module does not import jpype: the documentation's JMX reference is generated from
 ``ATTRIBUTES`` and ``OPERATIONS``.
@@ -13,15 +14,22 @@ This module does not import jpype: the documentation's JMX reference is generate
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
-from master_service.config import SCHEMA, key_for_attribute
-from txcluster.properties import ConfigError, parse_url
+from master_service.config import key_for_attribute
+from master_service.control import (
+    SETTINGS,
+    ControlError,
+    Failed,
+    Invalid,
+    Unavailable,
+)
+from txcluster.properties import parse_url
 
 if TYPE_CHECKING:
     from master_service.app import MasterService
@@ -143,13 +151,6 @@ def coerce(java_type: str, value: Any) -> Any:
     raise ValueError(f"unsupported Java type {java_type}")
 
 
-def _text(value: Any) -> str:
-    """A typed value as cluster.properties spells it."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
 # ---- the table ----
 
 
@@ -160,7 +161,8 @@ class Attribute:
     description: str
     writable: bool
     get: Callable[[MasterService], Any] = field(repr=False, compare=False)
-    # Validates, persists, takes effect; raises ManagementError having changed nothing.
+    # The control plane's: validates, persists, takes effect; a refusal (ControlError,
+    # as a ManagementError through ClusterInfo.write) changed nothing.
     set: Callable[[MasterService, Any], Awaitable[None]] | None = field(
         default=None, repr=False, compare=False)
     config_key: str | None = None  # the cluster.properties key a write persists to
@@ -190,9 +192,23 @@ class Operation:
 
 
 def cluster_of(service: MasterService) -> Cluster:
-    if service.cluster is None:
-        raise OperationFailed("the master is still starting: its cluster is not up yet")
-    return service.cluster
+    with refusal_as_management():
+        return service.control.cluster
+
+
+@contextmanager
+def refusal_as_management(invalid: type[ManagementError] = InvalidArgument) -> Iterator[None]:
+    """The control plane's refusal as the JMX exception a client sees: what the master
+    cannot do now is OperationFailed, a bad value ``invalid``, any other refusal (an
+    unknown or a known worker, peer or backup) a bad argument."""
+    try:
+        yield
+    except (Unavailable, Failed) as exc:
+        raise OperationFailed(str(exc)) from None
+    except Invalid as exc:
+        raise invalid(str(exc)) from None
+    except ControlError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def _counter(name: str) -> Callable[[MasterService], int]:
@@ -215,69 +231,19 @@ def _per_worker(value: Callable[[Any], str]) -> Callable[[MasterService], list[s
     return lambda s: [f"{w.url} {value(w)}" for w in cluster_of(s).workers.values()]
 
 
-def _config_setter(name: str, apply: Callable[[MasterService, Any], None],
-                   check: Callable[[MasterService, Any], None] | None = None,
-                   key: str | None = None) -> Callable[[MasterService, Any], Awaitable[None]]:
-    """The setter of an attribute persisted as key_for_attribute(name) (or ``key``): parsed
-    by the same parser as cluster.properties (so a value JMX accepts is one a restart
-    accepts), persisted, then applied."""
-    key = key or key_for_attribute(name)
-    parse = SCHEMA.key(key).parse  # type: ignore[union-attr]  (key_for_attribute checked)
-
-    async def set_value(s: MasterService, value: Any) -> None:
-        try:
-            parsed = parse(_text(value))
-        except ValueError as exc:
-            raise InvalidAttributeValue(f"{name}: {exc}; nothing changed") from None
-        if check is not None:
-            check(s, parsed)
-        if apply is not in_config_only:
-            cluster_of(s)  # before persisting: a master still starting changes nothing
-        try:
-            s.persist({key: _text(parsed)})
-        except ConfigError as exc:
-            raise InvalidAttributeValue(f"{name}: {exc}") from None
-        apply(s, parsed)
-
-    return set_value
-
-
-def in_config_only(s: MasterService, value: Any) -> None:
-    """Nothing to apply: readers take the value from the reloaded ``service.config``."""
-
-
-def _params(field_name: str) -> Callable[[MasterService, Any], None]:
-    def apply(s: MasterService, value: Any) -> None:
-        c = cluster_of(s)
-        c.params = dataclasses.replace(c.params, **{field_name: value})
-
-    return apply
-
-
-def _on_cluster(field_name: str) -> Callable[[MasterService, Any], None]:
-    return lambda s, value: setattr(cluster_of(s), field_name, value)
-
-
-def _no_change_during_split(s: MasterService, value: Any) -> None:
-    # txlog-sync-protocol.txt: "Due to the statefull nature of recovery strategies, a
-    # master node's preferred strategy can't be changed during split."
-    if (s.sync_status() or {}).get("state") == "split" and value != s.config.split_recovery:
-        raise OperationFailed(
-            f"SplitRecovery cannot be changed during a cluster split: the strategy "
-            f"'{s.config.split_recovery}' stays until the split is recovered; nothing changed")
+def _setter(name: str, key: str) -> Callable[[MasterService, Any], Awaitable[None]]:
+    return lambda s, value: s.control.set({key: value}, labels={key: name})
 
 
 def _attr(name: str, java_type: str, description: str, get: Callable[[MasterService], Any],
-          apply: Callable[[MasterService, Any], None] | None = None,
-          check: Callable[[MasterService, Any], None] | None = None,
-          key: str | None = None) -> Attribute:
-    """``key``: the cluster.properties key when it is not the attribute's name in hyphens
-    (MaxPeerLag is max-peer-lag-s: seconds, like the key's other users)."""
-    if apply is None:
+          writable: bool = False, key: str | None = None) -> Attribute:
+    """A writable attribute persists to its name in hyphens (key_for_attribute), or to
+    ``key`` (MaxPeerLag is max-peer-lag-s: seconds, like the key's other users)."""
+    if not writable:
         return Attribute(name, java_type, description, False, get)
-    return Attribute(name, java_type, description, True, get,
-                     _config_setter(name, apply, check, key), key or key_for_attribute(name))
-
+    key = key or key_for_attribute(name)
+    assert key in SETTINGS, f"{name}: {key} does not change at runtime (control.SETTINGS)"
+    return Attribute(name, java_type, description, True, get, _setter(name, key), key)
 
 
 ATTRIBUTES: tuple[Attribute, ...] = (
@@ -297,19 +263,17 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     _attr("NetSpeedBitsPerSec", LONG,
           "Smart replication: network speed in bits/s, estimates the time of a full "
           "replication (default 104857600); persisted as net-speed-bits-per-sec",
-          lambda s: cluster_of(s).params.net_speed_bits_per_sec,
-          _params("net_speed_bits_per_sec")),
+          lambda s: cluster_of(s).params.net_speed_bits_per_sec, writable=True),
     _attr("FullReplicationTimeFactor", DOUBLE,
           "Smart replication: speed-up ratio a full replication must beat (default 1.3); "
           "persisted as full-replication-time-factor",
-          lambda s: cluster_of(s).params.full_replication_time_factor,
-          _params("full_replication_time_factor")),
+          lambda s: cluster_of(s).params.full_replication_time_factor, writable=True),
     _attr("MinTimeToConsiderFullReplicationS", LONG,
           "Smart replication: minimum seconds of incremental replay before a full "
           "replication is considered (default 600); persisted as "
           "min-time-to-consider-full-replication-s",
           lambda s: cluster_of(s).params.min_time_to_consider_full_replication_s,
-          _params("min_time_to_consider_full_replication_s")),
+          writable=True),
     # Read-only: the node id is in the MBean's name and in every logged transaction;
     # change node-id in cluster.properties and restart.
     _attr("NodeID", STRING,
@@ -317,39 +281,37 @@ ATTRIBUTES: tuple[Attribute, ...] = (
           "in cluster.properties and restart)", lambda s: s.config.node_id),
     _attr("MasterURL", STRING,
           "RDF4J protocol URL of this master, as peers reach it (master-url)",
-          lambda s: s.config.master_url, in_config_only),
+          lambda s: s.config.master_url, writable=True),
     _attr("SyncPeers", STRING_ARRAY,
           "One 'id url' per synchronised peer master (peer.<n>.id / peer.<n>.url); "
           "change with addSyncPeer / removeSyncPeer",
           lambda s: [f"{peer_id} {url}" for peer_id, url in s.config.peers]),
     _attr("ReadOnly", BOOLEAN,
           "Read-only master: takes transactions only from its peers, applies none to its "
-          "workers (read-only)", lambda s: cluster_of(s).read_only, _on_cluster("read_only")),
+          "workers (read-only)", lambda s: cluster_of(s).read_only, writable=True),
     _attr("Mode", STRING,
           "NORMAL, or MUTE: applies its peers' transactions but takes no client writes "
-          "(mode)", lambda s: cluster_of(s).mode, _on_cluster("mode")),
+          "(mode)", lambda s: cluster_of(s).mode, writable=True),
     _attr("ProtectSingleWorker", BOOLEAN,
           "With two workers, refuse writes while only one is in sync "
           "(protect-single-worker)",
-          lambda s: cluster_of(s).protect_single_worker, _on_cluster("protect_single_worker")),
+          lambda s: cluster_of(s).protect_single_worker, writable=True),
     _attr("LogMaxSize", LONG,
           "Transactions kept in the transaction log (default 100000; log-max-size)",
-          lambda s: cluster_of(s).log_max_size, _on_cluster("log_max_size")),
+          lambda s: cluster_of(s).log_max_size, writable=True),
     _attr("LogMaxDepth", LONG,
           "Hours transactions are kept in the transaction log (default 168 = 7 days; "
-          "log-max-depth)", lambda s: int(cluster_of(s).log_max_depth_h),
-          _on_cluster("log_max_depth_h")),
+          "log-max-depth)", lambda s: int(cluster_of(s).log_max_depth_h), writable=True),
     _attr("MaxPeerLag", DOUBLE,
           "Seconds without progress after which peers not heard from for that long are "
           "left out: the split is detected, writes no longer wait for them (default 20, "
           "below the 30 s request timeout; 0 waits for them indefinitely; "
           "max-peer-lag-s)", lambda s: float(s.config.max_peer_lag_s or 0.0),
-          # MasterService.persist hands a new value to the running sync driver
-          in_config_only, key="max-peer-lag-s"),
+          writable=True, key="max-peer-lag-s"),
     _attr("SplitRecovery", STRING,
           "Strategy after a cluster split: None, Simple or Smart (case-insensitive; "
           "split-recovery); cannot change during a split",
-          lambda s: s.config.split_recovery, in_config_only, _no_change_during_split),
+          lambda s: s.config.split_recovery, writable=True),
     _attr("CompletedReads", LONG, "Read requests answered since start",
           _counter("completed_reads")),
     _attr("CompletedWrites", LONG, "Write transactions acknowledged since start",
@@ -405,80 +367,31 @@ def _worker_url(url: str, port: int) -> str:
     return url
 
 
-def _persist_args(s: MasterService, changes: dict[str, str | None]) -> None:
-    try:
-        s.persist(changes)
-    except ConfigError as exc:
-        raise InvalidArgument(str(exc)) from None
-
-
 async def add_cluster_node(s: MasterService, url: str, port: int, readable: bool) -> None:
-    c = cluster_of(s)
     url = _worker_url(url, port)
-    if url in c.workers:
-        raise InvalidArgument(f"worker {url} is already part of the cluster")
-    _persist_args(s, s.config.add_worker_changes(url))
-    await c.add_worker(url, readable)
+    await s.control.add_worker(url, readable)
 
 
 async def remove_cluster_node(s: MasterService, url: str) -> None:
-    c = cluster_of(s)
-    url = url.strip().rstrip("/")
-    if url not in c.workers:
-        raise InvalidArgument(f"unknown worker {url!r}; the workers are: "
-                              + (", ".join(c.workers) or "none"))
-    _persist_args(s, s.config.remove_worker_changes(url))
-    await c.remove_worker(url)
+    await s.control.remove_worker(url)
 
 
 async def add_sync_peer(s: MasterService, peer_id: str, url: str) -> None:
-    try:
-        await s.add_sync_peer(peer_id, url)
-    except ValueError as exc:  # the peering contract's messages say what is wrong
-        raise InvalidArgument(str(exc)) from None
+    await s.control.add_peer(peer_id, url)
 
 
 async def remove_sync_peer(s: MasterService, peer_id: str) -> None:
-    try:
-        await s.remove_sync_peer(peer_id)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from None
-
-
-def _backup_name(name: str) -> str:
-    from pydantic import ValidationError
-
-    from master_service.api.admin import BackupIn  # one rule for names, as the admin API
-
-    try:
-        return BackupIn(name=name).name
-    except ValidationError:
-        raise InvalidArgument(
-            f"backup name {name!r} is not valid: 1-100 letters, digits, '_', '.', '-', "
-            "starting with a letter or digit") from None
+    await s.control.remove_peer(peer_id)
 
 
 async def backup(s: MasterService, name: str) -> str:
-    from master_service.cluster.core import NoWorkerAvailable
-    from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
-
-    name = _backup_name(name)
-    try:
-        record = await cluster_of(s).backup(name)
-    except NoWorkerAvailable as exc:
-        raise OperationFailed(str(exc)) from None
-    except (WorkerUnavailable, WorkerRefused) as exc:
-        raise OperationFailed(f"backup failed: {exc}") from None
+    record = await s.control.backup(name)
     return (f"backup '{name}' written by {record['worker']} at seq {record['seq']} "
             f"({record['quads']} statements)")
 
 
 async def restore_from_image(s: MasterService, name: str) -> str:
-    name = _backup_name(name)
-    try:
-        result = await cluster_of(s).restore(name)
-    except KeyError as exc:
-        raise InvalidArgument(str(exc.args[0])) from None
+    result = await s.control.restore(name)
     workers = result["workers"]
     return (f"restoring from image '{name}' (seq {result['backup']['seq']}): "
             + "; ".join(f"{url} {state}" for url, state in workers.items()))

@@ -3,7 +3,8 @@
 Every method is a coroutine run on the master's asyncio loop, where the cluster lives;
 the bridge hands calls from RMI threads over with ``run_coroutine_threadsafe``
 (FACTS.md, jpype: "hand work to an asyncio loop with a timeout"). Errors are
-``ManagementError``s naming the Java exception a client sees.
+``ManagementError``s naming the Java exception a client sees (the control plane's
+refusals are translated here, master_service/control.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from master_service.jmx.attributes import (
     ReadOnlyAttribute,
     coerce,
     object_name,
+    refusal_as_management,
 )
 
 if TYPE_CHECKING:
@@ -77,7 +79,8 @@ class ClusterInfo:
         except ValueError as exc:
             raise InvalidAttributeValue(f"{name}: {exc}; nothing changed") from None
         old = attribute.get(self.service)
-        await attribute.set(self.service, typed)
+        with refusal_as_management(InvalidAttributeValue):
+            await attribute.set(self.service, typed)
         return old
 
     async def invoke(self, name: str, args: Sequence[Any],
@@ -93,4 +96,5 @@ class ClusterInfo:
                 typed.append(coerce(param.java_type, value))
             except ValueError as exc:
                 raise InvalidArgument(f"{name}: argument {param.name}: {exc}") from None
-        return await op.run(self.service, *typed)
+        with refusal_as_management():
+            return await op.run(self.service, *typed)

@@ -8,7 +8,7 @@ without the JVM. Requests: GET ``/jolokia/<type>/<args...>`` (``read``, ``write`
 or a list of them (bulk). Each answer is Jolokia's envelope: ``value``, ``status``,
 ``timestamp``, ``request``; errors carry ``error_type`` and ``error`` instead of
 ``value``. Like Jolokia, errors of a request are in its envelope (the HTTP status stays
-200), except authentication (401), which is the admin API's (client-auth-file): reads,
+200), except authentication (401), which is the admin API's guard (api/guard.py): reads,
 list, search and version need a user, write and exec a user with the write role.
 
 ``handle`` and ``parse_path`` are pure logic over the attribute table; ``jolokia_router``
@@ -26,7 +26,7 @@ from fastapi import APIRouter, Request
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import JSONResponse, Response
 
-from master_service.api.client import ClientAuth
+from master_service.api.guard import AdminGuard
 from master_service.jmx.attributes import (
     ATTRIBUTES,
     DOMAIN,
@@ -291,27 +291,20 @@ class _AnyPath(PathConvertor):
 register_url_convertor("jolokia_path", _AnyPath())
 
 
-def jolokia_router(info_provider: Callable[[], ClusterInfo], auth: ClientAuth) -> APIRouter:
+def jolokia_router(info_provider: Callable[[], ClusterInfo], guard: AdminGuard) -> APIRouter:
     router = APIRouter(prefix="/jolokia", tags=["jmx"])
-
-    def denied(request: Request) -> Response | None:
-        return auth.problem(request, need_write=False)
-
-    def may_write(request: Request) -> bool:
-        return auth.problem(request, need_write=True) is None
 
     def known() -> list[str]:
         return [info_provider().object_name]
 
     async def get(request: Request, path: str) -> Response:
-        if (problem := denied(request)) is not None:
-            return problem
+        guard.require(request, write=False)
         try:
             parsed: Any = parse_path(path, known())
         except RequestError as exc:
             return JSONResponse(_error({"type": path.split("/")[0]}, 400,
                                        "java.lang.IllegalArgumentException", str(exc)))
-        return JSONResponse(await handle(info_provider(), parsed, may_write(request)))
+        return JSONResponse(await handle(info_provider(), parsed, guard.may_write(request)))
 
     @router.get("", summary="Jolokia version")
     async def version(request: Request) -> Response:
@@ -325,14 +318,13 @@ def jolokia_router(info_provider: Callable[[], ClusterInfo], auth: ClientAuth) -
     @router.post("", summary="Jolokia POST: one JSON request or a list of them (bulk)")
     @router.post("/", include_in_schema=False)
     async def post(request: Request) -> Response:
-        if (problem := denied(request)) is not None:
-            return problem
+        guard.require(request, write=False)
         try:
             body = jsonbody.parse(await request.body() or b"null")
         except ValueError as exc:
             return JSONResponse(_error(None, 400, "java.lang.IllegalArgumentException",
                                        f"the body is not JSON: {exc}"))
-        write = may_write(request)
+        write = guard.may_write(request)
         if isinstance(body, list):
             return JSONResponse([await handle(info_provider(), r, write) for r in body])
         return JSONResponse(await handle(info_provider(), body, write))

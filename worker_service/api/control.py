@@ -36,12 +36,12 @@ from rdfcore.changeset import Changeset
 from txcluster import jsonbody
 from txcluster.auth import HmacAuth, Verifier
 from txcluster.http_auth import require_credential
+from txcluster.properties import is_backup_name
 from worker_service.bulk_load import BulkLoader
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
 from worker_service.repository import ApplyEntry, Repository, WorkerError
 
-_BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 IMAGE_HEADERS = ("sha256", "seq", "fingerprint", "quads")
 
 
@@ -99,7 +99,7 @@ def _state_summary(st) -> dict:
 
 
 def _backup_name(name: str) -> str:
-    if not _BACKUP_NAME.fullmatch(name):
+    if not is_backup_name(name):
         raise HTTPException(400, f"'{name}' is not a valid backup name")
     return name
 
