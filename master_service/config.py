@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pyoxigraph as ox
 
+from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import tls
 from txcluster.auth import parse_advertised_hosts
 from txcluster.properties import (
@@ -39,7 +40,6 @@ from txcluster.properties import (
     read_properties,
     rewrite_properties,
 )
-from txcluster.rdf4j import TRANSACTION_IDLE_S
 from worker_service import query_limits
 
 # ---- value parsers specific to the master ----

@@ -28,8 +28,29 @@ from starlette.responses import PlainTextResponse, Response
 
 from master_service.cluster.core import Cluster, NotWritable, Worker, WriteFailed
 from master_service.cluster.worker_client import WorkerUnavailable
-from txcluster import rdf4j
-from txcluster.rdf4j import ProtocolError
+from rdf4j_protocol.negotiation import negotiate_tuple_format
+from rdf4j_protocol.parameters import (
+    ProtocolError,
+    check_iri,
+    parse_params,
+    path_problem,
+    single_param,
+)
+from rdf4j_protocol.results import REPOSITORY_LIST_VARIABLES, repository_list_rows, serialize_table
+from rdf4j_protocol.routes import PROTOCOL_VERSION
+from rdf4j_protocol.transactions import (
+    READ_ACTIONS,
+    TransactionRegistry,
+    parse_transaction_step,
+    transaction_location,
+)
+from rdf4j_protocol.writes import (
+    clear_namespaces_operation,
+    graph_store_target,
+    graph_store_write,
+    namespace_write,
+    statements_write,
+)
 from worker_service import query_limits
 from worker_service.query_process import wait_for_disconnect
 
@@ -88,15 +109,15 @@ class ClientAuth:
 
 def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                   auth: ClientAuth,
-                  transactions: rdf4j.TransactionRegistry | None = None) -> APIRouter:
+                  transactions: TransactionRegistry | None = None) -> APIRouter:
     """``transactions``: the open RDF4J transactions (the service sweeps idle ones)."""
     router = APIRouter()
-    transactions = transactions if transactions is not None else rdf4j.TransactionRegistry()
+    transactions = transactions if transactions is not None else TransactionRegistry()
 
     def handler(endpoint: Callable) -> Callable:
         @wraps(endpoint)
         async def wrapped(request: Request) -> Response:
-            if (problem := rdf4j.path_problem(request.scope["path"])) is not None:
+            if (problem := path_problem(request.scope["path"])) is not None:
                 return _text(400, problem)
             try:
                 return await endpoint(request)
@@ -126,8 +147,8 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         cap = getattr(request.app.state, "query_timeout_s",
                       query_limits.DEFAULT_QUERY_TIMEOUT_S)
         try:
-            params = rdf4j.parse_params(query, body, request.headers.get("content-type"))
-            asked = query_limits.parse_timeout(rdf4j.single_param(params, "timeout"),
+            params = parse_params(query, body, request.headers.get("content-type"))
+            asked = query_limits.parse_timeout(single_param(params, "timeout"),
                                                "timeout")
         except (ProtocolError, ValueError):
             asked = None
@@ -271,8 +292,8 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
             return denied
         body = await request.body()
         ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-        return await run_write(request, rdf4j.statements_write(request.method, params, body,
+        params = parse_params(request.scope.get("query_string", b""), body, ctype)
+        return await run_write(request, statements_write(request.method, params, body,
                                                                ctype))
 
     async def namespaces(request: Request) -> Response:
@@ -280,7 +301,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
             return await forward_read(request)
         if (denied := await write_guard(request)) is not None:
             return denied
-        return await run_write(request, [rdf4j.clear_namespaces_operation()])
+        return await run_write(request, [clear_namespaces_operation()])
 
     async def namespace(request: Request) -> Response:
         if request.method == "GET":
@@ -288,7 +309,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         if (denied := await write_guard(request)) is not None:
             return denied
         body = await request.body()
-        ops = rdf4j.namespace_write(request.method, request.path_params["prefix"], body,
+        ops = namespace_write(request.method, request.path_params["prefix"], body,
                                     request.headers.get("content-type"))
         return await run_write(request, ops)
 
@@ -299,20 +320,20 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
             return denied
         body = await request.body()
         ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""))
-        return await run_write(request, rdf4j.graph_store_write(request.method, graph, params,
+        params = parse_params(request.scope.get("query_string", b""))
+        return await run_write(request, graph_store_write(request.method, graph, params,
                                                                 body, ctype))
 
     async def graph_service(request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
             return await forward_read(request)
-        params = rdf4j.parse_params(request.scope.get("query_string", b""))
-        return await graph_store(request, rdf4j.graph_store_target(params))
+        params = parse_params(request.scope.get("query_string", b""))
+        return await graph_store(request, graph_store_target(params))
 
     async def graph_named(request: Request) -> Response:
         # Indirect identification: the graph IRI is the URL the client used, this
         # master's; a worker would take its own URL, so reads name the graph explicitly.
-        graph = rdf4j.check_iri(str(request.url.replace(query=None)), "graph")
+        graph = check_iri(str(request.url.replace(query=None)), "graph")
         if request.method in ("GET", "HEAD"):
             return await forward_read(
                 request, f"/repositories/{repository_id}/rdf-graphs/service",
@@ -323,7 +344,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         if (denied := await write_guard(request)) is not None:
             return denied
         txid = transactions.begin()
-        location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
+        location = transaction_location(str(request.url.replace(query=None)), txid)
         return Response(status_code=201, headers={"Location": location})
 
     async def transaction(request: Request) -> Response:
@@ -337,13 +358,13 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         tx = transactions.get(txid)
         body = await request.body()
         ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-        step = rdf4j.parse_transaction_step(params, body, ctype)
+        params = parse_params(request.scope.get("query_string", b""), body, ctype)
+        step = parse_transaction_step(params, body, ctype)
         if step.action == "PING":
             # RDF4J's answer: the idle time (ms) after which the transaction is forgotten.
             transactions.pending(tx)
             return PlainTextResponse(str(int(transactions.idle_s * 1000)))
-        if step.action in rdf4j.READ_ACTIONS:
+        if step.action in READ_ACTIONS:
             return await read_in_transaction(request, txid, transactions.pending(tx),
                                              step.action, body, ctype)
         to_execute = transactions.record(tx, step)
@@ -400,17 +421,17 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         return await route_read(request, cluster, cluster.read_floor(), send, None)
 
     async def protocol(request: Request) -> Response:
-        return PlainTextResponse(rdf4j.PROTOCOL_VERSION)
+        return PlainTextResponse(PROTOCOL_VERSION)
 
     async def repositories(request: Request) -> Response:
         if (denied := auth.problem(request, need_write=False)) is not None:
             return denied
-        neg = rdf4j.negotiate_tuple_format(request.headers.get("accept"))
+        neg = negotiate_tuple_format(request.headers.get("accept"))
         writable = cluster_provider().writable_reason() is None
-        rows = rdf4j.repository_list_rows(
+        rows = repository_list_rows(
             str(request.url.replace(query=None)),
             [(repository_id, f"txcluster cluster repository {repository_id}", True, writable)])
-        body = rdf4j.serialize_table(rdf4j.REPOSITORY_LIST_VARIABLES, rows, neg.format)
+        body = serialize_table(REPOSITORY_LIST_VARIABLES, rows, neg.format)
         return Response(body, media_type=neg.content_type)
 
     async def query(request: Request) -> Response:

@@ -43,10 +43,55 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from txcluster import binary_rdf, rdf4j
+from rdf4j_protocol.binary_rdf import write_rdf
+from rdf4j_protocol.binary_results import write_results
+from rdf4j_protocol.negotiation import (
+    Negotiated,
+    negotiate_boolean_format,
+    negotiate_rdf_format,
+    negotiate_tuple_format,
+)
+from rdf4j_protocol.parameters import (
+    GraphName,
+    Params,
+    ProtocolError,
+    check_iri,
+    decode_contexts,
+    parse_params,
+    path_problem,
+)
+from rdf4j_protocol.reads import (
+    QueryRequest,
+    StatementPattern,
+    is_update,
+    parse_query_request,
+    parse_statement_pattern,
+    sparql_keyword,
+)
+from rdf4j_protocol.results import (
+    REPOSITORY_LIST_VARIABLES,
+    namespace_rows,
+    repository_list_rows,
+    serialize_boolean,
+    serialize_table,
+)
+from rdf4j_protocol.routes import PROTOCOL_VERSION
+from rdf4j_protocol.transactions import (
+    READ_ACTIONS,
+    TRANSACTION_IDLE_S,
+    TransactionRegistry,
+    parse_transaction_step,
+    transaction_location,
+)
+from rdf4j_protocol.writes import (
+    clear_namespaces_operation,
+    graph_store_target,
+    graph_store_write,
+    namespace_write,
+    statements_write,
+)
 from txcluster.auth import Verifier
 from txcluster.http_auth import credential_problem
-from txcluster.rdf4j import ProtocolError
 from worker_service import query_limits, query_process
 from worker_service.query_limits import QueryLimits
 from worker_service.tx_view import TransactionViews
@@ -128,7 +173,7 @@ def _handler(endpoint: Callable) -> Callable:
 
     @wraps(endpoint)
     async def wrapped(request: Request) -> Response:
-        if (problem := rdf4j.path_problem(request.scope["path"])) is not None:
+        if (problem := path_problem(request.scope["path"])) is not None:
             return _text(400, problem)
         try:
             return await endpoint(request)
@@ -146,33 +191,33 @@ def _handler(endpoint: Callable) -> Callable:
 
 # The result negotiation for each query form, chosen before the query starts.
 _NEGOTIATORS = {
-    "SELECT": rdf4j.negotiate_tuple_format,
-    "ASK": rdf4j.negotiate_boolean_format,
-    "CONSTRUCT": rdf4j.negotiate_rdf_format,
-    "DESCRIBE": rdf4j.negotiate_rdf_format,
+    "SELECT": negotiate_tuple_format,
+    "ASK": negotiate_boolean_format,
+    "CONSTRUCT": negotiate_rdf_format,
+    "DESCRIBE": negotiate_rdf_format,
 }
 
 
-def _negotiate_first(q: rdf4j.QueryRequest, accept: str | None) -> rdf4j.Negotiated | None:
-    negotiate = _NEGOTIATORS.get(rdf4j.sparql_keyword(q.query) or "")
+def _negotiate_first(q: QueryRequest, accept: str | None) -> Negotiated | None:
+    negotiate = _NEGOTIATORS.get(sparql_keyword(q.query) or "")
     return negotiate(accept) if negotiate is not None else None
 
 
-def _negotiate_for(result: Any, accept: str | None) -> rdf4j.Negotiated:
+def _negotiate_for(result: Any, accept: str | None) -> Negotiated:
     """The format for a result whose form was not known before the query started."""
     if isinstance(result, ox.QueryBoolean):
-        return rdf4j.negotiate_boolean_format(accept)
+        return negotiate_boolean_format(accept)
     if isinstance(result, ox.QuerySolutions):
-        return rdf4j.negotiate_tuple_format(accept)
-    return rdf4j.negotiate_rdf_format(accept)
+        return negotiate_tuple_format(accept)
+    return negotiate_rdf_format(accept)
 
 
-def _start_query(store: ox.Store, q: rdf4j.QueryRequest, repo_id: str) -> Any:
+def _start_query(store: ox.Store, q: QueryRequest, repo_id: str) -> Any:
     """``store.query`` with its errors as protocol errors (no result exists yet)."""
     try:
         return store.query(q.query, **q.query_kwargs())
     except SyntaxError as exc:
-        if rdf4j.is_update(q.query):
+        if is_update(q.query):
             raise ProtocolError(
                 400, "a SPARQL update cannot be sent to the query endpoint: send it to "
                      f"/repositories/{repo_id}/statements ({exc})") from None
@@ -181,7 +226,7 @@ def _start_query(store: ox.Store, q: rdf4j.QueryRequest, repo_id: str) -> Any:
         raise ProtocolError(400, f"query cannot be evaluated: {exc}") from None
 
 
-def _run_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None,
+def _run_query(repo: Any, q: QueryRequest, accept: str | None,
                timeout_s: float | None) -> Response:
     """Start, evaluate and serialise a query, all in the calling (pool) thread; stopped
     (TimedOut) when ``timeout_s`` has passed at a write of its results.
@@ -197,7 +242,7 @@ def _run_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None,
     try:
         neg = neg or _negotiate_for(result, accept)
         if isinstance(result, ox.QueryBoolean):
-            body = rdf4j.serialize_boolean(bool(result), neg)
+            body = serialize_boolean(bool(result), neg)
         elif isinstance(result, ox.QuerySolutions):
             body = (_binary_solutions(result, timeout_s) if neg.binary
                     else _write_results(result, neg.format, timeout_s))
@@ -235,16 +280,16 @@ def _within(items: Iterable, timeout_s: float | None) -> Iterable:
 def _binary_solutions(result: ox.QuerySolutions, timeout_s: float | None) -> bytes:
     """SELECT results as RDF4J's binary results table."""
     variables = [v.value for v in result.variables]
-    return binary_rdf.write_results(variables, (tuple(s) for s in _within(result, timeout_s)))
+    return write_results(variables, (tuple(s) for s in _within(result, timeout_s)))
 
 
 def _binary_graph(result: ox.QueryTriples, timeout_s: float | None) -> bytes:
     """CONSTRUCT/DESCRIBE results as Binary RDF (statements without context)."""
-    return binary_rdf.write_rdf(_within(result, timeout_s))
+    return write_rdf(_within(result, timeout_s))
 
 
-def _answer_in_child(store: ox.Store, q: rdf4j.QueryRequest, accept: str | None,
-                     neg: rdf4j.Negotiated | None, repo_id: str,
+def _answer_in_child(store: ox.Store, q: QueryRequest, accept: str | None,
+                     neg: Negotiated | None, repo_id: str,
                      out: query_process.FrameWriter) -> None:
     """In a query process: evaluate ``q`` on ``store`` (the snapshot the fork took) and
     write the answer's frames; errors as the thread pool's ``_run_query`` answers them.
@@ -258,7 +303,7 @@ def _answer_in_child(store: ox.Store, q: rdf4j.QueryRequest, accept: str | None,
     out.header(neg.content_type)
     try:
         if isinstance(result, ox.QueryBoolean):
-            out.write(rdf4j.serialize_boolean(bool(result), neg))
+            out.write(serialize_boolean(bool(result), neg))
         elif neg.binary:
             out.write(_binary_solutions(result, None) if isinstance(result, ox.QuerySolutions)
                       else _binary_graph(result, None))
@@ -268,8 +313,8 @@ def _answer_in_child(store: ox.Store, q: rdf4j.QueryRequest, accept: str | None,
         out.fail(500, f"query evaluation failed: {exc}")
 
 
-def _fork_query(repo: Any, q: rdf4j.QueryRequest, accept: str | None,
-                neg: rdf4j.Negotiated | None) -> tuple[int, int]:
+def _fork_query(repo: Any, q: QueryRequest, accept: str | None,
+                neg: Negotiated | None) -> tuple[int, int]:
     """In a pool thread: fork a query process while holding the read lock (no changeset
     half-applied in what it inherits); its pid and the read end of its pipe."""
     r, w = os.pipe()
@@ -293,7 +338,7 @@ def _excerpt(query: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
+def _serialize_quads(iterators: list, neg: Negotiated,
                      prefixes: dict[str, str]) -> bytes:
     """Serialise quad iterators (started under ``reading()``) and drop them, in this
     thread: like query results, pyoxigraph's iterators must not outlive it (see
@@ -305,7 +350,7 @@ def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
         ox.RdfFormat.TURTLE, ox.RdfFormat.TRIG, ox.RdfFormat.N3, ox.RdfFormat.RDF_XML) else {}
     failure: ProtocolError | None = None
     try:
-        body = (binary_rdf.write_rdf(quads, sorted(prefixes.items())) if neg.binary
+        body = (write_rdf(quads, sorted(prefixes.items())) if neg.binary
                 else ox.serialize(items, format=neg.format, **kwargs))
     except (OSError, RuntimeError, TypeError, ValueError) as exc:
         failure = ProtocolError(500, f"cannot write the statements as {neg.media_type}: {exc}")
@@ -317,7 +362,7 @@ def _serialize_quads(iterators: list, neg: rdf4j.Negotiated,
 
 
 def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
-                 transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S,
+                 transaction_idle_s: float = TRANSACTION_IDLE_S,
                  limits: QueryLimits | None = None) -> APIRouter:
     """The RDF4J REST protocol for the repository ``repo_provider()`` returns.
 
@@ -325,7 +370,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
     forgotten, with the views their reads used (tx_view.py). ``limits``: query timeout and
     concurrent query processes (query_limits.py; default: its defaults)."""
     router = APIRouter()
-    transactions = rdf4j.TransactionRegistry(transaction_idle_s)
+    transactions = TransactionRegistry(transaction_idle_s)
     views = TransactionViews(repo_provider, idle_s=transaction_idle_s)
     router.transaction_views = views  # type: ignore[attr-defined]  # closed by the app
     qlimits = limits or QueryLimits()
@@ -345,7 +390,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         return request.headers.get("accept")
 
     def query_params(request: Request) -> tuple[tuple[str, str], ...]:
-        return rdf4j.parse_params(request.scope.get("query_string", b""))
+        return parse_params(request.scope.get("query_string", b""))
 
     async def refused(request: Request) -> Response | None:
         """403 unless the request is signed by the master. Reads the body (the signature
@@ -387,16 +432,16 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
     # ---- protocol, repository list ----
 
     async def protocol(request: Request) -> Response:
-        return PlainTextResponse(rdf4j.PROTOCOL_VERSION)
+        return PlainTextResponse(PROTOCOL_VERSION)
 
     async def repositories(request: Request) -> Response:
-        neg = rdf4j.negotiate_tuple_format(accept(request))
+        neg = negotiate_tuple_format(accept(request))
         repo = repo_provider()
         entries = [] if repo is None else [
             (repo.id, f"txcluster worker repository {repo.id}", True, False)]
         url = str(request.url.replace(query=None))
-        rows = rdf4j.repository_list_rows(url, entries)
-        body = rdf4j.serialize_table(rdf4j.REPOSITORY_LIST_VARIABLES, rows, neg.format)
+        rows = repository_list_rows(url, entries)
+        body = serialize_table(REPOSITORY_LIST_VARIABLES, rows, neg.format)
         return Response(body, media_type=neg.content_type)
 
     # ---- queries ----
@@ -406,10 +451,10 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         if request.method == "POST":
             body = await request.body()
             ctype = request.headers.get("content-type")
-            params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-            q = rdf4j.parse_query_request("POST", params, body, ctype)
+            params = parse_params(request.scope.get("query_string", b""), body, ctype)
+            q = parse_query_request("POST", params, body, ctype)
         else:
-            q = rdf4j.parse_query_request("GET", query_params(request))
+            q = parse_query_request("GET", query_params(request))
         if not qlimits.isolate:  # the benchmark's baseline: stopped only while writing
             return await run_in_threadpool(_run_query, repo, q, accept(request), q.timeout_s)
         timeout_s = query_timeout(request, q)
@@ -419,7 +464,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
             return await run_in_threadpool(_run_query, repo, q, accept(request), timeout_s)
         return await in_query_process(request, repo, q, timeout_s)
 
-    def query_timeout(request: Request, q: rdf4j.QueryRequest) -> float:
+    def query_timeout(request: Request, q: QueryRequest) -> float:
         try:
             passed = query_limits.parse_timeout(request.headers.get(
                 query_limits.TIMEOUT_HEADER), f"header {query_limits.TIMEOUT_HEADER}")
@@ -427,7 +472,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
             raise ProtocolError(400, str(exc)) from None
         return query_limits.effective_timeout(qlimits.query_timeout_s, q.timeout_s, passed)
 
-    async def in_query_process(request: Request, repo: Any, q: rdf4j.QueryRequest,
+    async def in_query_process(request: Request, repo: Any, q: QueryRequest,
                                timeout_s: float) -> Response:
         accept_ = accept(request)
         neg = _negotiate_first(q, accept_)  # a 406 costs no fork
@@ -454,8 +499,8 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
 
     # ---- statements ----
 
-    def read_statements(repo: Any, pattern: rdf4j.StatementPattern,
-                        neg: rdf4j.Negotiated) -> Response:
+    def read_statements(repo: Any, pattern: StatementPattern,
+                        neg: Negotiated) -> Response:
         with repo.reading() as store:
             iterators = [store.quads_for_pattern(pattern.subject, pattern.predicate,
                                                  pattern.object, g)
@@ -466,14 +511,14 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
     async def statements(request: Request) -> Response:
         repo = repository(request)
         if request.method in READS:
-            pattern = rdf4j.parse_statement_pattern(query_params(request))
-            neg = rdf4j.negotiate_rdf_format(accept(request), dataset=True)
+            pattern = parse_statement_pattern(query_params(request))
+            neg = negotiate_rdf_format(accept(request), dataset=True)
             return await run_in_threadpool(read_statements, repo, pattern, neg)
 
         def build(body: bytes) -> list[dict]:
             ctype = request.headers.get("content-type")
-            params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-            return rdf4j.statements_write(request.method, params, body, ctype)
+            params = parse_params(request.scope.get("query_string", b""), body, ctype)
+            return statements_write(request.method, params, body, ctype)
 
         return await write(request, build)
 
@@ -489,7 +534,7 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
 
     async def size(request: Request) -> Response:
         repo = repository(request)
-        contexts = rdf4j.decode_contexts(query_params(request))
+        contexts = decode_contexts(query_params(request))
         n = await run_in_threadpool(count, repo, contexts)
         return PlainTextResponse(str(n))
 
@@ -502,18 +547,18 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
 
     async def contexts(request: Request) -> Response:
         repo = repository(request)
-        neg = rdf4j.negotiate_tuple_format(accept(request))
+        neg = negotiate_tuple_format(accept(request))
         rows = await run_in_threadpool(context_rows, repo)
-        return Response(rdf4j.serialize_table(("contextID",), rows, neg.format),
+        return Response(serialize_table(("contextID",), rows, neg.format),
                         media_type=neg.content_type)
 
     async def namespaces(request: Request) -> Response:
         repo = repository(request)
         if request.method == "DELETE":
-            return await write(request, lambda body: [rdf4j.clear_namespaces_operation()])
-        neg = rdf4j.negotiate_tuple_format(accept(request))
-        rows = rdf4j.namespace_rows(repo.namespaces)
-        return Response(rdf4j.serialize_table(("prefix", "namespace"), rows, neg.format),
+            return await write(request, lambda body: [clear_namespaces_operation()])
+        neg = negotiate_tuple_format(accept(request))
+        rows = namespace_rows(repo.namespaces)
+        return Response(serialize_table(("prefix", "namespace"), rows, neg.format),
                         media_type=neg.content_type)
 
     async def namespace(request: Request) -> Response:
@@ -526,11 +571,11 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
             return PlainTextResponse(iri)
         ctype = request.headers.get("content-type")
         return await write(
-            request, lambda body: rdf4j.namespace_write(request.method, prefix, body, ctype))
+            request, lambda body: namespace_write(request.method, prefix, body, ctype))
 
     # ---- graph store protocol ----
 
-    def read_graph(repo: Any, graph: rdf4j.GraphName, neg: rdf4j.Negotiated) -> Response:
+    def read_graph(repo: Any, graph: GraphName, neg: Negotiated) -> Response:
         with repo.reading() as store:
             if isinstance(graph, ox.NamedNode | ox.BlankNode) and not \
                     store.contains_named_graph(graph):
@@ -539,15 +584,15 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         return Response(_serialize_quads(iterators, neg, repo.namespaces),
                         media_type=neg.content_type)
 
-    async def graph_store(request: Request, graph: rdf4j.GraphName) -> Response:
+    async def graph_store(request: Request, graph: GraphName) -> Response:
         repo = repository(request)
         if request.method in READS:
-            neg = rdf4j.negotiate_rdf_format(accept(request))
+            neg = negotiate_rdf_format(accept(request))
             return await run_in_threadpool(read_graph, repo, graph, neg)
 
         def build(body: bytes) -> list[dict]:
             ctype = request.headers.get("content-type")
-            return rdf4j.graph_store_write(request.method, graph, query_params(request),
+            return graph_store_write(request.method, graph, query_params(request),
                                            body, ctype)
 
         def graph_exists(repo: Any) -> Response | None:
@@ -562,12 +607,12 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
 
     async def graph_service(request: Request) -> Response:
         repository(request)
-        return await graph_store(request, rdf4j.graph_store_target(query_params(request)))
+        return await graph_store(request, graph_store_target(query_params(request)))
 
     async def graph_named(request: Request) -> Response:
         # Indirect identification: the graph IRI is the request URL itself.
         repository(request)
-        graph = rdf4j.check_iri(str(request.url.replace(query=None)), "graph URL")
+        graph = check_iri(str(request.url.replace(query=None)), "graph URL")
         return await graph_store(request, graph)
 
     async def graphs(request: Request) -> Response:
@@ -580,17 +625,17 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         if (response := await refused(request)) is not None:
             return response
         txid = transactions.begin()
-        location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
+        location = transaction_location(str(request.url.replace(query=None)), txid)
         return Response(status_code=201, headers={"Location": location})
 
     def read_in_transaction(txid: str, operations: list[dict], action: str,
-                            params: rdf4j.Params, body: bytes, ctype: str | None,
+                            params: Params, body: bytes, ctype: str | None,
                             accept_: str | None) -> Response:
         """A read inside a transaction: over the committed state plus ``operations``
         (the transaction's pending ones), on the transaction's view (tx_view.py)."""
         view = views.view(txid, operations)
         if action == "SIZE":
-            contexts = rdf4j.decode_contexts(params)
+            contexts = decode_contexts(params)
             if contexts is None:
                 return PlainTextResponse(str(view.quads))
             with view.reading() as store:
@@ -598,10 +643,10 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
                         for _ in store.quads_for_pattern(None, None, None, g))
             return PlainTextResponse(str(n))
         if action in ("GET", "EXPORT"):
-            pattern = rdf4j.parse_statement_pattern(params)
-            neg = rdf4j.negotiate_rdf_format(accept_, dataset=True)
+            pattern = parse_statement_pattern(params)
+            neg = negotiate_rdf_format(accept_, dataset=True)
             return read_statements(view, pattern, neg)
-        q = rdf4j.parse_query_request("POST", params, body, ctype)
+        q = parse_query_request("POST", params, body, ctype)
         # On the transaction's private view, in this thread: stopped at a write of its
         # results past the timeout (no query process for views yet).
         return _run_query(view, q, accept_, query_limits.effective_timeout(
@@ -619,13 +664,13 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
         tx = transactions.get(txid)
         body = await request.body()
         ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-        step = rdf4j.parse_transaction_step(params, body, ctype)
+        params = parse_params(request.scope.get("query_string", b""), body, ctype)
+        step = parse_transaction_step(params, body, ctype)
         if step.action == "PING":
             # RDF4J's answer: the idle time (ms) after which the transaction is forgotten.
             transactions.pending(tx)
             return PlainTextResponse(str(int(transactions.idle_s * 1000)))
-        if step.action in rdf4j.READ_ACTIONS:
+        if step.action in READ_ACTIONS:
             return await run_in_threadpool(read_in_transaction, txid, transactions.pending(tx),
                                            step.action, params, body, ctype, accept(request))
         to_execute = transactions.record(tx, step)
@@ -648,13 +693,13 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
             action = str(payload["action"]).upper()
             body = str(payload.get("body") or "").encode()
             ctype = payload.get("content_type")
-            params = rdf4j.parse_params(str(payload.get("query_string") or ""), body, ctype)
+            params = parse_params(str(payload.get("query_string") or ""), body, ctype)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(400, f"malformed transaction read: {exc}") from None
         if action == "END":  # the transaction was committed or rolled back
             await run_in_threadpool(views.forget, txid)
             return Response(status_code=204)
-        if action not in rdf4j.READ_ACTIONS or not isinstance(operations, list):
+        if action not in READ_ACTIONS or not isinstance(operations, list):
             raise ProtocolError(400, f"malformed transaction read: action {action!r}")
         return await run_in_threadpool(read_in_transaction, txid, operations, action, params,
                                        body, ctype, payload.get("accept"))
