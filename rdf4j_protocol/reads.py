@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyoxigraph as ox
 
 from rdf4j_protocol.parameters import (
     FORM,
     SPARQL_QUERY,
-    GraphName,
-    Params,
     ProtocolError,
-    Term,
     bool_param,
     check_iri,
     decode_contexts,
@@ -29,6 +26,9 @@ from rdf4j_protocol.parameters import (
     param_values,
     single_param,
 )
+
+if TYPE_CHECKING:  # annotations only
+    from rdf4j_protocol.parameters import GraphName, Params, Term
 
 _UPDATE_KEYWORDS = frozenset(
     {"INSERT", "DELETE", "LOAD", "CLEAR", "DROP", "CREATE", "ADD", "MOVE", "COPY", "WITH"})

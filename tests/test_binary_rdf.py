@@ -1,4 +1,4 @@
-"""txcluster.binary_rdf: RDF4J's Binary RDF and binary results table, against RDF4J's Rio.
+"""rdf4j_protocol.binary_rdf and .binary_results: RDF4J's binary formats, against RDF4J's Rio.
 
 Interop: tests/java/BinaryRdfInterop.java (compiled here by javac against Debian's
 librdf4j-java, RDF4J 3.7) converts N-Quads <-> Binary RDF and SPARQL JSON results <->

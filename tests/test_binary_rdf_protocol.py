@@ -1,7 +1,7 @@
 """RDF4J's binary formats on the wire: content negotiation, request bodies, RDF4J's
 removal wildcards, and a real cluster driven as RDF4J's HTTPRepository drives a server.
 
-Protocol layer (txcluster.rdf4j, no IO): the Accept headers RDF4J sends choose Binary RDF
+Protocol layer (rdf4j_protocol, no IO): the Accept headers RDF4J sends choose Binary RDF
 and the binary results table, and nothing else changes for other clients; a Binary RDF
 body becomes an N-Quads add operation (blank node labels kept, as for an N-Quads body)
 for POST/PUT /statements and transaction ADD; a transaction DELETE body (Binary RDF or
@@ -443,7 +443,7 @@ def test_rollback_and_errors_reach_the_rdf4j_client(client, empty):
 def test_binary_query_results_keep_the_query_timeout():
     """The worker writes binary SELECT/CONSTRUCT results with the codec, not pyoxigraph's
     serializer: the query timeout still stops a long evaluation (503 in _run_query)."""
-    from worker_service.api.rdf4j import QueryTimeout, _binary_graph, _binary_solutions
+    from worker_service.api.queries import QueryTimeout, _binary_graph, _binary_solutions
 
     store = ox.Store()
     store.extend(ox.Quad(ex(f"s{i}"), ex("p"), L(str(i))) for i in range(2000))

@@ -1,4 +1,4 @@
-"""txcluster.rdf4j: the RDF4J REST / SPARQL 1.1 protocol layer, without HTTP or store."""
+"""rdf4j_protocol: the RDF4J REST / SPARQL 1.1 protocol layer, without HTTP or store."""
 
 from __future__ import annotations
 
