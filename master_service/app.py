@@ -31,7 +31,8 @@ from master_service.sync.driver import SyncDriver, mode_of
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from txcluster import http_server, rdf4j, tls
+from rdf4j_protocol.transactions import TransactionRegistry
+from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
 from txcluster.properties import ConfigError
 
@@ -59,7 +60,7 @@ class MasterService:
         self.cluster: Cluster | None = None
         self.scheduler: AsyncIOScheduler | None = None
         # The open RDF4J transactions of the client API (their pending operations).
-        self.transactions = rdf4j.TransactionRegistry(config.transaction_idle_timeout_s)
+        self.transactions = TransactionRegistry(config.transaction_idle_timeout_s)
         # The MBean's one Python object: Jolokia serves it always, the JVM bridge when
         # jmx.port is set (master_service/jmx).
         self.cluster_info = ClusterInfo(self)
@@ -123,7 +124,8 @@ class MasterService:
         self.scheduler = AsyncIOScheduler()
         self.scheduler.add_job(self.cluster.poll_all, "interval", seconds=c.health_interval_s,
                                id="health", max_instances=1, coalesce=True)
-        # Abandoned RDF4J transactions go even when no new request comes (rdf4j.py).
+        # Abandoned RDF4J transactions go even when no new request comes
+        # (rdf4j_protocol/transactions.py).
         self.scheduler.add_job(self.transactions.sweep, "interval", seconds=30,
                                id="transactions", max_instances=1, coalesce=True)
         self.scheduler.add_job(self.cluster.prune, "interval", seconds=60, id="prune",

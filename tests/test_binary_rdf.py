@@ -1,4 +1,4 @@
-"""txcluster.binary_rdf: RDF4J's Binary RDF and binary results table, against RDF4J's Rio.
+"""rdf4j_protocol.binary_rdf and .binary_results: RDF4J's binary formats, against RDF4J's Rio.
 
 Interop: tests/java/BinaryRdfInterop.java (compiled here by javac against Debian's
 librdf4j-java, RDF4J 3.7) converts N-Quads <-> Binary RDF and SPARQL JSON results <->
@@ -26,9 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txcluster import binary_rdf
-from txcluster.binary_rdf import BinaryRdfError, BinaryResultsQueryError
-from txcluster.rdf4j import serialize_table
+from rdf4j_protocol import binary_rdf, binary_results
+from rdf4j_protocol.binary_rdf import BinaryRdfError
+from rdf4j_protocol.binary_results import BinaryResultsQueryError
+from rdf4j_protocol.results import serialize_table
 
 JAVA_DIR = Path(__file__).parent / "java"
 JAVA_LIB = Path("/usr/share/java")
@@ -251,23 +252,23 @@ def test_rio_written_results_table_is_read_to_the_same_rows(rio):
     rows = result_rows()
     data = rio.write_brtr(VARIABLES, rows)
     assert data[:8] == b"BRTR\x00\x00\x00\x04"
-    result = binary_rdf.read_results(data)
+    result = binary_results.read_results(data)
     assert result.variables == VARIABLES
     assert result.rows == rows
 
 
 def test_results_table_we_write_is_read_by_rio_to_the_same_rows(rio):
     rows = result_rows()
-    data = binary_rdf.write_results(VARIABLES, rows)
+    data = binary_results.write_results(VARIABLES, rows)
     assert rio.read_brtr(data) == (VARIABLES, rows)
 
 
 def test_results_table_without_rows_or_columns(rio):
     for variables, rows in [(["a", "b"], []), ([], [()]), ([], [])]:
-        data = binary_rdf.write_results(variables, rows)
-        assert binary_rdf.read_results(data) == binary_rdf.BinaryResults(variables, rows)
+        data = binary_results.write_results(variables, rows)
+        assert binary_results.read_results(data) == binary_results.BinaryResults(variables, rows)
         assert rio.read_brtr(data) == (variables, rows)
-        ours = binary_rdf.read_results(rio.write_brtr(variables, rows))
+        ours = binary_results.read_results(rio.write_brtr(variables, rows))
         assert (ours.variables, ours.rows) == (variables, rows)
 
 
@@ -318,7 +319,7 @@ def test_write_then_read_gives_the_same_document(quads, namespaces, comments):
     st.lists(st.lists(st.none() | objects, min_size=n, max_size=n).map(tuple), max_size=20))))
 def test_results_write_then_read_gives_the_same_rows(table):
     variables, rows = table
-    result = binary_rdf.read_results(binary_rdf.write_results(variables, rows))
+    result = binary_results.read_results(binary_results.write_results(variables, rows))
     assert result.variables == variables
     assert result.rows == rows
 
@@ -369,7 +370,7 @@ def test_version_2_documents_are_read():
 def test_results_version_2_flags_byte_and_version_1_modified_utf8():
     v2 = (b"BRTR" + struct.pack(">i", 2) + b"\x03" + struct.pack(">i", 1)
           + struct.pack(">i", 1) + b"x" + b"\x04" + struct.pack(">i", 8) + b"urn:x:ab" + b"\x7f")
-    assert binary_rdf.read_results(v2).rows == [(N("urn:x:ab"),)]
+    assert binary_results.read_results(v2).rows == [(N("urn:x:ab"),)]
 
     def mutf8(text: str) -> bytes:  # Java's modified UTF-8: NUL as C0 80, CESU-8 pairs
         data = b"".join(
@@ -383,7 +384,7 @@ def test_results_version_2_flags_byte_and_version_1_modified_utf8():
     text = "nul\0 é 😀"
     v1 = (b"BRTR" + struct.pack(">i", 1) + struct.pack(">i", 1) + mutf8("v")
           + b"\x06" + mutf8(text) + b"\x7f")
-    result = binary_rdf.read_results(v1)
+    result = binary_results.read_results(v1)
     assert result.variables == ["v"]
     assert result.rows == [(L(text),)]
 
@@ -450,10 +451,10 @@ def test_every_truncation_is_refused():
 
 
 def test_malformed_results_tables_are_refused_with_the_reason():
-    good = binary_rdf.write_results(["a"], [(ex("x"),), (L("y", datatype=ex("dt")),)])
+    good = binary_results.write_results(["a"], [(ex("x"),), (L("y", datatype=ex("dt")),)])
     for n in range(len(good)):
         with pytest.raises(BinaryRdfError, match="truncated binary query results table"):
-            binary_rdf.read_results(good[:n])
+            binary_results.read_results(good[:n])
     head = b"BRTR" + struct.pack(">i", 4) + struct.pack(">i", 1) + struct.pack(">i", 1) + b"a"
     cases = [
         (b"BRDF\x00\x00\x00\x04", "not a binary query results table"),
@@ -469,17 +470,17 @@ def test_malformed_results_tables_are_refused_with_the_reason():
     ]
     for data, message in cases:
         with pytest.raises(BinaryRdfError) as info:
-            binary_rdf.read_results(data)
+            binary_results.read_results(data)
         assert message in str(info.value), (data, str(info.value))
     error = head + b"\x7e\x02" + struct.pack(">i", 4) + b"boom"
     with pytest.raises(BinaryResultsQueryError, match=r"query evaluation error.*boom"):
-        binary_rdf.read_results(error)
+        binary_results.read_results(error)
 
 
 def test_unwritable_values_are_refused():
     with pytest.raises(ValueError, match="expected pyoxigraph Quads or Triples"):
         binary_rdf.write_rdf(["not a quad"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"one value .* per variable"):
-        binary_rdf.write_results(["a", "b"], [(None,)])
+        binary_results.write_results(["a", "b"], [(None,)])
     with pytest.raises(ValueError, match="cannot write"):
-        binary_rdf.write_results(["a"], [(ox.Variable("x"),)])  # type: ignore[list-item]
+        binary_results.write_results(["a"], [(ox.Variable("x"),)])  # type: ignore[list-item]

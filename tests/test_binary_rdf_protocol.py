@@ -1,7 +1,7 @@
 """RDF4J's binary formats on the wire: content negotiation, request bodies, RDF4J's
 removal wildcards, and a real cluster driven as RDF4J's HTTPRepository drives a server.
 
-Protocol layer (txcluster.rdf4j, no IO): the Accept headers RDF4J sends choose Binary RDF
+Protocol layer (rdf4j_protocol, no IO): the Accept headers RDF4J sends choose Binary RDF
 and the binary results table, and nothing else changes for other clients; a Binary RDF
 body becomes an N-Quads add operation (blank node labels kept, as for an N-Quads body)
 for POST/PUT /statements and transaction ADD; a transaction DELETE body (Binary RDF or
@@ -25,9 +25,9 @@ import httpx
 import pyoxigraph as ox
 import pytest
 
+from rdf4j_protocol import binary_rdf, binary_results, negotiation, results, transactions, writes
+from rdf4j_protocol.parameters import ProtocolError
 from tests.test_binary_rdf import JAVA_DIR, compile_java, rich_quads
-from txcluster import binary_rdf, rdf4j
-from txcluster.rdf4j import ProtocolError
 
 EX = "http://example.org/"
 N, B, L = ox.NamedNode, ox.BlankNode, ox.Literal
@@ -81,38 +81,38 @@ def raises(status: int, fragment: str):
 
 
 def test_rdf4j_accept_headers_choose_the_binary_formats():
-    tuple_neg = rdf4j.negotiate_tuple_format(RDF4J_TUPLE_ACCEPT)
-    assert (tuple_neg.media_type, tuple_neg.format) == (BRTR, rdf4j.BINARY_RESULTS)
+    tuple_neg = negotiation.negotiate_tuple_format(RDF4J_TUPLE_ACCEPT)
+    assert (tuple_neg.media_type, tuple_neg.format) == (BRTR, negotiation.BINARY_RESULTS)
     assert tuple_neg.binary and tuple_neg.content_type == BRTR
     for dataset in (True, False):
-        neg = rdf4j.negotiate_rdf_format(RDF4J_RDF_ACCEPT, dataset=dataset)
-        assert (neg.media_type, neg.format) == (BRDF, rdf4j.BINARY_RDF)
+        neg = negotiation.negotiate_rdf_format(RDF4J_RDF_ACCEPT, dataset=dataset)
+        assert (neg.media_type, neg.format) == (BRDF, negotiation.BINARY_RDF)
         assert neg.binary and neg.supports_datasets and neg.content_type == BRDF
-    assert rdf4j.negotiate_rdf_format(BRDF).format == rdf4j.BINARY_RDF
-    assert rdf4j.negotiate_tuple_format(BRTR).format == rdf4j.BINARY_RESULTS
+    assert negotiation.negotiate_rdf_format(BRDF).format == negotiation.BINARY_RDF
+    assert negotiation.negotiate_tuple_format(BRTR).format == negotiation.BINARY_RESULTS
 
 
 def test_other_clients_negotiate_as_before():
     QR, RF = ox.QueryResultsFormat, ox.RdfFormat
-    assert rdf4j.negotiate_tuple_format(None).format == QR.JSON
-    assert rdf4j.negotiate_tuple_format("*/*").format == QR.JSON
-    assert rdf4j.negotiate_tuple_format("application/*").format == QR.JSON
-    assert rdf4j.negotiate_rdf_format("*/*").format == RF.TURTLE
-    assert rdf4j.negotiate_rdf_format("*/*", dataset=True).format == RF.N_QUADS
-    assert rdf4j.negotiate_rdf_format("application/*", dataset=True).format == RF.N_QUADS
-    neg = rdf4j.negotiate_rdf_format("text/turtle")
+    assert negotiation.negotiate_tuple_format(None).format == QR.JSON
+    assert negotiation.negotiate_tuple_format("*/*").format == QR.JSON
+    assert negotiation.negotiate_tuple_format("application/*").format == QR.JSON
+    assert negotiation.negotiate_rdf_format("*/*").format == RF.TURTLE
+    assert negotiation.negotiate_rdf_format("*/*", dataset=True).format == RF.N_QUADS
+    assert negotiation.negotiate_rdf_format("application/*", dataset=True).format == RF.N_QUADS
+    neg = negotiation.negotiate_rdf_format("text/turtle")
     assert not neg.binary and not neg.supports_datasets
     # RDF4J has no binary boolean format: an ASK asked for the binary table gets another
     # format the client listed, or 406 if it listed none.
-    assert rdf4j.negotiate_boolean_format(RDF4J_TUPLE_ACCEPT).format == QR.JSON
+    assert negotiation.negotiate_boolean_format(RDF4J_TUPLE_ACCEPT).format == QR.JSON
     with raises(406, "unsupported query result format"):
-        rdf4j.negotiate_boolean_format(BRTR)
+        negotiation.negotiate_boolean_format(BRTR)
 
 
 def test_listings_are_written_as_binary_tables():
-    rows = rdf4j.namespace_rows({"ex": EX, "é": EX + "é/"})
-    data = rdf4j.serialize_table(("prefix", "namespace"), rows, rdf4j.BINARY_RESULTS)
-    result = binary_rdf.read_results(data)
+    rows = results.namespace_rows({"ex": EX, "é": EX + "é/"})
+    data = results.serialize_table(("prefix", "namespace"), rows, negotiation.BINARY_RESULTS)
+    result = binary_results.read_results(data)
     assert result.variables == ["prefix", "namespace"]
     assert result.rows == [tuple(r) for r in rows]
 
@@ -134,34 +134,34 @@ def parsed(op: dict) -> list[ox.Quad]:
 
 def test_binary_rdf_body_becomes_an_nquads_add_with_its_labels():
     body = binary_rdf.write_rdf(BODY_QUADS, {"ex": EX})
-    [op] = rdf4j.statements_write("POST", (("preserveNodeId", "true"),), body, BRDF)
+    [op] = writes.statements_write("POST", (("preserveNodeId", "true"),), body, BRDF)
     assert parsed(op) == BODY_QUADS  # blank node labels kept: one node per label
     assert op["contexts"] is None and op["preserve_node_ids"] is True
     nquads = ox.serialize(BODY_QUADS, format=ox.RdfFormat.N_QUADS)
-    [same] = rdf4j.statements_write("POST", (("preserveNodeId", "true"),), nquads,
+    [same] = writes.statements_write("POST", (("preserveNodeId", "true"),), nquads,
                                     "application/n-quads")
     assert op == same  # exactly what the same statements as N-Quads give
 
-    [clear, add] = rdf4j.statements_write("PUT", (("context", f"<{EX}g>"),), body,
+    [clear, add] = writes.statements_write("PUT", (("context", f"<{EX}g>"),), body,
                                           f"{BRDF}; charset=ignored")
-    assert clear == rdf4j.clear_operation([ex("g")])
+    assert clear == writes.clear_operation([ex("g")])
     assert parsed(add) == BODY_QUADS and add["contexts"] == [f"<{EX}g>"]
 
-    step = rdf4j.parse_transaction_step((("action", "ADD"),), body, BRDF)
+    step = transactions.parse_transaction_step((("action", "ADD"),), body, BRDF)
     assert step.action == "ADD" and parsed(step.operations[0]) == BODY_QUADS
 
-    [gsp] = rdf4j.graph_store_write("POST", ex("g2"), (), body, BRDF)
+    [gsp] = writes.graph_store_write("POST", ex("g2"), (), body, BRDF)
     assert parsed(gsp) == BODY_QUADS and gsp["contexts"] == [f"<{EX}g2>"]
 
 
 def test_malformed_binary_rdf_body_is_a_400_saying_why():
     good = binary_rdf.write_rdf(BODY_QUADS)
     with raises(400, "MALFORMED DATA: truncated Binary RDF document"):
-        rdf4j.statements_write("POST", (), good[:-3], BRDF)
+        writes.statements_write("POST", (), good[:-3], BRDF)
     with raises(400, "MALFORMED DATA: not a Binary RDF document"):
-        rdf4j.parse_transaction_step((("action", "DELETE"),), b"<a> <b> <c> .", BRDF)
+        transactions.parse_transaction_step((("action", "DELETE"),), b"<a> <b> <c> .", BRDF)
     with raises(400, "unsupported Binary RDF format version 7"):
-        rdf4j.parse_transaction_step((("action", "ADD"),), b"BRDF\0\0\0\x07\x7f", BRDF)
+        transactions.parse_transaction_step((("action", "ADD"),), b"BRDF\0\0\0\x07\x7f", BRDF)
 
 
 def removals(quads: list[ox.Quad], params=(), fmt: str = BRDF) -> list[tuple]:
@@ -169,7 +169,7 @@ def removals(quads: list[ox.Quad], params=(), fmt: str = BRDF) -> list[tuple]:
         body = binary_rdf.write_rdf(quads)
     else:
         body = ox.serialize(quads, format=ox.RdfFormat.N_QUADS)
-    step = rdf4j.parse_transaction_step((("action", "DELETE"), *params), body, fmt)
+    step = transactions.parse_transaction_step((("action", "DELETE"), *params), body, fmt)
     assert step.action == "DELETE"
     return [(op["subject"], op["predicate"], op["object"], op["contexts"])
             for op in step.operations]
@@ -437,13 +437,13 @@ def test_rollback_and_errors_reach_the_rdf4j_client(client, empty):
     r = httpx.get(empty.repo_url, params={"query": "SELECT * {}"},
                   headers={"accept": BRTR}, timeout=30)
     assert r.status_code == 200 and r.headers["content-type"] == BRTR
-    assert binary_rdf.read_results(r.content) == binary_rdf.BinaryResults([], [()])
+    assert binary_results.read_results(r.content) == binary_results.BinaryResults([], [()])
 
 
 def test_binary_query_results_keep_the_query_timeout():
     """The worker writes binary SELECT/CONSTRUCT results with the codec, not pyoxigraph's
     serializer: the query timeout still stops a long evaluation (503 in _run_query)."""
-    from worker_service.api.rdf4j import QueryTimeout, _binary_graph, _binary_solutions
+    from worker_service.api.queries import QueryTimeout, _binary_graph, _binary_solutions
 
     store = ox.Store()
     store.extend(ox.Quad(ex(f"s{i}"), ex("p"), L(str(i))) for i in range(2000))
@@ -452,6 +452,6 @@ def test_binary_query_results_keep_the_query_timeout():
         _binary_solutions(store.query(select), 1e-9)
     with pytest.raises(QueryTimeout):
         _binary_graph(store.query(construct), 1e-9)
-    result = binary_rdf.read_results(_binary_solutions(store.query(select), None))
+    result = binary_results.read_results(_binary_solutions(store.query(select), None))
     assert result.variables == ["s", "o"] and len(result.rows) == 2000
     assert len(binary_rdf.read_rdf(_binary_graph(store.query(construct), 60.0)).quads) == 2000

@@ -17,8 +17,8 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from rdf4j_protocol import parameters, writes
 from rdfcore import fingerprint
-from txcluster import rdf4j
 from txcluster.auth import HmacAuth, NodeAuthorities
 from worker_service.app import create_app
 from worker_service.repository import Repository
@@ -155,7 +155,7 @@ def test_a_bad_load_id_is_refused(client):
 
 
 def _added(repo: Repository, params: str) -> set[str]:
-    ops = rdf4j.statements_write("POST", rdf4j.parse_params(params.encode()),
+    ops = writes.statements_write("POST", parameters.parse_params(params.encode()),
                                  b"_:b1 <http://e/p> _:b2 .\n", "application/n-quads")
     result = repo.execute_local(parse_operations(ops))
     return {f"{q} ." for q in result.changeset.added}
@@ -171,8 +171,8 @@ def test_preserve_node_id_keeps_the_labels_of_an_add(repo):
 
 
 def test_preserve_node_id_must_be_a_boolean():
-    with pytest.raises(rdf4j.ProtocolError):
-        rdf4j.statements_write("POST", rdf4j.parse_params(b"preserveNodeId=maybe"),
+    with pytest.raises(parameters.ProtocolError):
+        writes.statements_write("POST", parameters.parse_params(b"preserveNodeId=maybe"),
                                b"<http://e/a> <http://e/p> <http://e/o> .",
                                "application/n-quads")
     with pytest.raises(Exception, match="preserve_node_ids"):

@@ -1,4 +1,4 @@
-"""txcluster.rdf4j: the RDF4J REST / SPARQL 1.1 protocol layer, without HTTP or store."""
+"""rdf4j_protocol: the RDF4J REST / SPARQL 1.1 protocol layer, without HTTP or store."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import pyoxigraph as ox
 import pytest
 
-from txcluster import rdf4j
-from txcluster.rdf4j import ProtocolError
+from rdf4j_protocol import negotiation, parameters, reads, results, transactions, writes
+from rdf4j_protocol.parameters import ProtocolError
 
 N = ox.NamedNode
 QR = ox.QueryResultsFormat
@@ -40,15 +40,15 @@ def raises(status: int, fragment: str):
 
 
 def test_params_merge_query_string_and_form_body():
-    params = rdf4j.parse_params(b"a=1&%24x=%3Chttp%3A%2F%2Fe%3E", b"query=ASK%20%7B%7D&a=2",
+    params = parameters.parse_params(b"a=1&%24x=%3Chttp%3A%2F%2Fe%3E", b"query=ASK%20%7B%7D&a=2",
                                 "application/x-www-form-urlencoded; charset=UTF-8")
     assert params == (("a", "1"), ("$x", "<http://e>"), ("query", "ASK {}"), ("a", "2"))
     # A body of another type is not a form.
-    assert rdf4j.parse_params("a=1", b"query=x", "text/turtle") == (("a", "1"),)
+    assert parameters.parse_params("a=1", b"query=x", "text/turtle") == (("a", "1"),)
 
 
 def test_update_dataset_from_the_protocol():
-    [op] = rdf4j.statements_write("POST", (
+    [op] = writes.statements_write("POST", (
         ("update", "INSERT { <urn:a> <urn:b> ?o } WHERE { ?s ?p ?o }"),
         ("using-graph-uri", "http://g1"), ("using-named-graph-uri", "http://g2"),
         ("using-graph-uri", "http://g3")))
@@ -58,12 +58,12 @@ def test_update_dataset_from_the_protocol():
 
 def test_single_param_refuses_repetition_and_booleans_are_checked():
     with raises(400, "parameter 'query' must be given at most once"):
-        rdf4j.single_param((("query", "a"), ("query", "b")), "query")
+        parameters.single_param((("query", "a"), ("query", "b")), "query")
     # graphdb.js sends the query in the URL and in the form body: the same value is one.
-    assert rdf4j.single_param((("query", "a"), ("query", "a")), "query") == "a"
-    assert rdf4j.bool_param((("infer", "FALSE"),), "infer", True) is False
+    assert parameters.single_param((("query", "a"), ("query", "a")), "query") == "a"
+    assert parameters.bool_param((("infer", "FALSE"),), "infer", True) is False
     with raises(400, "parameter 'infer' must be true or false, got 'maybe'"):
-        rdf4j.bool_param((("infer", "maybe"),), "infer", True)
+        parameters.bool_param((("infer", "maybe"),), "infer", True)
 
 
 # ---- N-Triples encoded values ----
@@ -79,35 +79,35 @@ def test_single_param_refuses_repetition_and_booleans_are_checked():
     ('"caf\\u00E9 \\"q\\""', ox.Literal('café "q"')),
 ])
 def test_decode_value(text, expected):
-    assert rdf4j.decode_value(text, "obj") == expected
+    assert parameters.decode_value(text, "obj") == expected
 
 
 @pytest.mark.parametrize("text", ["http://e/s", "<relative>", "", '"open', "foo",
                                   '"a" . <urn:a> <urn:b> "c"', "<http://a>\n<http://b>"])
 def test_decode_value_refuses_what_is_not_one_encoded_value(text):
     with raises(400, "parameter 'subj' is not"):
-        rdf4j.decode_value(text, "subj")
+        parameters.decode_value(text, "subj")
 
 
 def test_positions_are_checked():
     with raises(400, "parameter 'subj' must be an IRI or a blank node"):
-        rdf4j.decode_resource('"lit"', "subj")
+        parameters.decode_resource('"lit"', "subj")
     with raises(400, "parameter 'pred' must be an IRI"):
-        rdf4j.decode_iri("_:b", "pred")
-    assert rdf4j.decode_context("null") == ox.DefaultGraph()
-    assert rdf4j.decode_context("<http://g>") == N("http://g")
+        parameters.decode_iri("_:b", "pred")
+    assert parameters.decode_context("null") == ox.DefaultGraph()
+    assert parameters.decode_context("<http://g>") == N("http://g")
     with raises(400, "parameter 'context' must be an IRI or a blank node"):
-        rdf4j.decode_context('"g"')
+        parameters.decode_context('"g"')
 
 
 def test_encode_round_trip_is_canonical():
     for text in ["<http://e/s>", "_:b", '"x"@en', '"x\\ny"',
                  '"1"^^<http://www.w3.org/2001/XMLSchema#integer>']:
-        assert rdf4j.encode_value(rdf4j.decode_value(text)) == text
-    assert rdf4j.encode_value(ox.DefaultGraph()) == "null"
-    assert rdf4j.encode_value(None) is None
+        assert parameters.encode_value(parameters.decode_value(text)) == text
+    assert parameters.encode_value(ox.DefaultGraph()) == "null"
+    assert parameters.encode_value(None) is None
     # The explicit xsd:string datatype is the plain literal.
-    assert rdf4j.encode_value(rdf4j.decode_value(
+    assert parameters.encode_value(parameters.decode_value(
         '"x"^^<http://www.w3.org/2001/XMLSchema#string>')) == '"x"'
 
 
@@ -125,7 +125,7 @@ def test_encode_round_trip_is_canonical():
      QR.XML),
     # RDF4J's HTTPRepository asks for its binary table first
     ("application/x-binary-rdf-results-table, application/sparql-results+xml;q=0.8, */*;q=0.1",
-     "application/x-binary-rdf-results-table", rdf4j.BINARY_RESULTS),
+     "application/x-binary-rdf-results-table", negotiation.BINARY_RESULTS),
     ("text/*", "text/csv", QR.CSV),
     # SPARQLWrapper's JSON Accept
     ("application/sparql-results+json,application/json,text/javascript,application/javascript",
@@ -134,17 +134,17 @@ def test_encode_round_trip_is_canonical():
     ("text/tab-separated-values, text/csv", "text/tab-separated-values", QR.TSV),
 ])
 def test_tuple_negotiation(accept, media, fmt):
-    neg = rdf4j.negotiate_tuple_format(accept)
+    neg = negotiation.negotiate_tuple_format(accept)
     assert (neg.media_type, neg.format) == (media, fmt)
 
 
 def test_negotiation_refuses_unsupported_formats():
     with raises(406, "unsupported query result format 'foo/bar'"):
-        rdf4j.negotiate_tuple_format("foo/bar")
+        negotiation.negotiate_tuple_format("foo/bar")
     with raises(406, "unsupported query result format"):
-        rdf4j.negotiate_tuple_format("application/sparql-results+json;q=0")
+        negotiation.negotiate_tuple_format("application/sparql-results+json;q=0")
     with raises(406, "unsupported RDF format 'application/sparql-results+json'"):
-        rdf4j.negotiate_rdf_format("application/sparql-results+json")
+        negotiation.negotiate_rdf_format("application/sparql-results+json")
 
 
 @pytest.mark.parametrize(("accept", "fmt"), [
@@ -157,42 +157,42 @@ def test_negotiation_refuses_unsupported_formats():
     ("application/sparql-results+xml, application/rdf+xml", RF.RDF_XML),
 ])
 def test_rdf_negotiation(accept, fmt):
-    neg = rdf4j.negotiate_rdf_format(accept)
+    neg = negotiation.negotiate_rdf_format(accept)
     assert neg.format == fmt
     assert neg.media_type == accept.split(", ")[-1]
 
 
 def test_rdf_defaults_keep_graph_names_for_statements():
-    assert rdf4j.negotiate_rdf_format(None).format == RF.TURTLE
-    assert rdf4j.negotiate_rdf_format("*/*", dataset=True).format == RF.N_QUADS
-    assert rdf4j.negotiate_rdf_format(None, dataset=True).supports_datasets
-    assert rdf4j.negotiate_rdf_format("text/turtle", dataset=True).format == RF.TURTLE
+    assert negotiation.negotiate_rdf_format(None).format == RF.TURTLE
+    assert negotiation.negotiate_rdf_format("*/*", dataset=True).format == RF.N_QUADS
+    assert negotiation.negotiate_rdf_format(None, dataset=True).supports_datasets
+    assert negotiation.negotiate_rdf_format("text/turtle", dataset=True).format == RF.TURTLE
 
 
 def test_boolean_negotiation_has_text_boolean():
-    neg = rdf4j.negotiate_boolean_format("text/boolean")
-    assert rdf4j.serialize_boolean(True, neg) == b"true"
+    neg = negotiation.negotiate_boolean_format("text/boolean")
+    assert results.serialize_boolean(True, neg) == b"true"
     for accept in ("application/sparql-results+json", "application/sparql-results+xml"):
-        neg = rdf4j.negotiate_boolean_format(accept)
+        neg = negotiation.negotiate_boolean_format(accept)
         for value in (True, False):
-            parsed = ox.parse_query_results(rdf4j.serialize_boolean(value, neg),
+            parsed = ox.parse_query_results(results.serialize_boolean(value, neg),
                                             format=neg.format)
             assert bool(parsed) is value
 
 
 def test_content_type_of_text_formats_has_charset():
-    assert rdf4j.negotiate_tuple_format("text/csv").content_type == "text/csv; charset=utf-8"
-    assert rdf4j.negotiate_rdf_format("application/ld+json").content_type == \
+    assert negotiation.negotiate_tuple_format("text/csv").content_type == "text/csv; charset=utf-8"
+    assert negotiation.negotiate_rdf_format("application/ld+json").content_type == \
         "application/ld+json"
 
 
 def test_body_format():
-    assert rdf4j.rdf_format_of_body("application/x-turtle; charset=utf-8") == RF.TURTLE
-    assert rdf4j.rdf_format_of_body("text/plain") == RF.N_TRIPLES
+    assert negotiation.rdf_format_of_body("application/x-turtle; charset=utf-8") == RF.TURTLE
+    assert negotiation.rdf_format_of_body("text/plain") == RF.N_TRIPLES
     with raises(415, "unsupported RDF format 'application/x-rdftransaction'"):
-        rdf4j.rdf_format_of_body("application/x-rdftransaction")
+        negotiation.rdf_format_of_body("application/x-rdftransaction")
     with raises(415, "no Content-Type"):
-        rdf4j.rdf_format_of_body(None)
+        negotiation.rdf_format_of_body(None)
 
 
 # ---- queries ----
@@ -204,7 +204,7 @@ def test_query_by_get_with_dataset_bindings_and_timeout():
               ("default-graph-uri", "null"), ("named-graph-uri", "http://g2"),
               ("timeout", "2.5"), ("$s", "<http://e/s>"), ("$unused", '"x"'),
               ("format", "json"), ("output", "json"))  # SPARQLWrapper's extras: ignored
-    q = rdf4j.parse_query_request("GET", params)
+    q = reads.parse_query_request("GET", params)
     assert q.infer is False
     assert q.timeout_s == 2.5
     kwargs = q.query_kwargs()
@@ -215,23 +215,23 @@ def test_query_by_get_with_dataset_bindings_and_timeout():
 
 
 def test_query_dataset_defaults():
-    q = rdf4j.parse_query_request("GET", (("query", "ASK {}"),))
+    q = reads.parse_query_request("GET", (("query", "ASK {}"),))
     assert q.query_kwargs() == {}
     # only named graphs: the default graph is empty (SPARQL 1.1 Protocol)
-    q = rdf4j.parse_query_request("GET", (("query", "ASK {}"), ("named-graph-uri", "http://g")))
+    q = reads.parse_query_request("GET", (("query", "ASK {}"), ("named-graph-uri", "http://g")))
     assert q.query_kwargs() == {"default_graph": [], "named_graphs": [N("http://g")]}
-    q = rdf4j.parse_query_request("GET", (("query", "ASK {}"), ("timeout", "0")))
+    q = reads.parse_query_request("GET", (("query", "ASK {}"), ("timeout", "0")))
     assert q.timeout_s is None  # RDF4J: 0 means no limit
 
 
 def test_query_by_post():
     body = "SELECT * WHERE { ?s ?p \"café\" }".encode()
-    q = rdf4j.parse_query_request("POST", (("default-graph-uri", "http://g"),), body,
+    q = reads.parse_query_request("POST", (("default-graph-uri", "http://g"),), body,
                                   "application/sparql-query; charset=utf-8")
     assert q.query == body.decode()
     assert q.query_kwargs()["default_graph"] == [N("http://g")]
-    form = rdf4j.parse_params(b"", b"query=ASK+%7B%7D", "application/x-www-form-urlencoded")
-    assert rdf4j.parse_query_request("POST", form, b"query=ASK+%7B%7D",
+    form = parameters.parse_params(b"", b"query=ASK+%7B%7D", "application/x-www-form-urlencoded")
+    assert reads.parse_query_request("POST", form, b"query=ASK+%7B%7D",
                                      "application/x-www-form-urlencoded").query == "ASK {}"
 
 
@@ -256,7 +256,7 @@ def test_query_by_post():
 ])
 def test_query_request_errors(method, params, body, ctype, status, fragment):
     with raises(status, fragment):
-        rdf4j.parse_query_request(method, params, body, ctype)
+        reads.parse_query_request(method, params, body, ctype)
 
 
 @pytest.mark.parametrize(("text", "keyword"), [
@@ -268,28 +268,28 @@ def test_query_request_errors(method, params, body, ctype, status, fragment):
     ("{", None),
 ])
 def test_sparql_keyword(text, keyword):
-    assert rdf4j.sparql_keyword(text) == keyword
+    assert reads.sparql_keyword(text) == keyword
 
 
 # ---- statement patterns ----
 
 
 def test_statement_pattern():
-    p = rdf4j.parse_statement_pattern((("subj", "<http://s>"), ("obj", '"o"@en'),
+    p = reads.parse_statement_pattern((("subj", "<http://s>"), ("obj", '"o"@en'),
                                        ("context", "null"), ("context", "<http://g>"),
                                        ("context", "null")))
     assert p.subject == N("http://s")
     assert p.predicate is None
     assert p.object == ox.Literal("o", language="en")
     assert p.graph_names() == [ox.DefaultGraph(), N("http://g")]
-    assert rdf4j.parse_statement_pattern(()).graph_names() == [None]
+    assert reads.parse_statement_pattern(()).graph_names() == [None]
 
 
 def test_statement_pattern_errors():
     with raises(400, "parameter 'subj' is not an N-Triples encoded value: 'http://s'"):
-        rdf4j.parse_statement_pattern((("subj", "http://s"),))
+        reads.parse_statement_pattern((("subj", "http://s"),))
     with raises(400, "parameter 'pred' must be an IRI"):
-        rdf4j.parse_statement_pattern((("pred", '"p"'),))
+        reads.parse_statement_pattern((("pred", '"p"'),))
 
 
 # ---- writes -> operations ----
@@ -298,15 +298,15 @@ TTL = "@prefix ex: <http://e/> . ex:s ex:p ex:o ."
 
 
 def test_post_update_by_form_and_by_body():
-    assert rdf4j.statements_write("POST", (("update", "CLEAR ALL"), ("baseURI", "http://b/"))) \
+    assert writes.statements_write("POST", (("update", "CLEAR ALL"), ("baseURI", "http://b/"))) \
         == [{"type": "update", "update": "CLEAR ALL", "base_iri": "http://b/"}]
-    assert rdf4j.statements_write("POST", (), b"CLEAR DEFAULT",
+    assert writes.statements_write("POST", (), b"CLEAR DEFAULT",
                                   "application/sparql-update") == \
         [{"type": "update", "update": "CLEAR DEFAULT", "base_iri": None}]
 
 
 def test_post_rdf_body_with_contexts():
-    ops = rdf4j.statements_write("POST", (("context", "<http://g>"), ("context", "null")),
+    ops = writes.statements_write("POST", (("context", "<http://g>"), ("context", "null")),
                                  TTL.encode(), "application/x-turtle")
     assert ops == [{"type": "add", "data": TTL, "format": "text/turtle",
                     "contexts": ["<http://g>", "null"], "base_iri": None}]
@@ -314,18 +314,18 @@ def test_post_rdf_body_with_contexts():
 
 
 def test_put_replaces_and_delete_removes_by_pattern():
-    ops = rdf4j.statements_write("PUT", (("context", "<http://g>"),), TTL.encode(),
+    ops = writes.statements_write("PUT", (("context", "<http://g>"),), TTL.encode(),
                                  "text/turtle")
     assert ops[0] == {"type": "remove", "subject": None, "predicate": None, "object": None,
                       "contexts": ["<http://g>"]}
     assert ops[1]["type"] == "add" and ops[1]["contexts"] == ["<http://g>"]
     # PUT without context replaces everything
-    assert rdf4j.statements_write("PUT", (), TTL.encode(), "text/turtle")[0]["contexts"] is None
-    ops = rdf4j.statements_write("DELETE", (("subj", "<http://s>"), ("obj", '"1"'),
+    assert writes.statements_write("PUT", (), TTL.encode(), "text/turtle")[0]["contexts"] is None
+    ops = writes.statements_write("DELETE", (("subj", "<http://s>"), ("obj", '"1"'),
                                             ("context", "null")))
     assert ops == [{"type": "remove", "subject": "<http://s>", "predicate": None,
                     "object": '"1"', "contexts": ["null"]}]
-    assert rdf4j.statements_write("DELETE", ()) == [rdf4j.clear_operation()]
+    assert writes.statements_write("DELETE", ()) == [writes.clear_operation()]
 
 
 @pytest.mark.parametrize(("method", "params", "body", "ctype", "status", "fragment"), [
@@ -347,54 +347,54 @@ def test_put_replaces_and_delete_removes_by_pattern():
 ])
 def test_statement_write_errors(method, params, body, ctype, status, fragment):
     with raises(status, fragment):
-        rdf4j.statements_write(method, params, body, ctype)
+        writes.statements_write(method, params, body, ctype)
 
 
 def test_namespaces():
-    assert rdf4j.namespace_write("PUT", "ex", b" http://e/\n") == \
+    assert writes.namespace_write("PUT", "ex", b" http://e/\n") == \
         [{"type": "namespace", "prefix": "ex", "namespace": "http://e/"}]
-    assert rdf4j.namespace_write("DELETE", "ex") == \
+    assert writes.namespace_write("DELETE", "ex") == \
         [{"type": "namespace", "prefix": "ex", "namespace": None}]
-    assert rdf4j.clear_namespaces_operation() == {"type": "clear_namespaces"}
+    assert writes.clear_namespaces_operation() == {"type": "clear_namespaces"}
     with raises(400, "'1x' is not a valid namespace prefix"):
-        rdf4j.namespace_write("PUT", "1x", b"http://e/")
+        writes.namespace_write("PUT", "1x", b"http://e/")
     with raises(400, "namespace is not an absolute IRI"):
-        rdf4j.namespace_write("PUT", "ex", b"e/")
+        writes.namespace_write("PUT", "ex", b"e/")
     with raises(400, "missing namespace IRI"):
-        rdf4j.namespace_write("PUT", "ex", b"")
+        writes.namespace_write("PUT", "ex", b"")
 
 
 def test_graph_store():
-    assert rdf4j.graph_store_target((("graph", "http://g"),)) == N("http://g")
-    assert rdf4j.graph_store_target((("default", ""),)) == ox.DefaultGraph()
-    assert rdf4j.graph_store_target((("graph", "default"),)) == ox.DefaultGraph()
+    assert writes.graph_store_target((("graph", "http://g"),)) == N("http://g")
+    assert writes.graph_store_target((("default", ""),)) == ox.DefaultGraph()
+    assert writes.graph_store_target((("graph", "default"),)) == ox.DefaultGraph()
     with raises(400, "missing parameter 'graph'"):
-        rdf4j.graph_store_target(())
+        writes.graph_store_target(())
     with raises(400, "not both"):
-        rdf4j.graph_store_target((("graph", "http://g"), ("default", "")))
-    put = rdf4j.graph_store_write("PUT", N("http://g"), (), TTL.encode(), "text/turtle")
+        writes.graph_store_target((("graph", "http://g"), ("default", "")))
+    put = writes.graph_store_write("PUT", N("http://g"), (), TTL.encode(), "text/turtle")
     assert [op["type"] for op in put] == ["remove", "add"]
     assert all(op["contexts"] == ["<http://g>"] for op in put)
-    post = rdf4j.graph_store_write("POST", ox.DefaultGraph(), (), TTL.encode(), "text/turtle")
+    post = writes.graph_store_write("POST", ox.DefaultGraph(), (), TTL.encode(), "text/turtle")
     assert post[0]["contexts"] == ["null"]
-    assert rdf4j.graph_store_write("DELETE", N("http://g"), ()) == \
-        [rdf4j.clear_operation([N("http://g")])]
+    assert writes.graph_store_write("DELETE", N("http://g"), ()) == \
+        [writes.clear_operation([N("http://g")])]
 
 
 # ---- transactions ----
 
 
 def test_transaction_accumulates_and_commits():
-    tx = rdf4j.PendingTransaction("t1")
-    add = rdf4j.parse_transaction_step((("action", "ADD"), ("context", "<http://g>")),
+    tx = transactions.PendingTransaction("t1")
+    add = transactions.parse_transaction_step((("action", "ADD"), ("context", "<http://g>")),
                                        TTL.encode(), "text/turtle")
-    update = rdf4j.parse_transaction_step((("action", "UPDATE"), ("update", "CLEAR ALL")))
-    delete = rdf4j.parse_transaction_step((("action", "DELETE"), ("subj", "<http://s>")))
+    update = transactions.parse_transaction_step((("action", "UPDATE"), ("update", "CLEAR ALL")))
+    delete = transactions.parse_transaction_step((("action", "DELETE"), ("subj", "<http://s>")))
     assert tx.record(add) is None
     assert tx.record(update) is None
-    assert tx.record(rdf4j.parse_transaction_step((("action", "PING"),))) is None
+    assert tx.record(transactions.parse_transaction_step((("action", "PING"),))) is None
     assert tx.record(delete) is None
-    ops = tx.record(rdf4j.parse_transaction_step((("action", "commit"),)))
+    ops = tx.record(transactions.parse_transaction_step((("action", "commit"),)))
     assert [op["type"] for op in ops] == ["add", "update", "remove"]
     assert ops[2]["subject"] == "<http://s>"
     with raises(409, "already closed"):
@@ -403,7 +403,7 @@ def test_transaction_accumulates_and_commits():
 
 def test_transaction_delete_with_body_removes_each_statement():
     body = b"<http://s> <http://p> _:b <http://g> .\n<http://s> <http://p> \"x\" .\n"
-    step = rdf4j.parse_transaction_step((("action", "DELETE"),), body, "application/n-quads")
+    step = transactions.parse_transaction_step((("action", "DELETE"),), body, "application/n-quads")
     assert list(step.operations) == [
         {"type": "remove", "subject": "<http://s>", "predicate": "<http://p>",
          "object": "_:b", "contexts": ["<http://g>"]},
@@ -413,22 +413,22 @@ def test_transaction_delete_with_body_removes_each_statement():
 
 
 def test_transaction_rollback_and_errors():
-    tx = rdf4j.PendingTransaction("t2")
-    tx.record(rdf4j.parse_transaction_step((("action", "UPDATE"),), b"CLEAR ALL",
+    tx = transactions.PendingTransaction("t2")
+    tx.record(transactions.parse_transaction_step((("action", "UPDATE"),), b"CLEAR ALL",
                                            "application/sparql-update"))
-    tx.record(rdf4j.TransactionStep("ROLLBACK"))
+    tx.record(transactions.TransactionStep("ROLLBACK"))
     assert tx.closed and tx.operations == []
     with raises(400, "missing parameter 'action'"):
-        rdf4j.parse_transaction_step(())
+        transactions.parse_transaction_step(())
     with raises(400, "unknown transaction action 'EXPLODE'"):
-        rdf4j.parse_transaction_step((("action", "explode"),))
+        transactions.parse_transaction_step((("action", "explode"),))
     with raises(400, "needs an 'update' parameter"):
-        rdf4j.parse_transaction_step((("action", "UPDATE"),))
+        transactions.parse_transaction_step((("action", "UPDATE"),))
     # Reads are answered by the HTTP shell over the pending operations: nothing recorded.
-    reading = rdf4j.PendingTransaction("t3", [{"type": "clear_namespaces"}])
-    assert reading.record(rdf4j.TransactionStep("QUERY")) is None
+    reading = transactions.PendingTransaction("t3", [{"type": "clear_namespaces"}])
+    assert reading.record(transactions.TransactionStep("QUERY")) is None
     assert reading.operations == [{"type": "clear_namespaces"}] and not reading.closed
-    assert rdf4j.transaction_location("http://h/repositories/r/transactions/", "abc") == \
+    assert transactions.transaction_location("http://h/repositories/r/transactions/", "abc") == \
         "http://h/repositories/r/transactions/abc"
 
 
@@ -436,13 +436,13 @@ def test_transaction_rollback_and_errors():
 
 ROWS = [
     (N("http://e/a"), ox.Literal("plain"), ox.Literal("x,\"y\"\nz", language="en")),
-    (ox.BlankNode("b0"), None, ox.Literal("1", datatype=N(rdf4j.XSD_BOOLEAN))),
+    (ox.BlankNode("b0"), None, ox.Literal("1", datatype=N(results.XSD_BOOLEAN))),
 ]
 
 
 @pytest.mark.parametrize("fmt", [QR.JSON, QR.XML, QR.TSV])
 def test_serialize_table_parses_back(fmt):
-    data = rdf4j.serialize_table(("a", "b", "c"), ROWS, fmt)
+    data = results.serialize_table(("a", "b", "c"), ROWS, fmt)
     parsed = ox.parse_query_results(data, format=fmt)
     assert [v.value for v in parsed.variables] == ["a", "b", "c"]
     assert [tuple(s[v] for v in ("a", "b", "c")) for s in parsed] == [tuple(r) for r in ROWS]
@@ -450,15 +450,15 @@ def test_serialize_table_parses_back(fmt):
 
 def test_serialize_table_csv_keeps_lexical_forms():
     # pyoxigraph refuses to parse CSV results (lossy): read them with the csv module.
-    data = rdf4j.serialize_table(("a", "b", "c"), ROWS, QR.CSV).decode()
+    data = results.serialize_table(("a", "b", "c"), ROWS, QR.CSV).decode()
     assert list(csv.reader(io.StringIO(data, newline=""))) == [
         ["a", "b", "c"], ["http://e/a", "plain", "x,\"y\"\nz"], ["_:b0", "", "1"]]
 
 
 def test_repository_list_rows():
-    rows = rdf4j.repository_list_rows("http://h/repositories/", [("r", "T", True, False)])
+    rows = results.repository_list_rows("http://h/repositories/", [("r", "T", True, False)])
     parsed = list(ox.parse_query_results(
-        rdf4j.serialize_table(rdf4j.REPOSITORY_LIST_VARIABLES, rows, QR.JSON), format=QR.JSON))
+        results.serialize_table(results.REPOSITORY_LIST_VARIABLES, rows, QR.JSON), format=QR.JSON))
     assert parsed[0]["uri"] == N("http://h/repositories/r")
     assert parsed[0]["id"].value == "r"
     assert parsed[0]["readable"].value == "true"
@@ -468,12 +468,12 @@ def test_repository_list_rows():
 # ---- open transactions (both endpoints share the registry) ----
 
 
-def _step(query: str, body: bytes = b"", ctype: str | None = None) -> rdf4j.TransactionStep:
-    return rdf4j.parse_transaction_step(rdf4j.parse_params(query.encode()), body, ctype)
+def _step(query: str, body: bytes = b"", ctype: str | None = None) -> transactions.TransactionStep:
+    return transactions.parse_transaction_step(parameters.parse_params(query.encode()), body, ctype)
 
 
 def test_transaction_registry_runs_steps_until_commit_then_forgets():
-    reg = rdf4j.TransactionRegistry()
+    reg = transactions.TransactionRegistry()
     txid = reg.begin()
     tx = reg.get(txid)
     assert reg.record(tx, _step("action=UPDATE&update=INSERT DATA { <urn:a> <urn:b> 1 }")) \
@@ -489,7 +489,7 @@ def test_transaction_registry_runs_steps_until_commit_then_forgets():
 
 def test_transaction_registry_rollback_and_idle_transactions_are_forgotten():
     now = [0.0]
-    reg = rdf4j.TransactionRegistry(idle_s=60, clock=lambda: now[0])
+    reg = transactions.TransactionRegistry(idle_s=60, clock=lambda: now[0])
     rolled, idle, busy = reg.begin(), reg.begin(), reg.begin()
     assert reg.get(rolled, rollback=True).closed
     with pytest.raises(ProtocolError):

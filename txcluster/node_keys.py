@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import query_limits, tls
 from txcluster.properties import (
     Key,
@@ -18,7 +19,6 @@ from txcluster.properties import (
     parse_path,
     parse_repository_id,
 )
-from txcluster.rdf4j import TRANSACTION_IDLE_S
 
 
 def parse_transaction_idle_timeout(text: str) -> float:

@@ -9,7 +9,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from txcluster import http_server, rdf4j, tls
+from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
+from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import rdf4j_router
@@ -23,7 +24,7 @@ log = logging.getLogger("txcluster.worker")
 def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                title: str = "txcluster worker",
                client_tls: ssl.SSLContext | None = None,
-               transaction_idle_s: float = rdf4j.TRANSACTION_IDLE_S,
+               transaction_idle_s: float = TRANSACTION_IDLE_S,
                limits: QueryLimits | None = None) -> FastAPI:
     """``node``: the Host headers this worker answers signed requests for; ``limits``:
     query timeout and concurrent query processes (query_isolation.py)."""

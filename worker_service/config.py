@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import node_keys, query_limits, tls
 from txcluster.auth import parse_advertised_hosts
 from txcluster.properties import (
@@ -18,7 +19,6 @@ from txcluster.properties import (
     parse_path,
     read_properties,
 )
-from txcluster.rdf4j import TRANSACTION_IDLE_S
 from worker_service import query_isolation
 
 SCHEMA = Schema((

@@ -1,13 +1,15 @@
 """Client facade of a master: the RDF4J REST protocol, so unchanged clients see one
 repository (cluster-basics.txt: "the master repository fully implements the RDF4J API").
 
-Reads are forwarded to one worker that has applied every write this master acknowledged
-before the read arrived (read-your-writes, core.py), chosen by the read router (fewest
-running queries), and re-sent to another on a lost connection; a query that timed out
-(query-timeout-s, the client's ``timeout``) is answered as such, never re-sent; a query
-FROM the control-query graph goes to every worker. Writes become transaction operations
-(txcluster.rdf4j, the same translation a worker uses) and go through the cluster's write
-path.
+The routes are the protocol's one route table (rdf4j_protocol/routes.py), mounted here
+over the master's backend. Reads are forwarded as they came to one worker that has
+applied every write this master acknowledged before the read arrived (read-your-writes,
+core.py), chosen by the read router (fewest running queries), and re-sent to another on a
+lost connection; a query that timed out (query-timeout-s, the client's ``timeout``) is
+answered as such, never re-sent; a query FROM the control-query graph goes to every
+worker. Writes become transaction operations (rdf4j_protocol.writes, the same translation
+a worker uses) and go through the cluster's write path. Clients authenticate with HTTP
+basic auth when a client-auth-file is configured (read and write roles).
 """
 
 from __future__ import annotations
@@ -19,18 +21,21 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from functools import wraps
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 
 from master_service.cluster.core import Cluster, NotWritable, Worker, WriteFailed
 from master_service.cluster.worker_client import WorkerUnavailable
-from txcluster import query_limits, rdf4j
+from rdf4j_protocol.parameters import GraphName, Params, ProtocolError, parse_params, single_param
+from rdf4j_protocol.routes import Backend, rdf4j_routes
+from rdf4j_protocol.routes import text as _text
+from rdf4j_protocol.transactions import TransactionRegistry
+from txcluster import query_limits
 from txcluster.query_limits import wait_for_disconnect
-from txcluster.rdf4j import ProtocolError
 
 log = logging.getLogger("txcluster.master.api")
 
@@ -41,10 +46,6 @@ LOCAL_CONSISTENCY = "x-graphdb-local-consistency"
 QUERY_WAIT_MARGIN_S = 5.0
 # Headers of a worker's answer worth passing on to the client.
 PASS_HEADERS = ("content-type", "content-disposition", "vary")
-
-
-def _text(status: int, message: str) -> Response:
-    return PlainTextResponse(message, status_code=status)
 
 
 class ClientAuth:
@@ -87,71 +88,85 @@ class ClientAuth:
 
 def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                   auth: ClientAuth,
-                  transactions: rdf4j.TransactionRegistry | None = None) -> APIRouter:
+                  transactions: TransactionRegistry | None = None) -> APIRouter:
     """``transactions``: the open RDF4J transactions (the service sweeps idle ones)."""
-    router = APIRouter()
-    transactions = transactions if transactions is not None else rdf4j.TransactionRegistry()
+    transactions = transactions if transactions is not None else TransactionRegistry()
+    return rdf4j_routes(MasterBackend(cluster_provider, repository_id, auth), transactions)
 
-    def handler(endpoint: Callable) -> Callable:
-        @wraps(endpoint)
-        async def wrapped(request: Request) -> Response:
-            if (problem := rdf4j.path_problem(request.scope["path"])) is not None:
-                return _text(400, problem)
-            try:
-                return await endpoint(request)
-            except ProtocolError as exc:
-                return _text(exc.status, exc.message)
-            except (NotWritable, WriteFailed) as exc:
-                return _text(exc.status, str(exc))
-            except Exception as exc:
-                log.exception("%s %s failed", request.method, request.url.path)
-                return _text(500, f"internal error: {type(exc).__name__}: {exc}")
-        return wrapped
 
-    def check_repo(request: Request) -> None:
+class MasterBackend(Backend):
+    """The master under the RDF4J route table: reads go to workers, writes to the
+    cluster's write path."""
+
+    log = log
+    route_prefix = "client"
+
+    def __init__(self, cluster_provider: Callable[[], Cluster], repository_id: str,
+                 auth: ClientAuth) -> None:
+        self.cluster_provider = cluster_provider
+        self.repository_id = repository_id
+        self.auth = auth
+        # Workers holding a view for a transaction's reads (worker_service/tx_view.py):
+        # told when it ends, so its private store goes at once rather than after the
+        # idle time.
+        self.view_holders: dict[str, set[str]] = {}
+
+    def repository(self, request: Request) -> None:
         rid = request.path_params.get("repo_id")
-        if rid is not None and rid != repository_id:
+        if rid is not None and rid != self.repository_id:
             raise ProtocolError(404, f"unknown repository '{rid}'")
 
-    # ---- reads ----
+    def repositories(self) -> list[tuple[str, str, bool, bool]]:
+        writable = self.cluster_provider().writable_reason() is None
+        return [(self.repository_id, f"txcluster cluster repository {self.repository_id}",
+                 True, writable)]
 
-    def query_timeout(request: Request, target: str, query: bytes,
+    def read_denied(self, request: Request) -> Response | None:
+        return self.auth.problem(request, need_write=False)
+
+    async def write_denied(self, request: Request) -> Response | None:
+        return self.auth.problem(request, need_write=True)
+
+    def error_status(self, exc: Exception) -> int | None:
+        return exc.status if isinstance(exc, NotWritable | WriteFailed) else None
+
+    # ---- reads: forwarded as they came ----
+
+    async def query(self, request: Request, repo: Any) -> Response:
+        return await self.forward_read(request)
+
+    statements = size = contexts = namespaces = query
+
+    async def namespace(self, request: Request, repo: Any, prefix: str) -> Response:
+        return await self.forward_read(request)
+
+    async def graph(self, request: Request, repo: Any, graph: GraphName,
+                    named_by_url: bool) -> Response:
+        if not named_by_url:
+            return await self.forward_read(request)
+        # The graph IRI is the URL the client used, this master's; a worker would take
+        # its own URL, so the read names the graph explicitly.
+        return await self.forward_read(
+            request, f"/repositories/{self.repository_id}/rdf-graphs/service",
+            urlencode({"graph": graph.value}, quote_via=quote).encode())
+
+    def query_timeout(self, request: Request, target: str, query: bytes,
                       body: bytes) -> float | None:
         """The timeout of a query (txcluster/query_limits.py): the smaller of the
         client's ``timeout`` and this master's query-timeout-s; None for other reads. A
         ``timeout`` that does not parse is left to the worker to refuse (400)."""
-        if target != f"/repositories/{repository_id}":
+        if target != f"/repositories/{self.repository_id}":
             return None
         cap = getattr(request.app.state, "query_timeout_s",
                       query_limits.DEFAULT_QUERY_TIMEOUT_S)
         try:
-            params = rdf4j.parse_params(query, body, request.headers.get("content-type"))
-            asked = query_limits.parse_timeout(rdf4j.single_param(params, "timeout"),
-                                               "timeout")
+            params = parse_params(query, body, request.headers.get("content-type"))
+            asked = query_limits.parse_timeout(single_param(params, "timeout"), "timeout")
         except (ProtocolError, ValueError):
             asked = None
         return query_limits.effective_timeout(cap, asked)
 
-    async def read_unless_gone(request: Request, read: Awaitable,
-                               wait_s: float | None) -> tuple | None:
-        """The worker's answer to ``read``; None when the client went away first: the read
-        is cancelled, which closes its connection to the worker, whose query process is
-        then killed (worker_service/query_process.py). TimeoutError after ``wait_s``."""
-        answer = asyncio.ensure_future(read)
-        gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
-        try:
-            done, _ = await asyncio.wait({answer, gone}, timeout=wait_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if answer in done:
-                return answer.result()
-            if gone in done:
-                return None
-            raise TimeoutError
-        finally:
-            answer.cancel()
-            gone.cancel()
-
-    async def forward_read(request: Request, target: str | None = None,
+    async def forward_read(self, request: Request, target: str | None = None,
                            query: bytes | None = None) -> Response:
         """Send a read to one worker; on a lost connection, to another. A query is sent
         with its timeout (the worker stops it there) and waited for that long plus a
@@ -159,10 +174,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         and one whose client went away is abandoned. ``target`` / ``query``: another path
         and query string for the worker than the client's (a graph named by this
         master's URL)."""
-        check_repo(request)
-        if (denied := auth.problem(request, need_write=False)) is not None:
-            return denied
-        cluster = cluster_provider()
+        cluster = self.cluster_provider()
         body = await request.body()
         headers = {k: v for k, v in request.headers.items()
                    if k in ("accept", "content-type", "accept-encoding")}
@@ -171,7 +183,7 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
         if _is_control_query(query, body):
             return await _to_every_worker(cluster, request.method, target, query, body,
                                           headers)
-        timeout_s = query_timeout(request, target, query, body)
+        timeout_s = self.query_timeout(request, target, query, body)
         wait_s = None  # other reads: request-timeout-s
         if timeout_s is not None:
             headers[query_limits.TIMEOUT_HEADER] = repr(timeout_s)
@@ -188,192 +200,33 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
 
         return await route_read(request, cluster, floor, send, timeout_s)
 
-    async def route_read(request: Request, cluster: Cluster, floor: int | None,
-                         send: Callable[[Worker], Awaitable], timeout_s: float | None
-                         ) -> Response:
-        """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost
-        connection or a 5xx, to another. ``timeout_s``: a query's timeout, waited for
-        with a margin and never re-sent once reached."""
-        wait_s = None if timeout_s is None else timeout_s + QUERY_WAIT_MARGIN_S
-        tried: set[str] = set()
-        refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
-        cluster.counters.running_reads += 1
-        try:
-            while True:
-                w = await cluster.reader_for(tried, floor)
-                if w is None:
-                    cluster.counters.failed_reads += 1
-                    if refusal is not None:
-                        return refusal
-                    if tried:
-                        why = "every available worker failed this read"
-                    elif floor is not None and cluster.readable():
-                        why = (f"no worker has applied the writes acknowledged before this "
-                               f"read (log position {floor}) within "
-                               f"{cluster.request_timeout:g} s")
-                    else:
-                        why = "no worker is available for reads"
-                    return _text(503, why)
-                tried.add(w.url)
-                started = time.monotonic()
-                try:
-                    answer = await read_unless_gone(request, send(w), wait_s)
-                except WorkerUnavailable as exc:
-                    cluster.router.done(w.url, time.monotonic() - started, ok=False)
-                    log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
-                    continue
-                except TimeoutError:
-                    cluster.router.done(w.url, time.monotonic() - started, ok=False)
-                    cluster.counters.failed_reads += 1
-                    log.warning("query on %s not answered within its timeout of %g s and a "
-                                "margin: not re-sent", w.url, timeout_s)
-                    return _text(query_limits.TIMED_OUT_STATUS,
-                                 query_limits.timed_out_message(timeout_s or 0.0))
-                if answer is None:
-                    cluster.router.done(w.url, time.monotonic() - started, ok=True)
-                    log.info("client of a read on %s went away: read abandoned", w.url)
-                    return Response(status_code=499)  # nobody reads it
-                status, resp_headers, content = answer
-                elapsed = time.monotonic() - started
-                timed_out = query_limits.TIMED_OUT_HEADER in resp_headers
-                ok = status < 500 or timed_out
-                cluster.router.done(w.url, elapsed, ok=ok)
-                if not ok:
-                    log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
-                    refusal = Response(content, status_code=status, headers={
-                        k: v for k, v in resp_headers.items() if k in PASS_HEADERS})
-                    continue
-                if timed_out:  # the worker's answer goes to the client as it is
-                    cluster.counters.failed_reads += 1
-                else:
-                    cluster.counters.completed_reads += 1
-                    cluster.counters.read_time_s += elapsed
-                out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
-                return Response(content, status_code=status, headers=out)
-        finally:
-            cluster.counters.running_reads -= 1
+    # ---- writes: the cluster's write path ----
 
-    # ---- writes ----
+    async def write(self, repo: Any, operations: list[dict]) -> None:
+        if operations:  # an empty transaction commits nothing
+            await self.cluster_provider().write(operations)
 
-    async def run_write(request: Request, operations: list[dict]) -> Response:
-        await cluster_provider().write(operations)
-        return Response(status_code=204)
+    # ---- reads inside a transaction ----
 
-    async def write_guard(request: Request) -> Response | None:
-        check_repo(request)
-        return auth.problem(request, need_write=True)
-
-    async def statements(request: Request) -> Response:
-        if request.method == "GET":
-            return await forward_read(request)
-        if (denied := await write_guard(request)) is not None:
-            return denied
-        body = await request.body()
-        ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-        return await run_write(request, rdf4j.statements_write(request.method, params, body,
-                                                               ctype))
-
-    async def namespaces(request: Request) -> Response:
-        if request.method == "GET":
-            return await forward_read(request)
-        if (denied := await write_guard(request)) is not None:
-            return denied
-        return await run_write(request, [rdf4j.clear_namespaces_operation()])
-
-    async def namespace(request: Request) -> Response:
-        if request.method == "GET":
-            return await forward_read(request)
-        if (denied := await write_guard(request)) is not None:
-            return denied
-        body = await request.body()
-        ops = rdf4j.namespace_write(request.method, request.path_params["prefix"], body,
-                                    request.headers.get("content-type"))
-        return await run_write(request, ops)
-
-    async def graph_store(request: Request, graph) -> Response:
-        if request.method in ("GET", "HEAD"):
-            return await forward_read(request)
-        if (denied := await write_guard(request)) is not None:
-            return denied
-        body = await request.body()
-        ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""))
-        return await run_write(request, rdf4j.graph_store_write(request.method, graph, params,
-                                                                body, ctype))
-
-    async def graph_service(request: Request) -> Response:
-        if request.method in ("GET", "HEAD"):
-            return await forward_read(request)
-        params = rdf4j.parse_params(request.scope.get("query_string", b""))
-        return await graph_store(request, rdf4j.graph_store_target(params))
-
-    async def graph_named(request: Request) -> Response:
-        # Indirect identification: the graph IRI is the URL the client used, this
-        # master's; a worker would take its own URL, so reads name the graph explicitly.
-        graph = rdf4j.check_iri(str(request.url.replace(query=None)), "graph")
-        if request.method in ("GET", "HEAD"):
-            return await forward_read(
-                request, f"/repositories/{repository_id}/rdf-graphs/service",
-                urlencode({"graph": graph.value}, quote_via=quote).encode())
-        return await graph_store(request, graph)
-
-    async def begin(request: Request) -> Response:
-        if (denied := await write_guard(request)) is not None:
-            return denied
-        txid = transactions.begin()
-        location = rdf4j.transaction_location(str(request.url.replace(query=None)), txid)
-        return Response(status_code=201, headers={"Location": location})
-
-    async def transaction(request: Request) -> Response:
-        if (denied := await write_guard(request)) is not None:
-            return denied
-        txid = request.path_params["txid"]
-        if request.method == "DELETE":
-            transactions.get(txid, rollback=True)
-            await end_views(txid)
-            return Response(status_code=204)
-        tx = transactions.get(txid)
-        body = await request.body()
-        ctype = request.headers.get("content-type")
-        params = rdf4j.parse_params(request.scope.get("query_string", b""), body, ctype)
-        step = rdf4j.parse_transaction_step(params, body, ctype)
-        if step.action == "PING":
-            # RDF4J's answer: the idle time (ms) after which the transaction is forgotten.
-            transactions.pending(tx)
-            return PlainTextResponse(str(int(transactions.idle_s * 1000)))
-        if step.action in rdf4j.READ_ACTIONS:
-            return await read_in_transaction(request, txid, transactions.pending(tx),
-                                             step.action, body, ctype)
-        to_execute = transactions.record(tx, step)
-        if tx.closed:
-            await end_views(txid)
-        if to_execute:
-            await cluster_provider().write(to_execute)
-        return Response(status_code=200)
-
-    # Workers holding a view for a transaction's reads (worker_service/tx_view.py): told
-    # when it ends, so its private store goes at once rather than after the idle time.
-    view_holders: dict[str, set[str]] = {}
-
-    async def end_views(txid: str) -> None:
-        for url in view_holders.pop(txid, ()):
-            w = cluster_provider().workers.get(url)
+    async def transaction_ended(self, txid: str) -> None:
+        for url in self.view_holders.pop(txid, ()):
+            w = self.cluster_provider().workers.get(url)
             if w is not None:
                 with contextlib.suppress(WorkerUnavailable):
                     await w.client.transaction_read({"txid": txid, "operations": [],
                                                      "action": "END"})
 
-    async def read_in_transaction(request: Request, txid: str, operations: list[dict],
-                                  action: str, body: bytes, ctype: str | None) -> Response:
-        """SIZE, GET (EXPORT) or QUERY inside an open transaction: the committed state
-        (read-your-writes, as every read) plus the transaction's pending operations, on
-        a worker's private view of it (worker_service/tx_view.py). With nothing pending it
-        is the plain read of the same thing."""
-        cluster = cluster_provider()
+    async def read_in_transaction(self, request: Request, repo: Any, txid: str,
+                                  operations: list[dict], action: str, params: Params,
+                                  body: bytes, content_type: str | None) -> Response:
+        """The committed state (read-your-writes, as every read) plus the transaction's
+        pending operations, on a worker's private view of it (worker_service/tx_view.py;
+        POST /cluster/transaction-read). With nothing pending it is the plain read of the
+        same thing."""
+        cluster = self.cluster_provider()
         query = _without_action(request.scope.get("query_string", b""))
         accept = request.headers.get("accept")
-        repo_path = f"/repositories/{repository_id}"
+        repo_path = f"/repositories/{self.repository_id}"
         if operations:
             try:
                 text = body.decode()
@@ -381,14 +234,15 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                 raise ProtocolError(400, "the body of a read inside a transaction must be "
                                          "UTF-8 text") from None
             payload = {"txid": txid, "operations": operations, "action": action,
-                       "query_string": query, "body": text, "content_type": ctype,
+                       "query_string": query, "body": text, "content_type": content_type,
                        "accept": accept}
 
             def send(w: Worker) -> Awaitable:
-                view_holders.setdefault(txid, set()).add(w.url)
+                self.view_holders.setdefault(txid, set()).add(w.url)
                 return w.client.transaction_read(payload)
         else:
-            headers = {k: v for k, v in (("accept", accept), ("content-type", ctype)) if v}
+            headers = {k: v for k, v in (("accept", accept), ("content-type", content_type))
+                       if v}
             target = {"SIZE": "/size", "QUERY": ""}.get(action, "/statements")
             method = "POST" if action == "QUERY" else "GET"
             url = f"{repo_path}{target}" + (f"?{query}" if query else "")
@@ -398,44 +252,90 @@ def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                                      headers)
         return await route_read(request, cluster, cluster.read_floor(), send, None)
 
-    async def protocol(request: Request) -> Response:
-        return PlainTextResponse(rdf4j.PROTOCOL_VERSION)
 
-    async def repositories(request: Request) -> Response:
-        if (denied := auth.problem(request, need_write=False)) is not None:
-            return denied
-        neg = rdf4j.negotiate_tuple_format(request.headers.get("accept"))
-        writable = cluster_provider().writable_reason() is None
-        rows = rdf4j.repository_list_rows(
-            str(request.url.replace(query=None)),
-            [(repository_id, f"txcluster cluster repository {repository_id}", True, writable)])
-        body = rdf4j.serialize_table(rdf4j.REPOSITORY_LIST_VARIABLES, rows, neg.format)
-        return Response(body, media_type=neg.content_type)
+async def read_unless_gone(request: Request, read: Awaitable,
+                           wait_s: float | None) -> tuple | None:
+    """The worker's answer to ``read``; None when the client went away first: the read
+    is cancelled, which closes its connection to the worker, whose query process is
+    then killed (worker_service/query_process.py). TimeoutError after ``wait_s``."""
+    answer = asyncio.ensure_future(read)
+    gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({answer, gone}, timeout=wait_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if answer in done:
+            return answer.result()
+        if gone in done:
+            return None
+        raise TimeoutError
+    finally:
+        answer.cancel()
+        gone.cancel()
 
-    async def query(request: Request) -> Response:
-        return await forward_read(request)
-
-    routes: list[tuple[str, Callable, list[str]]] = [
-        ("/protocol", protocol, ["GET"]),
-        ("/repositories", repositories, ["GET"]),
-        ("/repositories/{repo_id}", query, ["GET", "POST"]),
-        ("/repositories/{repo_id}/statements", statements, ["GET", "POST", "PUT", "DELETE"]),
-        ("/repositories/{repo_id}/size", query, ["GET"]),
-        ("/repositories/{repo_id}/contexts", query, ["GET"]),
-        ("/repositories/{repo_id}/namespaces", namespaces, ["GET", "DELETE"]),
-        ("/repositories/{repo_id}/namespaces/{prefix}", namespace, ["GET", "PUT", "DELETE"]),
-        ("/repositories/{repo_id}/rdf-graphs", query, ["GET"]),
-        ("/repositories/{repo_id}/rdf-graphs/service", graph_service,
-         ["GET", "PUT", "POST", "DELETE"]),
-        ("/repositories/{repo_id}/rdf-graphs/{name}", graph_named,
-         ["GET", "PUT", "POST", "DELETE"]),
-        ("/repositories/{repo_id}/transactions", begin, ["POST"]),
-        ("/repositories/{repo_id}/transactions/{txid}", transaction, ["PUT", "POST", "DELETE"]),
-    ]
-    for path, endpoint, methods in routes:
-        router.add_route(path, handler(endpoint), methods=methods,
-                         name=f"client_{endpoint.__name__}")
-    return router
+async def route_read(request: Request, cluster: Cluster, floor: int | None,
+                     send: Callable[[Worker], Awaitable], timeout_s: float | None
+                     ) -> Response:
+    """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost
+    connection or a 5xx, to another. ``timeout_s``: a query's timeout, waited for
+    with a margin and never re-sent once reached."""
+    wait_s = None if timeout_s is None else timeout_s + QUERY_WAIT_MARGIN_S
+    tried: set[str] = set()
+    refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
+    cluster.counters.running_reads += 1
+    try:
+        while True:
+            w = await cluster.reader_for(tried, floor)
+            if w is None:
+                cluster.counters.failed_reads += 1
+                if refusal is not None:
+                    return refusal
+                if tried:
+                    why = "every available worker failed this read"
+                elif floor is not None and cluster.readable():
+                    why = (f"no worker has applied the writes acknowledged before this "
+                           f"read (log position {floor}) within "
+                           f"{cluster.request_timeout:g} s")
+                else:
+                    why = "no worker is available for reads"
+                return _text(503, why)
+            tried.add(w.url)
+            started = time.monotonic()
+            try:
+                answer = await read_unless_gone(request, send(w), wait_s)
+            except WorkerUnavailable as exc:
+                cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
+                continue
+            except TimeoutError:
+                cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                cluster.counters.failed_reads += 1
+                log.warning("query on %s not answered within its timeout of %g s and a "
+                            "margin: not re-sent", w.url, timeout_s)
+                return _text(query_limits.TIMED_OUT_STATUS,
+                             query_limits.timed_out_message(timeout_s or 0.0))
+            if answer is None:
+                cluster.router.done(w.url, time.monotonic() - started, ok=True)
+                log.info("client of a read on %s went away: read abandoned", w.url)
+                return Response(status_code=499)  # nobody reads it
+            status, resp_headers, content = answer
+            elapsed = time.monotonic() - started
+            timed_out = query_limits.TIMED_OUT_HEADER in resp_headers
+            ok = status < 500 or timed_out
+            cluster.router.done(w.url, elapsed, ok=ok)
+            if not ok:
+                log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
+                refusal = Response(content, status_code=status, headers={
+                    k: v for k, v in resp_headers.items() if k in PASS_HEADERS})
+                continue
+            if timed_out:  # the worker's answer goes to the client as it is
+                cluster.counters.failed_reads += 1
+            else:
+                cluster.counters.completed_reads += 1
+                cluster.counters.read_time_s += elapsed
+            out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
+            return Response(content, status_code=status, headers=out)
+    finally:
+        cluster.counters.running_reads -= 1
 
 
 def _without_action(query_string: bytes) -> str:

@@ -16,7 +16,7 @@ import re
 import pyoxigraph as ox
 from hypothesis import strategies as st
 
-from txcluster import rdf4j
+from rdf4j_protocol import negotiation
 
 # ---- terms ----
 
@@ -217,10 +217,10 @@ def _serialize(quads: list[ox.Quad], fmt: ox.RdfFormat) -> bytes:
 
 @st.composite
 def rdf_bodies(draw) -> tuple[str, bytes]:
-    """(content type, body): a document in one of the accepted formats (rdf4j.RDF_FORMATS),
+    """(content type, body): a document in one of the accepted formats (negotiation.RDF_FORMATS),
     often damaged; sometimes a content type the endpoint does not accept, or with a
     charset parameter."""
-    negotiated = draw(st.sampled_from(rdf4j.RDF_FORMATS))
+    negotiated = draw(st.sampled_from(negotiation.RDF_FORMATS))
     ctype = negotiated.media_type
     body = _serialize(draw(ox_quads), negotiated.format)
     how = draw(st.sampled_from(["keep", "keep", "cut", "insert", "truncate", "bytes",

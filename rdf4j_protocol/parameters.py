@@ -1,0 +1,214 @@
+"""Request parameters of the RDF4J REST protocol and the SPARQL 1.1 Protocol, without IO.
+
+An HTTP shell hands over what it received (the query string, the body, the Content-Type);
+this module gives back the parameters as (name, value) pairs and decodes RDF4J's
+N-Triples encoded values (``subj``/``pred``/``obj``/``context`` and ``$var`` bindings).
+Everything malformed raises :class:`ProtocolError` with the HTTP status to answer and a
+message saying what is wrong.
+
+Parameter names follow the RDF4J server (``queryLn``, ``infer``, ``baseURI``, ``subj``,
+``pred``, ``obj``, ``context``, ``$var`` bindings, ``timeout`` in seconds, ``action`` for
+transactions) and the SPARQL 1.1 Protocol (``query``, ``update``, ``default-graph-uri``,
+``named-graph-uri``) and Graph Store Protocol (``graph``, ``default``). Unknown parameters
+are ignored, as RDF4J does: SPARQLWrapper, for one, always sends ``format=``/``output=``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from urllib.parse import parse_qsl
+
+import pyoxigraph as ox
+
+Params = Sequence[tuple[str, str]]
+Term = ox.NamedNode | ox.BlankNode | ox.Literal
+GraphName = ox.NamedNode | ox.BlankNode | ox.DefaultGraph
+
+FORM = "application/x-www-form-urlencoded"
+SPARQL_QUERY = "application/sparql-query"
+SPARQL_UPDATE = "application/sparql-update"
+
+
+class ProtocolError(Exception):
+    """A request the protocol refuses: ``status`` is the HTTP status, ``message`` why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ProtocolError({self.status}, {self.message!r})"
+
+
+# ---------------------------------------------------------------------------------------
+# Request parameters
+# ---------------------------------------------------------------------------------------
+
+
+def media_type(content_type: str | None) -> str:
+    """``'Text/Turtle; charset=utf-8'`` -> ``'text/turtle'``; ``''`` when absent."""
+    if not content_type:
+        return ""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _charset(content_type: str | None) -> str:
+    for part in (content_type or "").split(";")[1:]:
+        name, _, value = part.partition("=")
+        if name.strip().lower() == "charset" and value.strip():
+            return value.strip().strip('"')
+    return "utf-8"
+
+
+def decode_text(body: bytes, content_type: str | None, what: str) -> str:
+    """A request body as text, in its declared charset (UTF-8 by default)."""
+    charset = _charset(content_type)
+    try:
+        return body.decode(charset)
+    except LookupError:
+        raise ProtocolError(415, f"unknown charset '{charset}' for the {what}") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(400, f"the {what} is not valid {charset}: {exc}") from None
+
+
+def parse_params(query_string: str | bytes, body: bytes = b"",
+                 content_type: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The request parameters: URL query string, then a form-encoded body if there is one.
+
+    Parsed here rather than by Starlette, whose form parser needs python-multipart even for
+    URL-encoded bodies."""
+    if isinstance(query_string, bytes):
+        query_string = query_string.decode("latin-1")
+    try:
+        pairs = parse_qsl(query_string, keep_blank_values=True, errors="strict")
+        if body and media_type(content_type) == FORM:
+            pairs += parse_qsl(decode_text(body, content_type, "form body"),
+                               keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(400, f"request parameters are not valid UTF-8: {exc}") from None
+    return tuple(pairs)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def path_problem(path: str) -> str | None:
+    """Why a request path (percent-decoded) is refused, or None: a control character
+    (``%00``, ``%0A``...) names no repository, prefix or graph. Check the ASGI scope's
+    ``path``: Starlette's ``request.url`` goes through urlsplit, which drops newlines."""
+    if (m := _CONTROL.search(path)) is not None:
+        return f"the request path contains a control character (U+{ord(m.group()):04X})"
+    return None
+
+
+def param_values(params: Params, name: str) -> list[str]:
+    return [v for k, v in params if k == name]
+
+
+def single_param(params: Params, name: str) -> str | None:
+    """The value of a parameter that may be given at most once. The same value given
+    twice is taken: Ontotext's graphdb.js sends ``query`` both in the URL and in the
+    form body of a POST."""
+    values = param_values(params, name)
+    if len(set(values)) > 1:
+        raise ProtocolError(400, f"parameter '{name}' must be given at most once (it has "
+                                 f"{len(values)} different values)")
+    return values[0] if values else None
+
+
+def bool_param(params: Params, name: str, default: bool) -> bool:
+    value = single_param(params, name)
+    if value is None or value == "":
+        return default
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ProtocolError(400, f"parameter '{name}' must be true or false, got '{value}'")
+
+
+def check_iri(value: str, what: str) -> ox.NamedNode:
+    """An absolute IRI (as the SPARQL protocol passes them: not in angle brackets)."""
+    try:
+        return ox.NamedNode(value)
+    except ValueError as exc:
+        raise ProtocolError(400, f"{what} is not an absolute IRI: '{value}' ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------
+# N-Triples encoded values (RDF4J's subj/pred/obj/context and $var parameters)
+# ---------------------------------------------------------------------------------------
+
+_PARSER_NOISE = re.compile(
+    r"^Parser error at line \d+ (?:between columns \d+ and \d+|column \d+): ")
+
+
+def _parser_message(exc: Exception) -> str:
+    text = _PARSER_NOISE.sub("", str(exc))
+    return text.removesuffix(" (line 1)")
+
+
+def decode_value(text: str, param: str = "value") -> Term:
+    """Decode one RDF4J N-Triples encoded value: ``<iri>``, ``_:label`` or a literal."""
+    if "\n" in text or "\r" in text:
+        raise ProtocolError(
+            400, f"parameter '{param}' is not an N-Triples encoded value: '{text}' "
+                 "(line breaks must be escaped)")
+    try:
+        triples = list(ox.parse(f"<urn:x-txcluster:s> <urn:x-txcluster:p> {text} .",
+                                format=ox.RdfFormat.N_TRIPLES))
+    except SyntaxError as exc:
+        raise ProtocolError(
+            400, f"parameter '{param}' is not an N-Triples encoded value: '{text}' "
+                 f"({_parser_message(exc)})") from None
+    if len(triples) != 1:
+        raise ProtocolError(400, f"parameter '{param}' is not one N-Triples encoded value: "
+                                 f"'{text}'")
+    return triples[0].object
+
+
+def decode_resource(text: str, param: str) -> ox.NamedNode | ox.BlankNode:
+    term = decode_value(text, param)
+    if isinstance(term, ox.Literal):
+        raise ProtocolError(400, f"parameter '{param}' must be an IRI or a blank node, "
+                                 f"got the literal {text}")
+    return term
+
+
+def decode_iri(text: str, param: str) -> ox.NamedNode:
+    term = decode_value(text, param)
+    if not isinstance(term, ox.NamedNode):
+        raise ProtocolError(400, f"parameter '{param}' must be an IRI, got {text}")
+    return term
+
+
+def decode_context(text: str, param: str = "context") -> GraphName:
+    """A context: an IRI, a blank node, or ``null`` for the default graph."""
+    if text == "null":
+        return ox.DefaultGraph()
+    return decode_resource(text, param)
+
+
+def encode_value(term: Term | ox.DefaultGraph | None) -> str | None:
+    """The N-Triples encoding of a term; ``"null"`` for the default graph."""
+    if term is None:
+        return None
+    if isinstance(term, ox.DefaultGraph):
+        return "null"
+    return str(term)
+
+
+def decode_contexts(params: Params, name: str = "context") -> tuple[GraphName, ...] | None:
+    """All ``context`` parameters; None when there is none (= every graph)."""
+    values = param_values(params, name)
+    if not values:
+        return None
+    return tuple(decode_context(v, name) for v in values)
+
+
+def encode_contexts(contexts: Iterable[GraphName] | None) -> list[str] | None:
+    return None if contexts is None else [encode_value(c) for c in contexts]  # type: ignore[misc]
+

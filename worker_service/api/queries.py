@@ -1,0 +1,269 @@
+"""A worker's queries on its store: evaluated in the store's thread pool or in a query
+process, stopped at their timeout, their results written in the negotiated format.
+
+Reading: ``repo.reading()`` is held only around the call that *starts* a query or a
+pattern iteration. pyoxigraph evaluates over a snapshot taken then, so results are
+serialised after the lock is released and a reader never sees half a changeset.
+
+Queries (txcluster/query_limits.py, worker_service/query_isolation.py): provably cheap
+queries (a single triple pattern) run in the thread pool and are stopped while their
+results are written; every other query runs in a query process
+(worker_service/query_process.py) forked under the read lock, killed at the deadline or
+when its client goes. A query that timed out is a 503 "Query evaluation took too long"
+(RDF4J's answer). pyoxigraph always runs in the thread pool, never on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from itertools import chain
+from typing import Any
+
+import pyoxigraph as ox
+from starlette.responses import Response
+
+from rdf4j_protocol.binary_rdf import write_rdf
+from rdf4j_protocol.binary_results import write_results
+from rdf4j_protocol.negotiation import (
+    Negotiated,
+    negotiate_boolean_format,
+    negotiate_rdf_format,
+    negotiate_tuple_format,
+)
+from rdf4j_protocol.parameters import ProtocolError
+from rdf4j_protocol.reads import QueryRequest, is_update, sparql_keyword
+from rdf4j_protocol.results import serialize_boolean
+from txcluster import query_limits
+from worker_service import query_process
+
+# Threads that run pyoxigraph. A plain executor costs about half of what anyio's
+# to_thread costs per hop (~26 vs ~57 us CPU measured), which shows on point queries.
+STORE_THREADS = 16
+_pool = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="rdf4j-store")
+
+
+async def run_in_threadpool(fn: Callable, *args: Any) -> Any:
+    """Run blocking store work off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(_pool, partial(fn, *args))
+
+
+class QueryTimeout(Exception):
+    pass
+
+
+class TimedOut(ProtocolError):
+    """A query stopped at its timeout: RDF4J's 503, marked so that a master does not send
+    the query to another worker (query_limits.TIMED_OUT_HEADER)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(query_limits.TIMED_OUT_STATUS,
+                         query_limits.timed_out_message(timeout_s))
+        self.headers = {query_limits.TIMED_OUT_HEADER: f"{timeout_s:g}"}
+
+
+class _DeadlineWriter:
+    """A sink for pyoxigraph's ``serialize`` that fails once the deadline has passed.
+
+    pyoxigraph evaluates lazily while it writes (about one write() per 8 KiB), so this
+    stops evaluation as well as serialisation."""
+
+    def __init__(self, deadline: float, timeout_s: float) -> None:
+        self.deadline = deadline
+        self.timeout_s = timeout_s
+        self.chunks: list[bytes] = []
+
+    def write(self, chunk: bytes) -> int:
+        if time.monotonic() > self.deadline:
+            raise QueryTimeout
+        self.chunks.append(bytes(chunk))
+        return len(chunk)  # FACTS.md: serialize needs the length back
+
+    def flush(self) -> None:
+        pass
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def _write_results(result: Any, fmt: Any, timeout_s: float | None) -> bytes:
+    if timeout_s is None:
+        return result.serialize(format=fmt)
+    sink = _DeadlineWriter(time.monotonic() + timeout_s, timeout_s)
+    result.serialize(sink, format=fmt)
+    return sink.getvalue()
+
+
+# The result negotiation for each query form, chosen before the query starts.
+_NEGOTIATORS = {
+    "SELECT": negotiate_tuple_format,
+    "ASK": negotiate_boolean_format,
+    "CONSTRUCT": negotiate_rdf_format,
+    "DESCRIBE": negotiate_rdf_format,
+}
+
+
+def _negotiate_first(q: QueryRequest, accept: str | None) -> Negotiated | None:
+    negotiate = _NEGOTIATORS.get(sparql_keyword(q.query) or "")
+    return negotiate(accept) if negotiate is not None else None
+
+
+def _negotiate_for(result: Any, accept: str | None) -> Negotiated:
+    """The format for a result whose form was not known before the query started."""
+    if isinstance(result, ox.QueryBoolean):
+        return negotiate_boolean_format(accept)
+    if isinstance(result, ox.QuerySolutions):
+        return negotiate_tuple_format(accept)
+    return negotiate_rdf_format(accept)
+
+
+def _start_query(store: ox.Store, q: QueryRequest, repo_id: str) -> Any:
+    """``store.query`` with its errors as protocol errors (no result exists yet)."""
+    try:
+        return store.query(q.query, **q.query_kwargs())
+    except SyntaxError as exc:
+        if is_update(q.query):
+            raise ProtocolError(
+                400, "a SPARQL update cannot be sent to the query endpoint: send it to "
+                     f"/repositories/{repo_id}/statements ({exc})") from None
+        raise ProtocolError(400, f"MALFORMED QUERY: {exc}") from None
+    except RuntimeError as exc:  # e.g. a binding pyoxigraph cannot substitute
+        raise ProtocolError(400, f"query cannot be evaluated: {exc}") from None
+
+
+def _run_query(repo: Any, q: QueryRequest, accept: str | None,
+               timeout_s: float | None) -> Response:
+    """Start, evaluate and serialise a query, all in the calling (pool) thread; stopped
+    (TimedOut) when ``timeout_s`` has passed at a write of its results.
+
+    pyoxigraph's result iterators are "unsendable": they must be used and dropped by the
+    thread that created them. So the format is negotiated before the query starts, and
+    no exception leaves this function while a frame still holds a result (an exception's
+    traceback would keep it alive until another thread collects it)."""
+    neg = _negotiate_first(q, accept)
+    with repo.reading() as store:
+        result = _start_query(store, q, repo.id)
+    failure: ProtocolError | None = None
+    try:
+        neg = neg or _negotiate_for(result, accept)
+        if isinstance(result, ox.QueryBoolean):
+            body = serialize_boolean(bool(result), neg)
+        elif isinstance(result, ox.QuerySolutions):
+            body = (_binary_solutions(result, timeout_s) if neg.binary
+                    else _write_results(result, neg.format, timeout_s))
+        else:
+            body = (_binary_graph(result, timeout_s) if neg.binary
+                    else _write_results(result, neg.format, timeout_s))
+    except ProtocolError as exc:
+        failure = ProtocolError(exc.status, exc.message)
+    except QueryTimeout:
+        failure = TimedOut(timeout_s or 0.0)
+    except (OSError, RuntimeError, ValueError) as exc:
+        failure = ProtocolError(500, f"query evaluation failed: {exc}")
+    # Out of the except blocks: the exception and its frames are gone; drop the result
+    # here, in its own thread, before raising anything.
+    del result
+    if failure is not None:
+        raise failure
+    return Response(body, media_type=neg.content_type)
+
+
+def _within(items: Iterable, timeout_s: float | None) -> Iterable:
+    """``items``, failing with QueryTimeout once ``timeout_s`` has passed (checked every
+    256 items): the query timeout for results written by rdf4j_protocol.binary_rdf and
+    binary_results, as _DeadlineWriter is for pyoxigraph's writers."""
+    if timeout_s is None:
+        yield from items
+        return
+    deadline = time.monotonic() + timeout_s
+    for i, item in enumerate(items):
+        if not i & 255 and time.monotonic() > deadline:
+            raise QueryTimeout
+        yield item
+
+
+def _binary_solutions(result: ox.QuerySolutions, timeout_s: float | None) -> bytes:
+    """SELECT results as RDF4J's binary results table."""
+    variables = [v.value for v in result.variables]
+    return write_results(variables, (tuple(s) for s in _within(result, timeout_s)))
+
+
+def _binary_graph(result: ox.QueryTriples, timeout_s: float | None) -> bytes:
+    """CONSTRUCT/DESCRIBE results as Binary RDF (statements without context)."""
+    return write_rdf(_within(result, timeout_s))
+
+
+def _answer_in_child(store: ox.Store, q: QueryRequest, accept: str | None,
+                     neg: Negotiated | None, repo_id: str,
+                     out: query_process.FrameWriter) -> None:
+    """In a query process: evaluate ``q`` on ``store`` (the snapshot the fork took) and
+    write the answer's frames; errors as the thread pool's ``_run_query`` answers them.
+    No deadline here: the worker kills this process at it."""
+    try:
+        result = _start_query(store, q, repo_id)
+        neg = neg or _negotiate_for(result, accept)
+    except ProtocolError as exc:
+        out.fail(exc.status, exc.message)
+        return
+    out.header(neg.content_type)
+    try:
+        if isinstance(result, ox.QueryBoolean):
+            out.write(serialize_boolean(bool(result), neg))
+        elif neg.binary:
+            out.write(_binary_solutions(result, None) if isinstance(result, ox.QuerySolutions)
+                      else _binary_graph(result, None))
+        else:
+            result.serialize(out, format=neg.format)
+    except (OSError, RuntimeError, ValueError) as exc:
+        out.fail(500, f"query evaluation failed: {exc}")
+
+
+def _fork_query(repo: Any, q: QueryRequest, accept: str | None,
+                neg: Negotiated | None) -> tuple[int, int]:
+    """In a pool thread: fork a query process while holding the read lock (no changeset
+    half-applied in what it inherits); its pid and the read end of its pipe."""
+    r, w = os.pipe()
+    try:
+        with repo.reading() as store:
+            parent = os.getpid()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                query_process.child_main(
+                    parent, w, partial(_answer_in_child, store, q, accept, neg, repo.id))
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return pid, r
+
+
+def _excerpt(query: str, limit: int = 200) -> str:
+    text = " ".join(query.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _serialize_quads(iterators: list, neg: Negotiated,
+                     prefixes: dict[str, str]) -> bytes:
+    """Serialise quad iterators (started under ``reading()``) and drop them, in this
+    thread: like query results, pyoxigraph's iterators must not outlive it (see
+    ``_run_query``), so no exception leaves while a frame holds one."""
+    quads: Iterable[ox.Quad] = chain.from_iterable(iterators)
+    # Triples-only formats drop graph names (as RDF4J does); pyoxigraph needs triples.
+    items: Iterable = quads if neg.supports_datasets else (q.triple for q in quads)
+    kwargs = {"prefixes": prefixes} if prefixes and neg.format in (
+        ox.RdfFormat.TURTLE, ox.RdfFormat.TRIG, ox.RdfFormat.N3, ox.RdfFormat.RDF_XML) else {}
+    failure: ProtocolError | None = None
+    try:
+        body = (write_rdf(quads, sorted(prefixes.items())) if neg.binary
+                else ox.serialize(items, format=neg.format, **kwargs))
+    except (OSError, RuntimeError, TypeError, ValueError) as exc:
+        failure = ProtocolError(500, f"cannot write the statements as {neg.media_type}: {exc}")
+    del quads, items
+    iterators.clear()
+    if failure is not None:
+        raise failure
+    return body
