@@ -11,8 +11,9 @@ from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, Field
 
 from master_service.api.client import ClientAuth
-from master_service.cluster.core import BulkLoadRefused, Cluster, NoWorkerAvailable
+from master_service.cluster.core import Cluster
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
+from master_service.errors import BulkLoadRefused, NoWorkerAvailable
 from txcluster.properties import ConfigError
 
 

@@ -26,8 +26,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from master_service.cluster.core import Cluster, NotWritable, Worker, WriteFailed
+from master_service.cluster.core import Cluster, Worker
 from master_service.cluster.worker_client import WorkerUnavailable
+from master_service.errors import NotWritable, WriteFailed
 from txcluster import rdf4j
 from txcluster.rdf4j import ProtocolError
 from worker_service import query_limits

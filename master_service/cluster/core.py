@@ -36,6 +36,7 @@ from master_service.cluster import replication, rollforward
 from master_service.cluster.routing import Router
 from master_service.cluster.statuses import IN_SYNC, READABLE, WorkerStatus
 from master_service.cluster.worker_client import WorkerClient, WorkerRefused, WorkerUnavailable
+from master_service.errors import BulkLoadRefused, NotWritable, NoWorkerAvailable, WriteFailed
 from master_service.txlog.log import State, TxLogError
 
 log = logging.getLogger("txcluster.master")
@@ -47,24 +48,6 @@ REPLAY_BATCH = 200
 # acknowledgement path (eventual consistency), and each request costs the master CPU
 # that the next group commit needs.
 FORWARD_COALESCE_S = 0.003
-
-
-class NotWritable(Exception):
-    status = 503
-
-
-class WriteFailed(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class NoWorkerAvailable(Exception):
-    status = 503
-
-
-class BulkLoadRefused(Exception):
-    status = 409
 
 
 @dataclass

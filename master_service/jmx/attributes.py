@@ -459,8 +459,8 @@ def _backup_name(name: str) -> str:
 
 
 async def backup(s: MasterService, name: str) -> str:
-    from master_service.cluster.core import NoWorkerAvailable
     from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
+    from master_service.errors import NoWorkerAvailable
 
     name = _backup_name(name)
     try:

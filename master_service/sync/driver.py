@@ -55,8 +55,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from master_service.cluster.core import MAX_GROUP, NotWritable, WriteFailed
+from master_service.cluster.core import MAX_GROUP
 from master_service.cluster.statuses import WorkerStatus
+from master_service.errors import NotWritable, WriteFailed
 from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
 from master_service.sync.protocol import (
