@@ -22,12 +22,14 @@ from master_service.api.status_page import status_page_router
 from master_service.api.sync_admin import sync_admin_router
 from master_service.cluster import replication
 from master_service.cluster.core import Cluster
+from master_service.cluster.pool import LogThread
 from master_service.config import MasterConfig
 from master_service.control import Control
 from master_service.jmx.bridge import JmxBridge, preflight
 from master_service.jmx.clusterinfo import ClusterInfo
 from master_service.jmx.jolokia import jolokia_router
 from master_service.sync.driver import SyncDriver, mode_of
+from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
@@ -58,6 +60,10 @@ class MasterService:
         self.agreement: AgreementLog | None = None
         self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
         self.cluster: Cluster | None = None
+        # The write path of a peered master (sync/ordering.py); None: the cluster's own
+        # group commit (cluster/local_ordering.py).
+        self.ordering: AgreedOrdering | None = None
+        self.log_thread: LogThread | None = None  # every call to the txlog's SQLite
         self.scheduler: AsyncIOScheduler | None = None
         # The open RDF4J transactions of the client API (their pending operations).
         self.transactions = TransactionRegistry(config.transaction_idle_timeout_s)
@@ -87,19 +93,22 @@ class MasterService:
         c = self.config
         assert self.agreement is not None and self.cluster is not None
         await self.cluster.db(self.agreement.enable)
-        self.cluster.peered = True
+        if self.ordering is None:  # the first peer, added at runtime
+            self.ordering = AgreedOrdering(self.cluster, self.agreement)
+            await self.cluster.order_by(self.ordering)
         self.sync = SyncDriver(
             node_id=c.node_id, mode=mode_of(c.read_only, c.mode), peers=dict(c.peers),
             secret=self.peer_secret, agreement=self.agreement, cluster=self.cluster,
             scheduler=self.scheduler, request_timeout=c.request_timeout_s,
             data_centre=c.data_centre, on_round=self.metrics.sync_round,
             split_recovery=SplitRecovery(c.split_recovery), tls=self.client_tls,
+            ordering=self.ordering,
             timing=Timing(round_timeout=c.sync_round_timeout_ms,
                           idle_interval=c.sync_idle_interval_ms,
                           max_peer_lag=None if c.max_peer_lag_s is None
                           else int(c.max_peer_lag_s * 1000)))
         await self.sync.start()
-        self.cluster.sync_submit = self.sync.submit
+        self.ordering.submit_to = self.sync.submit
 
     async def start(self) -> None:
         c = self.config
@@ -107,6 +116,7 @@ class MasterService:
         self.txlog = TxLog.open(c.data_dir / "txlog.db")
         self.agreement = AgreementLog(self.txlog)
         peered = self.agreement.enabled or bool(c.peers)
+        self.log_thread = LogThread()
         self.cluster = Cluster(
             node_id=c.node_id, txlog=self.txlog, secret=self.secret,
             worker_urls=list(c.workers),
@@ -118,8 +128,13 @@ class MasterService:
             mode=c.mode, consistency=c.consistency,
             request_timeout=c.request_timeout_s,
             log_limits=(c.log_max_size, float(c.log_max_depth_hours)),
-            peered=peered, tls=self.client_tls, agreement=self.agreement,
+            tls=self.client_tls, db=self.log_thread,
         )
+        if peered:
+            # The write path is chosen here, once: agreement among the peers. A master
+            # that gets its first peer at runtime switches in _start_sync.
+            self.ordering = AgreedOrdering(self.cluster, self.agreement)
+            await self.cluster.order_by(self.ordering)
         await self.cluster.start()
         self.scheduler = AsyncIOScheduler()
         self.scheduler.add_job(self.cluster.poll_all, "interval", seconds=c.health_interval_s,
@@ -150,6 +165,8 @@ class MasterService:
             self.scheduler.shutdown(wait=False)
         if self.cluster:
             await self.cluster.stop()
+        if self.log_thread:
+            self.log_thread.shutdown()
         if self.txlog:
             self.txlog.close()
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from master_service.cluster.core import NoWorkerAvailable
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from master_service.config import SCHEMA, parse_node_id, update_properties
+from master_service.errors import NoWorkerAvailable
 from master_service.sync.driver import mode_of
 from master_service.sync.protocol import SplitRecovery
 from txcluster.properties import BACKUP_NAME_RULE, ConfigError, is_backup_name, parse_url

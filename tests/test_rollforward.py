@@ -15,6 +15,7 @@ from master_service.cluster.core import Cluster
 from master_service.cluster.rollforward import Expected, NoRollForward, plan
 from master_service.cluster.statuses import WorkerStatus
 from master_service.sync.messages import TxMeta
+from master_service.sync.ordering import AgreedOrdering
 from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
 from master_service.txlog.log import State, TxLog
 from rdfcore import fingerprint
@@ -134,7 +135,9 @@ def test_agreed_transaction_executed_by_a_probe_whose_answer_was_lost_is_not_run
                               payloads=[(meta, ops)])
             cluster = Cluster(node_id="m1", txlog=txlog, secret=secret[1],
                               worker_urls=[worker.url], params=replication.Parameters(),
-                              control_queries=[], peered=True, agreement=agreement)
+                              control_queries=[])
+            ordering = AgreedOrdering(cluster, agreement)
+            await cluster.order_by(ordering)
             await cluster.start()
             try:
                 [w] = cluster.workers.values()
@@ -158,7 +161,7 @@ def test_agreed_transaction_executed_by_a_probe_whose_answer_was_lost_is_not_run
                     (1, result["fingerprint"])
                 await until(lambda: w.status == WorkerStatus.ON)
                 assert agreement.executed() == (1, result["fingerprint"])
-                answers = await cluster.execute_agreed(batch, agreement.record_executed)
+                answers = await ordering.execute(batch)
                 assert answers == {"a1": {"txid": "a1", "seq": 1, "position": 1,
                                           "fingerprint": result["fingerprint"]}}
                 with signed_client(worker, secret[1]) as client:

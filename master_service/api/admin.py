@@ -12,9 +12,10 @@ from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, Field
 
 from master_service.api.guard import AdminGuard, refusal_as_http
-from master_service.cluster.core import BulkLoadRefused, Cluster, Worker
+from master_service.cluster.core import Cluster, Worker
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from master_service.control import Control
+from master_service.errors import BulkLoadRefused
 from txcluster.properties import BACKUP_NAME, BACKUP_NAME_RULE
 
 

@@ -4,12 +4,13 @@ repository (cluster-basics.txt: "the master repository fully implements the RDF4
 The routes are the protocol's one route table (rdf4j_protocol/routes.py), mounted here
 over the master's backend. Reads are forwarded as they came to one worker that has
 applied every write this master acknowledged before the read arrived (read-your-writes,
-core.py), chosen by the read router (fewest running queries), and re-sent to another on a
-lost connection; a query that timed out (query-timeout-s, the client's ``timeout``) is
-answered as such, never re-sent; a query FROM the control-query graph goes to every
-worker. Writes become transaction operations (rdf4j_protocol.writes, the same translation
-a worker uses) and go through the cluster's write path. Clients authenticate with HTTP
-basic auth when a client-auth-file is configured (read and write roles).
+master_service/cluster/reads.py), chosen by the read router (fewest running queries),
+and re-sent to another on a lost connection; a query that timed out (query-timeout-s,
+the client's ``timeout``) is answered as such, never re-sent; a query FROM the control-
+query graph goes to every worker. Writes become transaction operations
+(rdf4j_protocol.writes, the same translation a worker uses) and go through the cluster's
+write path. Clients authenticate with HTTP basic auth when a client-auth-file is
+configured (read and write roles).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import base64
 import contextlib
 import hmac
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -28,24 +28,20 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from master_service.cluster.core import Cluster, NotWritable, Worker, WriteFailed
+from master_service.cluster.core import Cluster, Worker
+from master_service.cluster.reads import PASS_HEADERS, QUERY_WAIT_MARGIN_S, route_read
 from master_service.cluster.worker_client import WorkerUnavailable
+from master_service.errors import NotWritable, WriteFailed
 from rdf4j_protocol.parameters import GraphName, Params, ProtocolError, parse_params, single_param
 from rdf4j_protocol.routes import Backend, rdf4j_routes
 from rdf4j_protocol.routes import text as _text
 from rdf4j_protocol.transactions import TransactionRegistry
 from txcluster import query_limits
-from txcluster.query_limits import wait_for_disconnect
 
 log = logging.getLogger("txcluster.master.api")
 
 CONTROL_QUERY_GRAPH = "http://www.ontotext.com/owlim/cluster/control-query"
 LOCAL_CONSISTENCY = "x-graphdb-local-consistency"
-# A master waits for a query's answer this long after the query's own timeout (the
-# worker answers at the timeout, with its 503 "Query evaluation took too long").
-QUERY_WAIT_MARGIN_S = 5.0
-# Headers of a worker's answer worth passing on to the client.
-PASS_HEADERS = ("content-type", "content-disposition", "vary")
 
 
 class ClientAuth:
@@ -251,91 +247,6 @@ class MasterBackend(Backend):
                 return w.client.read(method, url, body if method == "POST" else b"",
                                      headers)
         return await route_read(request, cluster, cluster.read_floor(), send, None)
-
-
-async def read_unless_gone(request: Request, read: Awaitable,
-                           wait_s: float | None) -> tuple | None:
-    """The worker's answer to ``read``; None when the client went away first: the read
-    is cancelled, which closes its connection to the worker, whose query process is
-    then killed (worker_service/query_process.py). TimeoutError after ``wait_s``."""
-    answer = asyncio.ensure_future(read)
-    gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
-    try:
-        done, _ = await asyncio.wait({answer, gone}, timeout=wait_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if answer in done:
-            return answer.result()
-        if gone in done:
-            return None
-        raise TimeoutError
-    finally:
-        answer.cancel()
-        gone.cancel()
-
-async def route_read(request: Request, cluster: Cluster, floor: int | None,
-                     send: Callable[[Worker], Awaitable], timeout_s: float | None
-                     ) -> Response:
-    """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost
-    connection or a 5xx, to another. ``timeout_s``: a query's timeout, waited for
-    with a margin and never re-sent once reached."""
-    wait_s = None if timeout_s is None else timeout_s + QUERY_WAIT_MARGIN_S
-    tried: set[str] = set()
-    refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
-    cluster.counters.running_reads += 1
-    try:
-        while True:
-            w = await cluster.reader_for(tried, floor)
-            if w is None:
-                cluster.counters.failed_reads += 1
-                if refusal is not None:
-                    return refusal
-                if tried:
-                    why = "every available worker failed this read"
-                elif floor is not None and cluster.readable():
-                    why = (f"no worker has applied the writes acknowledged before this "
-                           f"read (log position {floor}) within "
-                           f"{cluster.request_timeout:g} s")
-                else:
-                    why = "no worker is available for reads"
-                return _text(503, why)
-            tried.add(w.url)
-            started = time.monotonic()
-            try:
-                answer = await read_unless_gone(request, send(w), wait_s)
-            except WorkerUnavailable as exc:
-                cluster.router.done(w.url, time.monotonic() - started, ok=False)
-                log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
-                continue
-            except TimeoutError:
-                cluster.router.done(w.url, time.monotonic() - started, ok=False)
-                cluster.counters.failed_reads += 1
-                log.warning("query on %s not answered within its timeout of %g s and a "
-                            "margin: not re-sent", w.url, timeout_s)
-                return _text(query_limits.TIMED_OUT_STATUS,
-                             query_limits.timed_out_message(timeout_s or 0.0))
-            if answer is None:
-                cluster.router.done(w.url, time.monotonic() - started, ok=True)
-                log.info("client of a read on %s went away: read abandoned", w.url)
-                return Response(status_code=499)  # nobody reads it
-            status, resp_headers, content = answer
-            elapsed = time.monotonic() - started
-            timed_out = query_limits.TIMED_OUT_HEADER in resp_headers
-            ok = status < 500 or timed_out
-            cluster.router.done(w.url, elapsed, ok=ok)
-            if not ok:
-                log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
-                refusal = Response(content, status_code=status, headers={
-                    k: v for k, v in resp_headers.items() if k in PASS_HEADERS})
-                continue
-            if timed_out:  # the worker's answer goes to the client as it is
-                cluster.counters.failed_reads += 1
-            else:
-                cluster.counters.completed_reads += 1
-                cluster.counters.read_time_s += elapsed
-            out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
-            return Response(content, status_code=status, headers=out)
-    finally:
-        cluster.counters.running_reads -= 1
 
 
 def _without_action(query_string: bytes) -> str:

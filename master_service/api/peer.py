@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from master_service.cluster.core import NotWritable
+from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.protocol import UnknownPeer
 from txcluster import jsonbody

@@ -5,15 +5,15 @@ killed between the two (or whose call to the probe was lost after the probe comm
 finds the probe one group ahead of its log head, at a state the log never had. Recovered
 like any other unknown state, the probe would be replicated over from a worker at the
 head (losing what it executed), or, in a data centre whose only worker it is, never
-recovered at all. For an agreed transaction that is wrong twice: it must be executed in
-this data centre anyway, in its agreed order.
+recovered at all. For a transaction whose order was fixed before it executed, that is
+wrong twice: it must be executed here anyway, in that order.
 
 So when the transactions the worker executed after the head (its executed journal,
-GET /cluster/journal) are exactly the ones the log expects next — for a peered master the
-next agreed, not yet executed transactions in agreed order; otherwise transactions
-logged pending — and its changesets lead from the head's state, step by step, to the
-worker's state, the log records them as if the answer had arrived: the same sync-queue
-entries and the same failures. Anything else (a transaction the log does not expect, a
+GET /cluster/journal) are exactly the ones the write path's ordering expects next
+(write_path.py, Ordering.expected_next: e.g. transactions logged pending, in log order)
+— and its changesets lead from the head's state, step by step, to the worker's state,
+the log records them as if the answer had arrived: the same synchronised-queue entries
+and the same failures. Anything else (a transaction the log does not expect, a
 changeset that does not start from the head's state, a journal that does not reach the
 worker's state) is no roll-forward: the worker is recovered as before.
 
@@ -36,7 +36,8 @@ MAX_AHEAD = 1024
 
 @dataclass(frozen=True)
 class Expected:
-    """A transaction the log expects next: its id, and its agreed position when peered."""
+    """A transaction the log expects next: its id, and its position when the ordering
+    numbers its transactions."""
 
     txid: str
     pos: int | None = None
@@ -47,7 +48,7 @@ class Plan:
     """What to record: ``entries`` as the write path logs them (seq, txid, changeset,
     fingerprint, quads, apply_duration_s), ``failures`` (txid, error), and ``done`` —
     (pos, txid, fingerprint, quads) of each expected transaction consumed, in order, for
-    a peered master's agreement log (AgreementLog.record_executed)."""
+    an ordering that records positions executed (Ordering.record_rolled_forward)."""
 
     entries: list[tuple] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)

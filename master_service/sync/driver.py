@@ -11,9 +11,10 @@ each Ready in order — posts and tail segments to the per-peer senders, payload
 the executor woken, the next round scheduled. Concurrent clients and messages are thereby
 group-committed, the same way the single data-centre write path is.
 
-The *executor* runs agreed transactions (the synchronised queue) in the agreed order on
-this data centre's workers through ``Cluster.execute_agreed`` — probe, control queries,
-changeset logged, forwarded — and answers the client that submitted one here: a client's
+The *executor* (execution.py) runs agreed transactions (the synchronised queue) in the
+agreed order on this data centre's workers through the agreed ordering (ordering.py) —
+probe, control queries, changeset logged, forwarded — and answers the client that
+submitted one here: a client's
 write is acknowledged once it is synchronised and applied on this master's probe worker.
 A transaction the probe refuses is refused identically in every data centre (same data,
 same order) and moves no fingerprint.
@@ -46,7 +47,7 @@ import os
 import ssl
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,10 +56,11 @@ from urllib.parse import quote
 
 import aiohttp
 
-from master_service.cluster.core import MAX_GROUP, NotWritable, WriteFailed
-from master_service.cluster.statuses import WorkerStatus
+from master_service.errors import NotWritable, WriteFailed
 from master_service.sync import wire
+from master_service.sync.execution import Execution
 from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
+from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import (
     Acquire,
     Activity,
@@ -162,7 +164,8 @@ class SyncDriver:
                  request_timeout: float = 30.0, data_centre: str | None = None,
                  on_round: Callable[[float], None] | None = None,
                  split_recovery: SplitRecovery = SplitRecovery.NONE,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 ordering: AgreedOrdering | None = None) -> None:
         self.node_id = node_id
         self.data_centre = data_centre or node_id
         self.mode = mode
@@ -175,15 +178,12 @@ class SyncDriver:
         self.node: SyncNode | None = None
         self.divergences: list[dict[str, Any]] = []
         self.split_suspected: frozenset[str] = frozenset()
-        self.executed_pos = 0
-        self.executed_fp = "0" * 32
         self.failed: str | None = None  # the applier could not persist: we stop taking input
         self._secret = secret
         self._queue: list[tuple[Ready, list[tuple[TxMeta, list]]]] = []
         self._queued = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._exec_wake = asyncio.Event()
         self._waiters: dict[str, asyncio.Future] = {}
         self._persist_failures: list[float] = []  # when group commits failed (monotonic)
         self._fetching: set[str] = set()
@@ -191,26 +191,26 @@ class SyncDriver:
         self._pushed: set[str] = set()  # payloads that came with a status
         self._own_payloads: dict[str, bytes] = {}  # ours, not yet agreed (to push)
         self._pushed_to: dict[str, set[str]] = {}  # peer -> txids pushed to it
-        self._recent: OrderedDict[int, str] = OrderedDict()  # pos -> fingerprint (cache)
         self._senders: dict[str, _Sender] = {}
         self._tasks: list[asyncio.Task] = []
         self._http: SignedSession | None = None
         self._tls = tls  # verifies https peers (tls-ca-file; None: the system's CAs)
         self._round_at: int | None = None
         self._stopping = False
-        self._not_executing: str | None = None
         # Per-transaction timings in the log (diagnostics: TXC_SYNC_TRACE=1).
         self._trace = bool(os.environ.get("TXC_SYNC_TRACE"))
         self._submitted: dict[str, float] = {}
         self.on_round = on_round  # metrics: called with each round's duration (seconds)
         # Split recovery (txlog-sync-protocol.txt, "Split recovery strategies").
         self.split_recovery = split_recovery
-        self.split_point: int | None = None  # our last known good agreed position
-        self.split_backup_name: str | None = None  # the backup of that state
-        self.recovery_problem: str | None = None
-        self._backup_for: int | None = None  # execution holds after it until backed up
-        self._backup_recorded_at: int | None = None  # agreed position of split_backup_name
-        self._rollback: asyncio.Task | None = None
+        # The execution room (execution.py): agreed transactions executed through the
+        # agreed ordering (ordering.py), split backup and rollback; it reports back here.
+        self.execution = Execution(
+            node_id=node_id, agreement=agreement, ordering=ordering, cluster=cluster,
+            may_execute=lambda: self.mode is not Mode.READ_ONLY,
+            backs_up=lambda: self.split_recovery is not SplitRecovery.NONE,
+            on_executed=self._executed, on_answers=self._answer,
+            on_rolled_back=self._rolled_back)
         self._deadline_seen: int | None = None
         self._round_started: float | None = None
         self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0
@@ -226,25 +226,19 @@ class SyncDriver:
         # is refused with that reason (logged there, and by _send as unreachable).
         self._http = SignedSession(self._secret, tls=self._tls, limit=64,
                                    timeout=min(self.request_timeout, 10.0))
-        self.executed_pos, self.executed_fp = await self.cluster.db(self.agreement.executed)
+        await self.execution.load()
         self._base_fingerprint = (await self.cluster.db(self.agreement.base)).fingerprint
         self.node = await self._restore_node({p: Mode.READ_WRITE for p in self.peers})
-        backup = await self.cluster.db(self.agreement.split_backup)
-        if backup:
-            self.split_backup_name, self._backup_recorded_at = backup
-        self._split_point_moved(self.node.split_point)
-        if await self.cluster.db(self.agreement.rollback_owed) is not None:
-            self._start_rollback()  # a crash came between a truncation and its rollback
+        await self.execution.start(self.node.split_point)
         for peer in self.peers:
             self._senders[peer] = _Sender(self, peer)
-        self._tasks = [asyncio.create_task(self._applier(), name="sync applier"),
-                       asyncio.create_task(self._executor(), name="sync executor")]
+        self._tasks = [asyncio.create_task(self._applier(), name="sync applier")]
         # Payload fetches and round deadlines that are due: APScheduler (3.x) runs them.
         self.scheduler.add_job(self._retry_tick, "interval",
                                seconds=self.timing.acquire_retry / 1000, id="sync-acquire",
                                max_instances=1, coalesce=True, replace_existing=True)
         self._step(lambda now: self.node.tick(now))
-        self._exec_wake.set()
+        self.execution.wake()
         log.info("sync: %s (%s) peers with %s at agreed position %d, executed %d",
                  self.node_id, self.mode.value, ", ".join(sorted(self.peers)) or "nobody",
                  self.node.seq, self.executed_pos)
@@ -278,6 +272,7 @@ class SyncDriver:
         for job in ("sync-acquire", "sync-round"):
             with contextlib.suppress(Exception):
                 self.scheduler.remove_job(job)
+        await self.execution.stop()
         tasks = [*self._tasks, *(s.task for s in self._senders.values())]
         for task in tasks:
             task.cancel()
@@ -555,9 +550,9 @@ class SyncDriver:
         state, missing = self.agreement.load()
         self.node = self._core(state, missing, peers)
         if self.node.split_point != self.split_point:
-            self._split_point_moved(self.node.split_point)
+            self.execution.split_point_moved(self.node.split_point)
         self._step(lambda now: self.node.tick(now))
-        self._exec_wake.set()
+        self.execution.wake()
 
     # ------------------------------------------------------------------ the applier
 
@@ -582,7 +577,7 @@ class SyncDriver:
                     continue
                 for ready, payloads in batch:
                     if payloads:  # an agreed transaction may have been waiting for it
-                        self._exec_wake.set()
+                        self.execution.wake()
                     self._act(ready)
             if not self._queue:
                 self._idle.set()
@@ -689,7 +684,7 @@ class SyncDriver:
                 self._tasks.append(asyncio.create_task(self._fetch(acq),
                                                        name=f"fetch {acq.tx.txid}"))
         if ready.synchronised:
-            self._exec_wake.set()
+            self.execution.wake()
             for tx in ready.synchronised:  # agreed: every peer holds it, no more pushes
                 if self._own_payloads.pop(tx.txid, None) is not None:
                     for sent in self._pushed_to.values():
@@ -725,14 +720,14 @@ class SyncDriver:
             else:
                 log.warning("sync: a peer can serve this data centre again")
         if ready.split_point_changed:
-            self._split_point_moved(ready.split_point)
+            self.execution.split_point_moved(ready.split_point)
         if ready.truncated is not None:
             t = ready.truncated
             log.warning("sync: split recovery (%s): the %d agreed transactions after "
                         "position %d are negotiated again; this data centre returns to the "
                         "state at that position", self.split_recovery.value, len(t.entries),
                         t.after_seq)
-            self._start_rollback()
+            self.execution.start_rollback()
         if ready.next_round_at != self._deadline_seen:
             # The core moves the round deadline exactly when a round ends (protocol.py,
             # _complete_round): that is how the driver sees rounds.
@@ -857,66 +852,60 @@ class SyncDriver:
 
     # ------------------------------------------------------------------ execution
 
-    async def _executor(self) -> None:
-        while True:
-            await self._exec_wake.wait()
-            self._exec_wake.clear()
-            while not self._stopping:
-                if self.mode is Mode.READ_ONLY:
-                    break  # cluster-basics.txt: a read-only master does not apply them
-                if self._rollback is not None:
-                    break  # split recovery: nothing runs before the data centre is back
-                limit = MAX_GROUP
-                if self._backup_for is not None:
-                    # Simple/Smart: nothing after the split point runs before the backup
-                    # of the last known good state is taken (txlog-sync-protocol.txt).
-                    limit = min(limit, self._backup_for - self.executed_pos)
-                    if limit <= 0:
-                        break
-                batch = await self.cluster.db(self.agreement.to_execute, self.executed_pos,
-                                              limit)
-                if not batch:
-                    break
-                try:
-                    answers = await self.cluster.execute_agreed(
-                        batch, self.agreement.record_executed)
-                except NotWritable as exc:
-                    if str(exc) != self._not_executing:
-                        self._not_executing = str(exc)
-                        log.warning("sync: agreed transactions wait: %s", exc)
-                    await asyncio.sleep(0.2)
-                    continue
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("sync: executing agreed transactions failed; retrying")
-                    await asyncio.sleep(1.0)
-                    continue
-                self._not_executing = None
-                fp = self.executed_fp
-                for a in batch:  # a refused transaction leaves the fingerprint as it was
-                    answer = answers.get(a.txid)
-                    if isinstance(answer, dict):
-                        fp = answer["fingerprint"]
-                    self._recent[a.pos] = fp
-                self.executed_pos, self.executed_fp = batch[-1].pos, fp
-                if self._rollback is None and not self._stopping and not self.failed:
-                    # posted to the peers: what everybody executed is forgotten
-                    pos = self.executed_pos
-                    self._step(lambda now, pos=pos: self.node.executed(pos, now))
-                while len(self._recent) > 4096:
-                    self._recent.popitem(last=False)
-                for txid, answer in answers.items():
-                    if self._trace and txid in self._submitted:
-                        log.info("trace %s executed %.1f ms after submit", txid, (
-                            time.monotonic() - self._submitted.pop(txid)) * 1000)
-                    fut = self._waiters.pop(txid, None)
-                    if fut is None or fut.done():
-                        continue
-                    if isinstance(answer, Exception):
-                        fut.set_exception(answer)
-                    else:
-                        fut.set_result(answer)
+    # The execution room's reports (execution.py).
+
+    def _executed(self, pos: int) -> None:
+        """Agreed transactions up to ``pos`` are executed here: posted to the peers, and
+        what everybody executed is forgotten."""
+        if not self._stopping and not self.failed:
+            self._step(lambda now: self.node.executed(pos, now))
+
+    def _answer(self, answers: dict[str, Any]) -> None:
+        """The answers of executed transactions, to the clients that submitted them here."""
+        for txid, answer in answers.items():
+            if self._trace and txid in self._submitted:
+                log.info("trace %s executed %.1f ms after submit", txid, (
+                    time.monotonic() - self._submitted.pop(txid)) * 1000)
+            fut = self._waiters.pop(txid, None)
+            if fut is None or fut.done():
+                continue
+            if isinstance(answer, Exception):
+                fut.set_exception(answer)
+            else:
+                fut.set_result(answer)
+
+    def _rolled_back(self, pos: int) -> None:
+        self._step(lambda now: self.node.rolled_back(pos, now))
+
+    # The execution room's state, as the status and the comparisons read it.
+
+    @property
+    def executed_pos(self) -> int:
+        return self.execution.executed_pos
+
+    @property
+    def executed_fp(self) -> str:
+        return self.execution.executed_fp
+
+    @property
+    def _recent(self) -> Mapping[int, str]:
+        return self.execution.recent
+
+    @property
+    def split_point(self) -> int | None:
+        return self.execution.split_point
+
+    @property
+    def split_backup_name(self) -> str | None:
+        return self.execution.split_backup_name
+
+    @property
+    def recovery_problem(self) -> str | None:
+        return self.execution.recovery_problem
+
+    @property
+    def _rollback(self) -> asyncio.Task | None:
+        return self.execution.rollback
 
     def _compare(self, peer: str, info: PeerInfo, executed: dict) -> None:
         pos, theirs = executed.get("pos"), executed.get("fingerprint")
@@ -944,113 +933,6 @@ class SyncDriver:
         self.divergences.append({"peer": peer, "kind": kind, "detail": detail,
                                  "time": time.time()})
         del self.divergences[:-50]
-
-    # ------------------------------------------------------------------ split recovery
-
-    def _split_point_moved(self, point: int | None) -> None:
-        self.split_point = point
-        if point is None:
-            self._backup_for = None
-            self._exec_wake.set()
-            return
-        log.warning("sync: split detected; last known good state: agreed position %d", point)
-        if self.split_recovery is SplitRecovery.NONE:
-            return
-        backup = self.split_backup_name and self._backup_recorded_at == point
-        if not backup:
-            self._backup_for = point
-            self._tasks.append(asyncio.create_task(self._split_backup(point),
-                                                   name="split backup"))
-
-    async def _split_backup(self, point: int) -> None:
-        """Simple/Smart: a backup from an up-to-date worker at split detection, of the
-        state after the split point (the executor runs exactly up to it first)."""
-        name = f"split-{self.node_id}"
-        while not self._stopping and self.split_point == point:
-            if self.executed_pos < point:
-                self._exec_wake.set()
-                await asyncio.sleep(0.05)
-                continue
-            try:
-                record = await self.cluster.backup(name)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("sync: split backup not taken yet: %s", exc)
-                await asyncio.sleep(1.0)
-                continue
-            await self.cluster.db(self.agreement.record_split_backup, name, point)
-            self.split_backup_name, self._backup_recorded_at = name, point
-            log.warning("sync: split backup '%s' taken at agreed position %d (seq %d)", name,
-                        point, record["seq"])
-            break
-        if self._backup_for == point:
-            self._backup_for = None
-        self._exec_wake.set()
-
-    def _start_rollback(self) -> None:
-        if self._rollback is None or self._rollback.done():
-            self._rollback = asyncio.create_task(self._roll_back(), name="split rollback")
-
-    async def _roll_back(self) -> None:
-        """Return this data centre to the state at the truncation point: restore every
-        worker from the split backup when something after it was executed here."""
-        db = self.cluster.db
-        restores = 0
-        try:
-            while True:
-                owed = await db(self.agreement.rollback_owed)
-                if owed is None:
-                    break
-                target = await db(self.agreement.state_at, owed)
-                head = (self.cluster.head_seq, self.cluster.head_fingerprint)
-                away = [] if target is None else [
-                    w.url for w in self.cluster.workers.values()
-                    if w.status is not WorkerStatus.OFF and w.seq >= 0
-                    and (w.seq, w.fingerprint) != target]
-                if target is None or (target == head and not away):
-                    # Nothing after that position was executed here (or the log and
-                    # every reachable worker are back there): nothing to undo.
-                    await db(self.agreement.rolled_back, owed, self.cluster.head_seq)
-                    continue
-                backup = await db(self.agreement.split_backup)
-                record = await db(self.cluster.txlog.backup, backup[0]) if backup else None
-                restores += 1
-                if restores > 3:
-                    self.recovery_problem = (
-                        f"workers {', '.join(away)} are still not at agreed position {owed} "
-                        f"after 3 restores from '{backup[0] if backup else None}'; restore "
-                        "them by hand and restart")
-                    log.critical("sync: %s", self.recovery_problem)
-                    return
-                if record is None or (record.seq, record.fingerprint) != target:
-                    self.recovery_problem = (
-                        f"cannot return to agreed position {owed}: no backup of that state "
-                        f"(split backup: {backup}); restore the workers by hand and restart")
-                    log.critical("sync: %s", self.recovery_problem)
-                    return  # execution stays held: better stopped than wrong
-                log.warning("sync: restoring every worker from '%s' (agreed position %d)%s",
-                            record.name, owed, f"; still away from it: {', '.join(away)}"
-                            if target == head else "")
-                # The owed rollback stays recorded until a later turn of this loop finds
-                # the log and every reachable worker at the target (a crash in between
-                # restores again).
-                await self.cluster.rollback(record.name, self.agreement.forget_executed_after)
-            self.executed_pos, self.executed_fp = await db(self.agreement.executed)
-            self._recent.clear()
-            self.recovery_problem = None
-            pos = self.executed_pos
-            self._step(lambda now: self.node.rolled_back(pos, now))
-            log.warning("sync: this data centre is back at agreed position %d; executing the "
-                        "re-agreed transactions", self.executed_pos)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.recovery_problem = f"rollback failed: {exc}"
-            log.exception("sync: rollback failed")
-            return
-        self._rollback = None
-        self._exec_wake.set()
 
     # ------------------------------------------------------------------ status
 

@@ -1,0 +1,133 @@
+"""Local ordering: this master's clients, group-committed into its transaction log.
+
+    log pending (durable) -> probe executes the group -> log changesets in the
+    synchronised queue (durable) -> acknowledge clients -> forward (write_path.py)
+
+One task takes the client writes in arrival order, at most MAX_GROUP at a time: the
+writes that arrive while a group executes form the next group (group commit), so each
+durable commit serves many clients. A transaction logged pending and never answered (the
+master died between its record and its execution) is either rolled forward at start,
+when the probe had executed it (rollforward.py), or marked failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from master_service.cluster import rollforward
+from master_service.cluster.pool import WorkerPool
+from master_service.cluster.write_path import MAX_GROUP, Outcome, WritePath
+from master_service.errors import NotWritable, WriteFailed
+
+log = logging.getLogger("txcluster.master")
+
+
+@dataclass
+class _Pending:
+    txid: str
+    operations: list[dict]
+    future: asyncio.Future
+
+
+class LocalOrdering:
+    """Client writes of this master in arrival order (module docstring)."""
+
+    def __init__(self, pool: WorkerPool, writes: WritePath) -> None:
+        self.pool, self.writes = pool, writes
+        self._pending: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def start(self) -> None:
+        failed = await self.pool.db(self._fail_unacknowledged)
+        if failed:
+            log.warning("%d transactions logged before a restart were never acknowledged: "
+                        "marked failed", failed)
+        self._task = asyncio.create_task(self._writer(), name="writer")
+
+    def _fail_unacknowledged(self) -> int:
+        pending = self.pool.txlog.pending()
+        for tx in pending:
+            self.pool.txlog.mark_failed(tx.txid, "master restarted before acknowledging")
+        return len(pending)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for p in self._pending:
+            if not p.future.done():
+                p.future.set_exception(NotWritable("master is shutting down"))
+
+    async def submit(self, operations: list[dict]) -> dict:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(str(uuid.uuid4()), operations, fut))
+        self._wake.set()
+        return await fut
+
+    # ---- roll-forward: pending transactions in log order ----
+
+    def expected_next(self, limit: int) -> list[rollforward.Expected]:
+        return [rollforward.Expected(t.txid) for t in self.pool.txlog.pending()[:limit]]
+
+    def record_rolled_forward(self, plan: rollforward.Plan, now: float) -> None:
+        self.pool.txlog.record_group([], plan.entries, plan.failures)
+
+    def rolled_forward(self, plan: rollforward.Plan) -> None:
+        """Nothing to answer: the clients of those transactions were gone with the
+        master that logged them."""
+
+    # ---- group commit ----
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                group = self._pending[:MAX_GROUP]
+                del self._pending[:MAX_GROUP]
+                try:
+                    await self._commit_group(group)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("write group failed")
+                    for p in group:
+                        if not p.future.done():
+                            p.future.set_exception(WriteFailed(503, f"write failed: {exc}"))
+
+    def _record(self, outcome: Outcome, now: float) -> None:
+        """(log thread) The group's transactions, their changesets and refusals, in one
+        durable commit."""
+        self.pool.txlog.record_group(
+            [(p.txid, now, self.pool.node_id, p.operations) for p in outcome.group],
+            outcome.entries, outcome.failures)
+
+    async def _commit_group(self, group: Sequence[_Pending]) -> None:
+        counters = self.pool.counters
+        try:
+            outcome = await self.writes.execute(group, self._record,
+                                                admit=self.pool.writable_reason)
+        except NotWritable as exc:
+            for p in group:
+                p.future.set_exception(exc)
+            counters.failed_writes += len(group)
+            return
+        for p, res in zip(group, outcome.results, strict=True):
+            if res["ok"]:
+                p.future.set_result({"txid": p.txid, "seq": res["seq"],
+                                     "fingerprint": res["fingerprint"]})
+                counters.completed_writes += 1
+            else:
+                p.future.set_exception(WriteFailed(res["status"], res["error"]))
+                counters.failed_writes += 1

@@ -1,0 +1,175 @@
+"""Reads: which worker serves a read, and the loop that sends it there.
+
+Read-your-writes (the default consistency): a read sees every write this master
+acknowledged before it arrived, so it goes only to a worker that has applied the log up
+to the head at its arrival (its *floor*), waiting for a forward to bring one there if
+none is yet. Among those, the read router picks the one with the fewest running reads
+(routing.py, how-the-cluster-works.txt); on a lost connection or a 5xx the read is
+re-sent to another; a query that timed out (query-timeout-s, the client's ``timeout``)
+is answered as such, never re-sent; a client that went away abandons its read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from master_service.cluster.pool import Worker, WorkerPool
+from master_service.cluster.worker_client import WorkerUnavailable
+from txcluster import query_limits
+from txcluster.query_limits import wait_for_disconnect
+
+if TYPE_CHECKING:
+    from master_service.cluster.core import Cluster
+
+log = logging.getLogger("txcluster.master.api")
+
+# A master waits for a query's answer this long after the query's own timeout (the
+# worker answers at the timeout, with its 503 "Query evaluation took too long").
+QUERY_WAIT_MARGIN_S = 5.0
+# Headers of a worker's answer worth passing on to the client.
+PASS_HEADERS = ("content-type", "content-disposition", "vary")
+
+
+class Reads:
+    """Routing of reads over the pool's readable workers (module docstring)."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+
+    def read_floor(self, up_to_date: bool = False) -> int | None:
+        """The position a read arriving now must see: the head of the log (every write
+        this master acknowledged, and those committed but not yet answered) under
+        read-your-writes, strict, or a client's ``X-GraphDB-Local-Consistency:
+        updating``; None under eventual consistency (any readable worker will do)."""
+        if up_to_date or self.pool.consistency != "eventual":
+            return self.pool.head_seq
+        return None
+
+    def choose_reader(self, tried: set[str], floor: int | None) -> Worker | None:
+        """The readable worker with the fewest running reads among those that have
+        applied the log up to ``floor`` (routing.py); None when there is none now."""
+        pool = self.pool
+        if floor is not None:
+            # A rollback (images.py) can move the head back below a read's floor: the
+            # state the read waited for is no longer the cluster's.
+            floor = min(floor, pool.head_seq)
+        candidates = [w.url for w in pool.readable()
+                      if floor is None or w.seq >= floor]
+        url = pool.router.choose(candidates, exclude=tried)
+        return pool.workers.get(url) if url else None
+
+    async def reader_for(self, tried: set[str], floor: int | None) -> Worker | None:
+        """As ``choose_reader``, waiting (at most ``request_timeout``) for a forward to
+        bring a worker up to ``floor`` when none is there yet; None when no worker got
+        there in time, or no untried readable worker is left. Never an older one."""
+        pool = self.pool
+        deadline = time.monotonic() + pool.request_timeout
+        while True:
+            w = self.choose_reader(tried, floor)
+            if w is not None or floor is None:
+                return w
+            if not any(x.url not in tried for x in pool.readable()):
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            # Woken by the next worker position change; bounded so that a worker
+            # recovered by replication (no forward) is noticed too.
+            await pool.wait_advanced(min(left, 0.05))
+
+
+def _text(status: int, message: str) -> Response:
+    return PlainTextResponse(message, status_code=status)
+
+
+async def read_unless_gone(request: Request, read: Awaitable,
+                           wait_s: float | None) -> tuple | None:
+    """The worker's answer to ``read``; None when the client went away first: the read
+    is cancelled, which closes its connection to the worker, whose query process is
+    then killed (worker_service/query_process.py). TimeoutError after ``wait_s``."""
+    answer = asyncio.ensure_future(read)
+    gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({answer, gone}, timeout=wait_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if answer in done:
+            return answer.result()
+        if gone in done:
+            return None
+        raise TimeoutError
+    finally:
+        answer.cancel()
+        gone.cancel()
+
+
+async def route_read(request: Request, cluster: Cluster, floor: int | None,
+                     send: Callable[[Worker], Awaitable], timeout_s: float | None
+                     ) -> Response:
+    """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost
+    connection or a 5xx, to another. ``timeout_s``: a query's timeout, waited for
+    with a margin and never re-sent once reached."""
+    wait_s = None if timeout_s is None else timeout_s + QUERY_WAIT_MARGIN_S
+    tried: set[str] = set()
+    refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
+    cluster.counters.running_reads += 1
+    try:
+        while True:
+            w = await cluster.reader_for(tried, floor)
+            if w is None:
+                cluster.counters.failed_reads += 1
+                if refusal is not None:
+                    return refusal
+                if tried:
+                    why = "every available worker failed this read"
+                elif floor is not None and cluster.readable():
+                    why = (f"no worker has applied the writes acknowledged before this "
+                           f"read (log position {floor}) within "
+                           f"{cluster.request_timeout:g} s")
+                else:
+                    why = "no worker is available for reads"
+                return _text(503, why)
+            tried.add(w.url)
+            started = time.monotonic()
+            try:
+                answer = await read_unless_gone(request, send(w), wait_s)
+            except WorkerUnavailable as exc:
+                cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
+                continue
+            except TimeoutError:
+                cluster.router.done(w.url, time.monotonic() - started, ok=False)
+                cluster.counters.failed_reads += 1
+                log.warning("query on %s not answered within its timeout of %g s and a "
+                            "margin: not re-sent", w.url, timeout_s)
+                return _text(query_limits.TIMED_OUT_STATUS,
+                             query_limits.timed_out_message(timeout_s or 0.0))
+            if answer is None:
+                cluster.router.done(w.url, time.monotonic() - started, ok=True)
+                log.info("client of a read on %s went away: read abandoned", w.url)
+                return Response(status_code=499)  # nobody reads it
+            status, resp_headers, content = answer
+            elapsed = time.monotonic() - started
+            timed_out = query_limits.TIMED_OUT_HEADER in resp_headers
+            ok = status < 500 or timed_out
+            cluster.router.done(w.url, elapsed, ok=ok)
+            if not ok:
+                log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
+                refusal = Response(content, status_code=status, headers={
+                    k: v for k, v in resp_headers.items() if k in PASS_HEADERS})
+                continue
+            if timed_out:  # the worker's answer goes to the client as it is
+                cluster.counters.failed_reads += 1
+            else:
+                cluster.counters.completed_reads += 1
+                cluster.counters.read_time_s += elapsed
+            out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
+            return Response(content, status_code=status, headers=out)
+    finally:
+        cluster.counters.running_reads -= 1

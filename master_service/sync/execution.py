@@ -1,0 +1,260 @@
+"""The execution room of a peered master: agreed transactions run here, in agreed order.
+
+The *executor* takes the agreed, not yet executed transactions from the agreement log (at
+most MAX_GROUP at a time) and has them executed through the agreed ordering
+(ordering.py: the cluster's one ``execute`` — probe, control queries, changesets logged,
+forwarded); it reports each executed position and the clients' answers back to the
+driver. A transaction the probe refuses is refused identically in every data centre
+(same data, same order) and moves no fingerprint. A read-only master does not execute
+them (cluster-basics.txt).
+
+Split recovery (txlog-sync-protocol.txt, "Split recovery strategies"): when the driver
+reports a split point, Simple and Smart take a backup of the state at it (the executor
+runs exactly up to it first, and nothing after it before the backup is taken); when the
+agreed queue after a position is truncated, the room returns this data centre to the
+state at that position — restoring every worker from the split backup when something
+after it was executed here — and reports the position it is back at.
+
+The room knows nothing of the protocol core: the driver hands it values (a split point,
+a rollback to start) and takes its reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from master_service.cluster.core import MAX_GROUP, Cluster
+from master_service.cluster.statuses import WorkerStatus
+from master_service.errors import NotWritable
+from master_service.sync.ordering import AgreedOrdering
+from master_service.txlog.agreement import AgreementLog
+
+log = logging.getLogger("txcluster.sync")
+
+# Fingerprints after recent positions kept to compare with the peers' (the driver).
+RECENT = 4096
+
+
+class Execution:
+    """Executor, split backup and rollback (module docstring).
+
+    ``may_execute()``: False while this master is read-only; ``backs_up()``: the split
+    recovery strategy takes a split backup. Reports: ``on_executed(pos)`` after each
+    executed group, ``on_answers({txid: answer})`` for its clients, ``on_rolled_back(pos)``
+    once the data centre is back at agreed position ``pos``."""
+
+    def __init__(self, *, node_id: str, agreement: AgreementLog, ordering: AgreedOrdering,
+                 cluster: Cluster, may_execute: Callable[[], bool],
+                 backs_up: Callable[[], bool], on_executed: Callable[[int], None],
+                 on_answers: Callable[[dict[str, Any]], None],
+                 on_rolled_back: Callable[[int], None]) -> None:
+        self.node_id = node_id
+        self.agreement = agreement
+        self.ordering = ordering
+        self.cluster = cluster
+        self.db = cluster.db
+        self._may_execute = may_execute
+        self._backs_up = backs_up
+        self._on_executed = on_executed
+        self._on_answers = on_answers
+        self._on_rolled_back = on_rolled_back
+        self.executed_pos = 0
+        self.executed_fp = "0" * 32
+        self.recent: OrderedDict[int, str] = OrderedDict()  # pos -> fingerprint (cache)
+        self.split_point: int | None = None  # our last known good agreed position
+        self.split_backup_name: str | None = None  # the backup of that state
+        self.recovery_problem: str | None = None
+        self.rollback: asyncio.Task | None = None
+        self._backup_for: int | None = None  # execution holds after it until backed up
+        self._backup_recorded_at: int | None = None  # agreed position of split_backup_name
+        self._wake = asyncio.Event()
+        self._not_executing: str | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+
+    async def load(self) -> None:
+        """What is persisted: the executed position and the split backup."""
+        self.executed_pos, self.executed_fp = await self.db(self.agreement.executed)
+        backup = await self.db(self.agreement.split_backup)
+        if backup:
+            self.split_backup_name, self._backup_recorded_at = backup
+
+    async def start(self, split_point: int | None) -> None:
+        self.split_point_moved(split_point)
+        if await self.db(self.agreement.rollback_owed) is not None:
+            self.start_rollback()  # a crash came between a truncation and its rollback
+        self._tasks.append(asyncio.create_task(self._executor(), name="sync executor"))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def wake(self) -> None:
+        """Agreed transactions may be ready to execute."""
+        self._wake.set()
+
+    # ---- the executor ----
+
+    async def _executor(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while not self._stopping:
+                if not self._may_execute():
+                    break  # cluster-basics.txt: a read-only master does not apply them
+                if self.rollback is not None:
+                    break  # split recovery: nothing runs before the data centre is back
+                limit = MAX_GROUP
+                if self._backup_for is not None:
+                    # Simple/Smart: nothing after the split point runs before the backup
+                    # of the last known good state is taken (txlog-sync-protocol.txt).
+                    limit = min(limit, self._backup_for - self.executed_pos)
+                    if limit <= 0:
+                        break
+                batch = await self.db(self.agreement.to_execute, self.executed_pos, limit)
+                if not batch:
+                    break
+                try:
+                    answers = await self.ordering.execute(batch)
+                except NotWritable as exc:
+                    if str(exc) != self._not_executing:
+                        self._not_executing = str(exc)
+                        log.warning("sync: agreed transactions wait: %s", exc)
+                    await asyncio.sleep(0.2)
+                    continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("sync: executing agreed transactions failed; retrying")
+                    await asyncio.sleep(1.0)
+                    continue
+                self._not_executing = None
+                fp = self.executed_fp
+                for a in batch:  # a refused transaction leaves the fingerprint as it was
+                    answer = answers.get(a.txid)
+                    if isinstance(answer, dict):
+                        fp = answer["fingerprint"]
+                    self.recent[a.pos] = fp
+                self.executed_pos, self.executed_fp = batch[-1].pos, fp
+                if self.rollback is None and not self._stopping:
+                    # posted to the peers: what everybody executed is forgotten
+                    self._on_executed(self.executed_pos)
+                while len(self.recent) > RECENT:
+                    self.recent.popitem(last=False)
+                self._on_answers(answers)
+
+    # ---- split recovery ----
+
+    def split_point_moved(self, point: int | None) -> None:
+        self.split_point = point
+        if point is None:
+            self._backup_for = None
+            self._wake.set()
+            return
+        log.warning("sync: split detected; last known good state: agreed position %d", point)
+        if not self._backs_up():
+            return
+        backup = self.split_backup_name and self._backup_recorded_at == point
+        if not backup:
+            self._backup_for = point
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._tasks.append(asyncio.create_task(self._split_backup(point),
+                                                   name="split backup"))
+
+    async def _split_backup(self, point: int) -> None:
+        """Simple/Smart: a backup from an up-to-date worker at split detection, of the
+        state after the split point (the executor runs exactly up to it first)."""
+        name = f"split-{self.node_id}"
+        while not self._stopping and self.split_point == point:
+            if self.executed_pos < point:
+                self._wake.set()
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                record = await self.cluster.backup(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("sync: split backup not taken yet: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            await self.db(self.agreement.record_split_backup, name, point)
+            self.split_backup_name, self._backup_recorded_at = name, point
+            log.warning("sync: split backup '%s' taken at agreed position %d (seq %d)", name,
+                        point, record["seq"])
+            break
+        if self._backup_for == point:
+            self._backup_for = None
+        self._wake.set()
+
+    def start_rollback(self) -> None:
+        if self.rollback is None or self.rollback.done():
+            self.rollback = asyncio.create_task(self._roll_back(), name="split rollback")
+
+    async def _roll_back(self) -> None:
+        """Return this data centre to the state at the truncation point: restore every
+        worker from the split backup when something after it was executed here."""
+        db, cluster = self.db, self.cluster
+        restores = 0
+        try:
+            while True:
+                owed = await db(self.agreement.rollback_owed)
+                if owed is None:
+                    break
+                target = await db(self.agreement.state_at, owed)
+                head = (cluster.head_seq, cluster.head_fingerprint)
+                away = [] if target is None else [
+                    w.url for w in cluster.workers.values()
+                    if w.status is not WorkerStatus.OFF and w.seq >= 0
+                    and (w.seq, w.fingerprint) != target]
+                if target is None or (target == head and not away):
+                    # Nothing after that position was executed here (or the log and
+                    # every reachable worker are back there): nothing to undo.
+                    await db(self.agreement.rolled_back, owed, cluster.head_seq)
+                    continue
+                backup = await db(self.agreement.split_backup)
+                record = await db(cluster.txlog.backup, backup[0]) if backup else None
+                restores += 1
+                if restores > 3:
+                    self.recovery_problem = (
+                        f"workers {', '.join(away)} are still not at agreed position {owed} "
+                        f"after 3 restores from '{backup[0] if backup else None}'; restore "
+                        "them by hand and restart")
+                    log.critical("sync: %s", self.recovery_problem)
+                    return
+                if record is None or (record.seq, record.fingerprint) != target:
+                    self.recovery_problem = (
+                        f"cannot return to agreed position {owed}: no backup of that state "
+                        f"(split backup: {backup}); restore the workers by hand and restart")
+                    log.critical("sync: %s", self.recovery_problem)
+                    return  # execution stays held: better stopped than wrong
+                log.warning("sync: restoring every worker from '%s' (agreed position %d)%s",
+                            record.name, owed, f"; still away from it: {', '.join(away)}"
+                            if target == head else "")
+                # The owed rollback stays recorded until a later turn of this loop finds
+                # the log and every reachable worker at the target (a crash in between
+                # restores again).
+                await cluster.rollback(record.name, self.agreement.forget_executed_after)
+            self.executed_pos, self.executed_fp = await db(self.agreement.executed)
+            self.recent.clear()
+            self.recovery_problem = None
+            self._on_rolled_back(self.executed_pos)
+            log.warning("sync: this data centre is back at agreed position %d; executing the "
+                        "re-agreed transactions", self.executed_pos)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.recovery_problem = f"rollback failed: {exc}"
+            log.exception("sync: rollback failed")
+            return
+        self.rollback = None
+        self._wake.set()
