@@ -29,6 +29,14 @@ LOG = REPO / "build" / f"molecule-{SCENARIO}.log"
 LOCK = Path("/run/txcluster-molecule.lock")
 STATE = Path("/run/txcluster-molecule") / SCENARIO  # create.yml's nspawn-hosts.sh state
 STEP_TIMEOUT_S = 1200
+# Lines the scenario prints from what it measured (molecule/two_dc/tests/): shown in this
+# test's output and required, one each.
+MEASURED = ("check mode: site.yml changed=", "rolling upgrade: ", "admin without credentials: ",
+            "jmx: connected to ")
+
+
+def _measured(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith(MEASURED)]
 
 
 def _cannot_run() -> str | None:
@@ -127,11 +135,16 @@ def test_molecule_two_datacentres(capsys):
             destroyed = _molecule("destroy", log, env)
             timings["destroy"] = time.monotonic() - start
     summary = ", ".join(f"{s} {t:.0f} s" for s, t in timings.items())
+    lines = LOG.read_text(errors="replace").splitlines()
+    measured = _measured(lines)
     with capsys.disabled():
         print(f"\nMolecule {SCENARIO}: {summary} (total {sum(timings.values()):.0f} s; "
               f"log {LOG.relative_to(REPO)})")
+        for line in measured:
+            print(f"  {line}")
     if failed or destroyed:
-        lines = LOG.read_text(errors="replace").splitlines()
         tail = "\n".join(lines[-120:])
         pytest.fail(f"molecule {failed or 'destroy'} failed ({summary})\n"
                     f"{_failures(lines)}\n{journals}\nend of {LOG}:\n{tail}")
+    missing = [p for p in MEASURED if not any(line.startswith(p) for line in measured)]
+    assert not missing, f"the scenario did not print {missing} (see {LOG})"
