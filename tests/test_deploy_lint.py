@@ -110,10 +110,10 @@ def test_collection_builds_and_installs_from_its_tarball(tmp_path):
         assert (root / path).is_file(), path
     for leaked in ("master_service", "tests", "molecule", ".venv", "playbooks/collections"):
         assert not (root / leaked).exists(), leaked
-    doc = subprocess.run([str(BIN / "ansible-doc"), "-t", "role", "txcluster.cluster.txcluster_master"],
-                         capture_output=True, text=True, env={
-                             **env, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections")},
-                         timeout=120)
+    doc = subprocess.run(
+        [str(BIN / "ansible-doc"), "-t", "role", "txcluster.cluster.txcluster_master"],
+        capture_output=True, text=True, timeout=120,
+        env={**env, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections")})
     assert doc.returncode == 0 and "txcluster_master_max_peer_lag_s" in doc.stdout, doc.stderr
     for playbook in (REPO / "playbooks").glob("*.yml"):
         plays = yaml.safe_load(playbook.read_text())

@@ -42,11 +42,18 @@ description:
     runtime (see the module's docstring).
 options:
   path: {type: path, required: true, description: The cluster.properties file.}
-  owned: {type: dict, default: {}, description: "Role-owned keys: value, or null or empty to remove the key."}
+  owned:
+    type: dict
+    default: {}
+    description: "Role-owned keys: value, or null or empty to remove the key."
   initial: {type: dict, default: {}, description: Runtime keys written only when absent.}
   workers: {type: list, elements: str, default: [], description: Worker URLs to make sure of.}
   removed_workers: {type: list, elements: str, default: [], description: Worker URLs to remove.}
-  peers: {type: list, elements: dict, default: [], description: "Peers {id or node_id, url} to make sure of."}
+  peers:
+    type: list
+    elements: dict
+    default: []
+    description: "Peers {id or node_id, url} to make sure of."
   header: {type: list, elements: str, default: [], description: Comment lines of a new file.}
   validate: {type: str, description: Command checking the new file (%s is its path).}
 extends_documentation_fragment: [files]

@@ -190,10 +190,10 @@ class Load:
             while not self.stop.is_set():
                 marker = f"urn:txcluster:upgrade:{uuid.uuid4()}"
                 triple = f"<{marker}> <{UPGRADE_PREDICATE}> 1"
-                if self._one(lambda: client.update(f"INSERT DATA {{ {triple} }}"), "write"):
+                if self._one(lambda t=triple: client.update(f"INSERT DATA {{ {t} }}"), "write"):
                     with self.lock:
                         self.acknowledged.add(marker)
-                    seen = self._one(lambda: client.ask(f"ASK {{ {triple} }}"), "read")
+                    seen = self._one(lambda t=triple: client.ask(f"ASK {{ {t} }}"), "read")
                     if seen is False:
                         with self.lock:
                             self.stale_reads += 1
