@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,43 @@ def test_shipped_inventories_describe_consistent_clusters(inventory):
                  7300, 7200)
     assert t["masters"] and t["workers"]
     assert problems(t) == []
+
+
+VAULT = {"vault_txcluster_cluster_secret": "cluster-secret-0123456789",
+         "vault_txcluster_admin_password": "admin-password-0123",
+         "vault_txcluster_read_password": "read-password-0123",
+         "vault_txcluster_jmx_password": "jmx-password-0123"}
+
+
+def test_vault_layout_of_the_example_inventory_works_as_documented(tmp_path):
+    """group_vars/all/ is a directory: the encrypted vault.yml made as its main.yml says
+    (ansible-vault) is read together with main.yml, whose variables refer to it."""
+    if not (BIN / "ansible-vault").exists():
+        pytest.skip("ansible-core is not installed (pip install -e '.[deploy]')")
+    inventory = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "two-dc-example", inventory)
+    assert not (inventory / "group_vars" / "all.yml").exists()
+    vault = inventory / "group_vars" / "all" / "vault.yml"
+    vault.write_text(yaml.safe_dump(VAULT))
+    password = tmp_path / "vault-password"
+    password.write_text("vault-password-0123\n")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1"}
+    subprocess.run([str(BIN / "ansible-vault"), "encrypt", "--vault-password-file",
+                    str(password), str(vault)], check=True, capture_output=True, env=env,
+                   timeout=120)
+    assert vault.read_text().startswith("$ANSIBLE_VAULT;")
+    names = ["txcluster_common_cluster_secret", "txcluster_common_api_password",
+             "txcluster_master_read_password", "txcluster_master_jmx_password",
+             "txcluster_common_tls", "ansible_become", "txcluster_common_datacenter"]
+    # debug runs on the controller: the example's hosts are never contacted.
+    result = subprocess.run(
+        [str(BIN / "ansible"), "-i", str(inventory), "uk-master-1.example.com", "-m",
+         "ansible.builtin.debug", "-a", "msg={{ [" + ", ".join(names) + "] | to_json }}",
+         "--vault-password-file", str(password)],
+        capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    shown = json.loads(json.loads(result.stdout.split("=>", 1)[1])["msg"])
+    assert shown == [*VAULT.values(), True, True, "uk"]
 
 
 def _hosts(data: dict, group: str) -> list[str]:
