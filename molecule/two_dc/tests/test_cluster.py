@@ -1,4 +1,4 @@
-"""Verify of the two-data-centre scenario, after converge, idempotence and side_effect
+"""Verify of the two-data-centre scenario, after converge and side_effect
 (dc2-b added at runtime; the dc1-dc2 link cut and healed). Every API over https, the
 masters' with the admin account (conftest.py)."""
 
