@@ -12,7 +12,8 @@ W3C_RDFLIB := 7.1.4
 W3C_DIR := $(VENV)/w3c-sparql11
 W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # Debian packages the tests need (installed when running as root; see deps-debian).
-# systemd-container debootstrap nftables openssh-client: Molecule's systemd-nspawn hosts.
+# systemd-container debootstrap nftables openssh-client: Molecule's systemd-nspawn hosts;
+# openssl: the lab CA the roles make on the controller (txcluster_common_tls_lab_ca).
 # openjdk-17-jre-headless: Java for Spark (the pipeline tests).
 # openjdk-17-jdk-headless: javac for the JMX tests' Java client (the master's JMX bridge).
 # chromium: the status page test renders the page in headless Chromium.
@@ -21,7 +22,7 @@ W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # libapache-jena-java: Apache Jena 4 as a client of the master (tests/test_clients_jena.py).
 # nodejs: graphdb.js as a client of the master (tests/test_clients_graphdbjs.py); Debian's
 # npm too when the machine's nodejs has none (deps-debian).
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs
 
 .PHONY: venv deps-debian test-deps test test-deploy lint run stop bench docs clean fuzz chaos
 

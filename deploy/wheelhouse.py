@@ -2,7 +2,8 @@
 internet): the txcluster wheel and a wheel of every runtime dependency, with a
 requirements.txt pinning them all, packed as one tar the roles unpack on each node.
 
-    python deploy/wheelhouse.py [--out build/wheelhouse] [--frozen]
+    python deploy/wheelhouse.py [--out build/wheelhouse] [--frozen] [--check]
+    python deploy/wheelhouse.py --out DIR --from ARCHIVE --local-suffix upgrade1
 
 Prints one JSON line: {"archive", "version", "python", "built"}. The txcluster version
 gets a local label from a hash of the packaged sources (0.1.0+g1a2b3c4d5e6f), so:
@@ -13,7 +14,15 @@ gets a local label from a hash of the packaged sources (0.1.0+g1a2b3c4d5e6f), so
 
 --frozen reuses an archive already in --out whatever the sources are now: a test run
 (Molecule) builds once and deploys that same build at every step, even while the
-working tree changes under it.
+working tree changes under it. --check builds nothing and says whether it would
+(``ansible-playbook --check``).
+
+--from ARCHIVE --local-suffix S: the same dependency wheels as ARCHIVE and a txcluster
+wheel rebuilt as version <its version>.S, in seconds: a new version to test a rolling
+upgrade with (molecule/two_dc).
+
+The wheelhouse holds the jmx extra (JPype1) too: a master with txcluster_master_jmx
+needs it, and one set of wheels serves every node.
 
 Wheels are built for the controller's interpreter (CPython major.minor, platform): the
 roles' preflight checks that each target's python3 has the same major.minor.
@@ -98,19 +107,28 @@ def _described(archive: Path) -> dict:
             "python": f"{m['major']}.{m['minor']}", "built": False}
 
 
-def build(out: Path, frozen: bool = False) -> dict:
+EXTRAS = "jmx"  # setup.cfg extras every wheelhouse carries
+
+
+def build(out: Path, frozen: bool = False, check: bool = False,
+          base: Path | None = None, local_suffix: str | None = None) -> dict:
     if frozen:
         existing = sorted(out.glob("txcluster-wheelhouse-*.tar"))
         if existing:
             return _described(existing[-1])
     files = source_files()
-    version = f"{base_version()}+g{source_hash(files)}"
+    if base is not None:
+        version = f"{_described(base)['version']}.{local_suffix}"
+    else:
+        version = f"{base_version()}+g{source_hash(files)}"
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     name = f"txcluster-wheelhouse-{version}-{py}"
     archive = out / f"{name}.tar"
     result = _described(archive)
     if archive.exists():
         return result
+    if check:
+        return {**result, "built": True}
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wheelhouse-", dir=out) as tmp:
         src, wheels = Path(tmp) / "src", Path(tmp) / name
@@ -121,10 +139,20 @@ def build(out: Path, frozen: bool = False) -> dict:
         cfg = (src / "setup.cfg").read_text()
         (src / "setup.cfg").write_text(
             re.sub(r"(?m)^version\s*=.*$", f"version = {version}", cfg, count=1))
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-             "--wheel-dir", str(wheels), str(src)],
-            check=True, stdout=sys.stderr)
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet",
+                     "--disable-pip-version-check", "--wheel-dir", str(wheels)]
+        if base is not None:  # the dependencies of the base archive, txcluster rebuilt
+            wheels.mkdir(parents=True)
+            with tarfile.open(base) as tar:
+                for member in tar.getmembers():
+                    wheel = Path(member.name).name
+                    if member.isfile() and wheel.endswith(".whl") and \
+                            not wheel.startswith("txcluster-"):
+                        member.name = wheel
+                        tar.extract(member, wheels, filter="data")
+            subprocess.run([*pip_wheel, "--no-deps", str(src)], check=True, stdout=sys.stderr)
+        else:
+            subprocess.run([*pip_wheel, f"{src}[{EXTRAS}]"], check=True, stdout=sys.stderr)
         (wheels / "requirements.txt").write_text("\n".join(pins(wheels)) + "\n")
         partial = archive.with_suffix(".tar.partial")
         with tarfile.open(partial, "w") as tar:
@@ -143,8 +171,20 @@ def main() -> None:
                         help="directory of the archive (default: build/wheelhouse)")
     parser.add_argument("--frozen", action=argparse.BooleanOptionalAction, default=False,
                         help="reuse an archive already in --out, even if the sources changed")
+    parser.add_argument("--check", action="store_true",
+                        help="build nothing; say whether a build would happen")
+    parser.add_argument("--from", dest="base", type=Path, default=None,
+                        help="reuse this archive's dependency wheels (with --local-suffix)")
+    parser.add_argument("--local-suffix", default=None,
+                        help="with --from: the new version is the archive's + '.SUFFIX'")
     args = parser.parse_args()
-    print(json.dumps(build(args.out.resolve(), frozen=args.frozen)))
+    if (args.base is None) != (args.local_suffix is None):
+        parser.error("--from and --local-suffix go together")
+    if args.local_suffix is not None and not re.fullmatch(r"[a-z0-9]+", args.local_suffix):
+        parser.error("--local-suffix: lowercase letters and digits")
+    print(json.dumps(build(args.out.resolve(), frozen=args.frozen, check=args.check,
+                           base=args.base.resolve() if args.base else None,
+                           local_suffix=args.local_suffix)))
 
 
 if __name__ == "__main__":

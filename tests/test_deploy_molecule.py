@@ -2,8 +2,9 @@
 scenario (molecule/two_dc) on systemd-nspawn instances, step by step as its
 test_sequence lists them, each step timed; destroy always runs last.
 
-It needs root, systemd-nspawn, debootstrap, nftables and ssh (Makefile DEBIAN_PACKAGES)
-and the deploy extra (molecule, ansible-core, pytest-testinfra). Without them it is
+It needs root, systemd-nspawn, debootstrap, nftables, ssh, openssl (the lab CA) and a JDK
+(the JMX client), all in the Makefile's DEBIAN_PACKAGES, and the deploy extra (molecule,
+ansible-core, pytest-testinfra). Without them it is
 skipped with the reason; `make test-deploy` sets TXCLUSTER_DEPLOY_TESTS=required, which
 turns the skip into a failure. One scenario at a time per machine (a lock): the bridge,
 subnet and instance names are fixed.
@@ -28,16 +29,25 @@ BIN = Path(sys.executable).parent
 LOG = REPO / "build" / f"molecule-{SCENARIO}.log"
 LOCK = Path("/run/txcluster-molecule.lock")
 STATE = Path("/run/txcluster-molecule") / SCENARIO  # create.yml's nspawn-hosts.sh state
-STEP_TIMEOUT_S = 1200
+STEP_TIMEOUT_S = 1800  # per step; verify holds the idempotence runs and the upgrade
+# Lines the scenario prints from what it measured (molecule/two_dc/tests/): shown in this
+# test's output and required, one each.
+MEASURED = ("check mode: site.yml changed=", "rolling upgrade: ", "admin without credentials: ",
+            "jmx: connected to ")
+
+
+def _measured(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith(MEASURED)]
 
 
 def _cannot_run() -> str | None:
     if os.geteuid() != 0:
         return "needs root (systemd-nspawn instances, a bridge, overlay mounts)"
-    missing = [t for t in ("systemd-nspawn", "debootstrap", "nft", "ssh", "ssh-keygen", "ip")
-               if shutil.which(t) is None]
+    missing = [t for t in ("systemd-nspawn", "debootstrap", "nft", "ssh", "ssh-keygen", "ip",
+                           "openssl", "javac", "java") if shutil.which(t) is None]
     if missing:
-        return f"missing {', '.join(missing)} (Debian systemd-container debootstrap nftables)"
+        return (f"missing {', '.join(missing)} (Debian systemd-container debootstrap nftables "
+                "openssh-client iproute2 openssl openjdk-17-jdk-headless: make deps-debian)")
     if not (BIN / "molecule").exists():
         return "molecule is not installed (pip install -e '.[deploy]')"
     if not Path("/sys/fs/cgroup").is_dir():
@@ -127,11 +137,16 @@ def test_molecule_two_datacentres(capsys):
             destroyed = _molecule("destroy", log, env)
             timings["destroy"] = time.monotonic() - start
     summary = ", ".join(f"{s} {t:.0f} s" for s, t in timings.items())
+    lines = LOG.read_text(errors="replace").splitlines()
+    measured = _measured(lines)
     with capsys.disabled():
         print(f"\nMolecule {SCENARIO}: {summary} (total {sum(timings.values()):.0f} s; "
               f"log {LOG.relative_to(REPO)})")
+        for line in measured:
+            print(f"  {line}")
     if failed or destroyed:
-        lines = LOG.read_text(errors="replace").splitlines()
         tail = "\n".join(lines[-120:])
         pytest.fail(f"molecule {failed or 'destroy'} failed ({summary})\n"
                     f"{_failures(lines)}\n{journals}\nend of {LOG}:\n{tail}")
+    missing = [p for p in MEASURED if not any(line.startswith(p) for line in measured)]
+    assert not missing, f"the scenario did not print {missing} (see {LOG})"

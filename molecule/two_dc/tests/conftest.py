@@ -3,18 +3,24 @@
 The cluster layout comes from Molecule's inventory (groups txcluster_workers,
 txcluster_masters, dc1, dc2, spare_workers). HTTP checks go from the controller to the
 instances' addresses on the scenario's own bridge, and only while that bridge exists:
-with it gone, those addresses would be routed elsewhere.
+with it gone, those addresses would be routed elsewhere. Every API is https (the lab CA
+the playbook made in the ephemeral directory) and the masters' need the admin account.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 import subprocess
+from pathlib import Path
 
+import httpx
 import pytest
 import testinfra
 import testinfra.utils.ansible_runner
+
+WORKER_PORT, MASTER_PORT = 7300, 7200
 
 UNITS = {"txcluster_workers": "txcluster-worker.service",
          "txcluster_masters": "txcluster-master.service"}
@@ -34,6 +40,24 @@ class Scenario:
         self.masters = sorted(groups["txcluster_masters"])
         self.datacenters = {dc: sorted(groups[dc]) for dc in ("dc1", "dc2")}
         self._hosts: dict[str, testinfra.host.Host] = {}
+        v = self.vars[self.hostnames[0]]
+        self.ca_file = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "tls" / "ca.crt"
+        self.admin_auth = ("admin", v["txcluster_common_api_password"])
+        self.read_auth = ("reader", v["txcluster_master_read_password"])
+        self.jmx_auth = ("monitor", v["txcluster_master_jmx_password"])
+        self.tls = ssl.create_default_context(cafile=str(self.ca_file))
+        # Workers and /health need no account; the masters' APIs do.
+        self.http = httpx.Client(verify=self.tls, timeout=10)
+        self.admin = httpx.Client(verify=self.tls, timeout=30, auth=self.admin_auth)
+
+    def worker_url(self, name: str) -> str:
+        return f"https://{self.address(name)}:{WORKER_PORT}"
+
+    def master_url(self, name: str) -> str:
+        return f"https://{self.address(name)}:{MASTER_PORT}"
+
+    def node_id(self, master: str) -> str:
+        return self.vars[master]["txcluster_common_master_node_id"]
 
     def host(self, name: str) -> testinfra.host.Host:
         """SSH to the instance as Ansible does, over one multiplexed connection whose

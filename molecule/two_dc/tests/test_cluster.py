@@ -1,12 +1,12 @@
-"""Verify of the two-data-centre scenario, after converge, idempotence and side_effect
-(dc2-b added at runtime; the dc1-dc2 link cut and healed)."""
+"""Verify of the two-data-centre scenario, after converge and side_effect
+(dc2-b added at runtime; the dc1-dc2 link cut and healed). Every API over https, the
+masters' with the admin account (conftest.py)."""
 
 from __future__ import annotations
 
 import time
 import uuid
 
-import httpx
 import pytest
 
 # Which data centres' workers a write through each data centre's master reaches: the
@@ -17,23 +17,22 @@ import pytest
 ALL = {"dc1", "dc2"}
 REACHES = {"dc1": ALL, "dc2": ALL}
 
-WORKER_PORT, MASTER_PORT = 7300, 7200
 MARKER = '<urn:txcluster:verify> <urn:txcluster:marker> "{}"'  # one triple per write
 SETTLE_S = 60
 
 
-def _get(url: str) -> dict:
-    r = httpx.get(url, timeout=10)
+def _get(scenario, url: str) -> dict:
+    r = scenario.admin.get(url)
     r.raise_for_status()
     return r.json()
 
 
 def _worker_url(scenario, name: str) -> str:
-    return f"http://{scenario.address(name)}:{WORKER_PORT}"
+    return scenario.worker_url(name)
 
 
 def _master_url(scenario, name: str) -> str:
-    return f"http://{scenario.address(name)}:{MASTER_PORT}"
+    return scenario.master_url(name)
 
 
 def test_units_active_and_enabled(scenario):
@@ -67,9 +66,10 @@ def test_ports_listening(scenario):
     for name in scenario.hostnames:
         host = scenario.host(name)
         if name in scenario.workers:
-            assert host.socket(f"tcp://0.0.0.0:{WORKER_PORT}").is_listening
+            assert host.socket("tcp://0.0.0.0:7300").is_listening
         if name in scenario.masters:
-            assert host.socket(f"tcp://0.0.0.0:{MASTER_PORT}").is_listening
+            assert host.socket("tcp://0.0.0.0:7200").is_listening
+            assert host.socket("tcp://0.0.0.0:7299").is_listening  # JMX
 
 
 COMMON_FILES = [
@@ -80,6 +80,7 @@ WORKER_FILES = [
     ("/etc/txcluster/worker", "root", "txcluster", 0o750),
     ("/etc/txcluster/worker/worker.properties", "root", "txcluster", 0o640),
     ("/etc/txcluster/worker/cluster.secret", "txcluster", "txcluster", 0o600),
+    ("/etc/txcluster/worker/tls.key", "txcluster", "txcluster", 0o600),
     ("/var/lib/txcluster/worker", "txcluster", "txcluster", 0o750),
 ]
 MASTER_FILES = [
@@ -87,6 +88,9 @@ MASTER_FILES = [
     ("/etc/txcluster/master", "txcluster", "txcluster", 0o750),
     ("/etc/txcluster/master/cluster.properties", "txcluster", "txcluster", 0o640),
     ("/etc/txcluster/master/cluster.secret", "txcluster", "txcluster", 0o600),
+    ("/etc/txcluster/master/client-auth", "txcluster", "txcluster", 0o600),
+    ("/etc/txcluster/master/tls.key", "txcluster", "txcluster", 0o600),
+    ("/etc/txcluster/master/jmx.password", "txcluster", "txcluster", 0o600),
     ("/var/lib/txcluster/master", "txcluster", "txcluster", 0o750),
 ]
 
@@ -121,6 +125,11 @@ def test_cluster_properties_as_templated(scenario):
         assert props["master-url"] == _master_url(scenario, master)
         assert props["split-recovery"] == "Smart"
         assert props["cluster-secret-file"] == "/etc/txcluster/master/cluster.secret"
+        # Secure by default: accounts, TLS on every API, JMX.
+        assert props["client-auth-file"] == "/etc/txcluster/master/client-auth"
+        assert props["tls-cert-file"] == "/etc/txcluster/master/tls.crt"
+        assert props["tls-ca-file"] == "/etc/txcluster/master/tls-ca.crt"
+        assert props["jmx.port"] == "7299"
         # Workers: this DC's, including the one add_worker.yml added at runtime.
         workers = {v for k, v in props.items() if k.startswith("worker.")}
         assert workers == {_worker_url(scenario, w) for w in scenario.workers_of(dc)}
@@ -142,7 +151,7 @@ def test_added_worker_is_part_of_its_master(scenario):
     """dc2-b was added (and removed and added again) at runtime by side_effect.yml; the
     master was not restarted by add_worker.yml (side_effect.yml checks that at once)."""
     master = scenario.master_of("dc2")
-    status = _get(f"{_master_url(scenario, master)}/admin/status")
+    status = _get(scenario, f"{_master_url(scenario, master)}/admin/status")
     urls = {w["url"] for w in status["workers"]}
     assert urls == {_worker_url(scenario, w) for w in scenario.workers_of("dc2")}
 
@@ -152,8 +161,9 @@ def _settled(scenario, dc_master: str, dcs: set[str], marker: str) -> dict[str, 
     deadline = time.monotonic() + SETTLE_S
     workers = [w for dc in sorted(dcs) for w in scenario.workers_of(dc)]
     while True:
-        head = _get(f"{_master_url(scenario, dc_master)}/admin/status")["head"]
-        states = {w: _get(f"{_worker_url(scenario, w)}/health") for w in workers}
+        head = _get(scenario, f"{_master_url(scenario, dc_master)}/admin/status")["head"]
+        states = {w: scenario.http.get(f"{_worker_url(scenario, w)}/health").json()
+                  for w in workers}
         has_marker = {w: _ask(scenario, w, marker) for w in workers}
         if all(has_marker.values()) and all(
                 s["fingerprint"] == head["fingerprint"] for s in states.values()):
@@ -165,9 +175,9 @@ def _settled(scenario, dc_master: str, dcs: set[str], marker: str) -> dict[str, 
 
 
 def _ask(scenario, worker: str, marker: str) -> bool:
-    r = httpx.get(f"{_worker_url(scenario, worker)}/repositories/repo",
+    r = scenario.http.get(f"{_worker_url(scenario, worker)}/repositories/repo",
                   params={"query": f"ASK {{ {MARKER.format(marker)} }}"},
-                  headers={"Accept": "application/sparql-results+json"}, timeout=10)
+                  headers={"Accept": "application/sparql-results+json"})
     r.raise_for_status()
     return r.json()["boolean"]
 
@@ -176,9 +186,9 @@ def _ask(scenario, worker: str, marker: str) -> bool:
 def test_write_through_master_reaches_every_worker(scenario, dc):
     master = scenario.master_of(dc)
     marker = f"{dc}-{uuid.uuid4()}"
-    r = httpx.post(f"{_master_url(scenario, master)}/repositories/repo/statements",
-                   content=f"INSERT DATA {{ {MARKER.format(marker)} }}",
-                   headers={"Content-Type": "application/sparql-update"}, timeout=30)
+    r = scenario.admin.post(f"{_master_url(scenario, master)}/repositories/repo/statements",
+                            content=f"INSERT DATA {{ {MARKER.format(marker)} }}",
+                            headers={"Content-Type": "application/sparql-update"})
     assert r.status_code in (200, 204), r.text
     states = _settled(scenario, master, REACHES[dc], marker)
     assert len({s["fingerprint"] for s in states.values()}) == 1, states
@@ -189,6 +199,24 @@ def test_write_through_master_reaches_every_worker(scenario, dc):
 
 def test_cluster_healthy(scenario):
     for master in scenario.masters:
-        status = _get(f"{_master_url(scenario, master)}/admin/status")
+        status = _get(scenario, f"{_master_url(scenario, master)}/admin/status")
         assert status["status"] == 0, status
         assert status["writable"], status["not_writable_because"]
+
+
+def test_admin_api_without_credentials_is_refused(scenario):
+    """Secure by default: the admin API of a deployed master wants the admin account; a
+    read account may look but not change."""
+    master = scenario.master_of("dc1")
+    url = f"{_master_url(scenario, master)}/admin/status"
+    r = scenario.http.get(url)
+    print(f"\nadmin without credentials: {r.status_code}")
+    assert r.status_code == 401
+    assert scenario.http.get(url, auth=scenario.read_auth).status_code == 200
+    refused = scenario.http.put(f"{_master_url(scenario, master)}/admin/mode",
+                                json={"read_only": False}, auth=scenario.read_auth)
+    assert refused.status_code == 403
+    # Plain http is not served at all.
+    assert scenario.host(master).run(
+        "python3 -c \"import urllib.request; urllib.request.urlopen("
+        "'http://127.0.0.1:7200/health', timeout=5)\"").rc != 0

@@ -29,7 +29,8 @@ WORKERS_GROUP = "txcluster_workers"
 MASTERS_GROUP = "txcluster_masters"
 
 
-def _node(host: str, hv: Mapping[str, Any], port_var: str, default_port: int) -> dict:
+def _node(host: str, hv: Mapping[str, Any], port_var: str, default_port: int,
+          scheme: str) -> dict:
     address = hv.get("txcluster_common_address") or hv.get("ansible_host") or host
     port = int(hv.get(port_var) or default_port)
     return {
@@ -37,18 +38,19 @@ def _node(host: str, hv: Mapping[str, Any], port_var: str, default_port: int) ->
         "datacenter": hv.get("txcluster_common_datacenter"),
         "address": str(address),
         "port": port,
-        "url": f"http://{address}:{port}",
+        "url": f"{scheme}://{address}:{port}",
     }
 
 
 def txcluster_topology(groups: Mapping[str, list], hostvars: Mapping[str, Mapping],
-                       worker_port: int, master_port: int) -> dict:
-    """{"workers": [node...], "masters": [node + node_id...]} in inventory order."""
-    workers = [_node(h, hostvars[h], "txcluster_common_worker_port", worker_port)
+                       worker_port: int, master_port: int, scheme: str = "http") -> dict:
+    """{"workers": [node...], "masters": [node + node_id...]} in inventory order. The
+    scheme is the cluster's (txcluster_common_tls: one switch for every node)."""
+    workers = [_node(h, hostvars[h], "txcluster_common_worker_port", worker_port, scheme)
                for h in groups.get(WORKERS_GROUP, [])]
     masters = []
     for h in groups.get(MASTERS_GROUP, []):
-        node = _node(h, hostvars[h], "txcluster_common_master_port", master_port)
+        node = _node(h, hostvars[h], "txcluster_common_master_port", master_port, scheme)
         node["node_id"] = str(hostvars[h].get("txcluster_common_master_node_id") or h)
         masters.append(node)
     return {"workers": workers, "masters": masters}
