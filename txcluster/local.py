@@ -21,14 +21,8 @@ from pathlib import Path
 
 import httpx
 
+from master_service.jmx import jmx_service_url
 from txcluster.auth import write_secret
-
-
-def jmx_service_url(host: str, port: int) -> str:
-    """A master's remote JMX address (master_service/jmx/bridge.py); also `jconsole
-    HOST:PORT`."""
-    return f"service:jmx:rmi:///jndi/rmi://{host}:{port}/jmxrmi"
-
 
 _handed_out: set[int] = set()
 

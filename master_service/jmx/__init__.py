@@ -8,3 +8,9 @@
 - ``bridge``: the in-process JVM (jpype), the DynamicMBean and remote JMX (extra ``jmx``).
 - ``jolokia``: the Jolokia HTTP protocol at ``/jolokia`` (works without the JVM).
 """
+
+
+def jmx_service_url(host: str, port: int) -> str:
+    """A master's remote JMX address (what jconsole and JMXConnectorFactory connect to;
+    also `jconsole HOST:PORT`)."""
+    return f"service:jmx:rmi:///jndi/rmi://{host}:{port}/jmxrmi"

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from master_service.jmx import jmx_service_url
 from master_service.jmx.attributes import (
     ATTRIBUTES,
     BOOLEAN,
@@ -45,7 +46,6 @@ from master_service.jmx.attributes import (
     OperationFailed,
     OperationNotFound,
 )
-from txcluster.local import jmx_service_url
 
 if TYPE_CHECKING:
     from master_service.config import MasterConfig
