@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real systemd hosts for Molecule: systemd-nspawn instances booted from the cached root
 # filesystem (deploy/rootfs.sh), one overlayfs upper dir each, reached by SSH over a host
-# bridge that `up` creates and `down` removes (see ../shared/FACTS.md, "Real systemd hosts
-# for Molecule").
+# bridge that `up` creates and `down` removes (see docs/design/dependencies.md,
+# "systemd-nspawn hosts for the deployment tests").
 #
 #   nspawn-hosts.sh up STATE ROOTFS BRIDGE HOST_CIDR PUBKEY NAME=ADDR...
 #   nspawn-hosts.sh down STATE

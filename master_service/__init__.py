@@ -1,1 +1,2 @@
-"""The master node: transaction log, worker pool, sync with peer masters, APIs (ARCHITECTURE.md)."""
+"""The master node: transaction log, worker pool, sync with peer masters, APIs (ARCHITECTURE.md,
+"The rooms")."""

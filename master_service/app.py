@@ -217,11 +217,13 @@ def serve(config: MasterConfig) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     # httpx logs every request at INFO: one line per worker per health check (several a
-    # second) would drown the cluster's own messages (smart-replication.txt's
-    # "Replicating (...)"). Its warnings and errors still show.
+    # second) would drown the cluster's own messages (the documented
+    # "Replicating (...)" messages, docs/design/smart-replication.md#the-log-messages). Its
+    # warnings and errors still show.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    # The JVM's JMX agent kills the process on a bad setting (FACTS.md, jpype): refuse
-    # to start with the reason instead (txcluster master exits 2).
+    # The JVM's JMX agent kills the process on a bad setting
+    # (docs/design/dependencies.md#jpype1-the-jmx-bridge): refuse to start with the reason instead
+    # (txcluster master exits 2).
     if problems := preflight(config):
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)

@@ -1,9 +1,10 @@
 """cluster.properties: the master's configuration file (Java properties).
 
 Keys are the documented MBean attribute names with camel case mapped to hyphens
-(spec/README.md): NetSpeedBitsPerSec -> net-speed-bits-per-sec, NodeID -> node-id; workers
+(docs/design/cluster-basics.md#configuration-clusterproperties-and-workerproperties):
+NetSpeedBitsPerSec -> net-speed-bits-per-sec, NodeID -> node-id; workers
 are ``worker.<n>.url`` and synchronised peers ``peer.<n>.id`` / ``peer.<n>.url``
-(txlog-sync-protocol.txt, "operational configuration"). Runtime changes (admin API, JMX
+(same section). Runtime changes (admin API, JMX
 attribute writes) persist here through ``update_properties``, which validates the whole
 resulting file exactly as a restart would before it writes anything.
 """
@@ -81,7 +82,8 @@ def _parse_port(text: str) -> int:
     return port
 
 
-# Control queries (how-the-cluster-works.txt): ASK queries evaluated on the probe worker
+# Control queries (docs/design/write-path.md#the-probe-worker-and-control-queries):
+# ASK queries evaluated on the probe worker
 # after an update; all must be true. A file holds them separated by lines of '---'.
 CONTROL_QUERY_SEPARATOR = "---"
 
@@ -270,10 +272,10 @@ SCHEMA = Schema(
             description="a busy sync round ends here if some peer did not post"),
         Key("sync-idle-interval-ms", parse_int(1), default=1000,
             description="rounds while nothing is unsynchronised (spec: 1 s to 1 min)"),
-        # MaxPeerLag (txlog-sync-protocol.txt, "Missing nodes", "Split recovery
-        # strategies"). The default is below request-timeout-s (30): a write under way
-        # when a peer dies is still answered within a client's request timeout, while a
-        # master restart or a network blip of a few seconds is not taken for a split.
+        # MaxPeerLag (docs/design/sync-protocol.md#maxpeerlag-and-the-split). The default is below
+        # request-timeout-s (30): a write under way when a peer dies is still answered within a
+        # client's request timeout, while a master restart or a network blip of a few seconds is
+        # not taken for a split.
         Key("max-peer-lag-s", _finite(parse_float(0.0)), default=DEFAULT_MAX_PEER_LAG_S,
             description="MaxPeerLag: seconds without progress after which peers unheard "
             "for that long are left out (split detection; writes wait that long for a "

@@ -13,7 +13,7 @@ worker, backup / restore, add / remove a sync peer. Each follows one order:
 3. apply: the running cluster and the sync driver take the change.
 
 A refused request raises a ``ControlError`` before step 2 and changes nothing
-(ARCHITECTURE.md, "Every bad input gets a clear error and changes nothing"). The admin
+(ARCHITECTURE.md: every bad input gets a clear error and changes nothing). The admin
 API (api/admin.py, api/sync_admin.py) and the MBean (jmx/attributes.py, served by the
 JVM bridge and Jolokia) are shells that translate their inputs into these calls and a
 ``ControlError`` into their own error (an HTTP status, a JMX exception).
@@ -185,8 +185,8 @@ class Control:
             self._tell_sync(what)
 
     def _check_split_recovery(self, strategy: str) -> None:
-        # txlog-sync-protocol.txt: "Due to the statefull nature of recovery strategies, a
-        # master node's preferred strategy can't be changed during split."
+        # The strategy is state: it cannot change during a split
+        # (docs/design/sync-protocol.md#split-recovery).
         current = self.service.config.split_recovery
         if (self.service.sync_status() or {}).get("state") == "split" and strategy != current:
             raise Unavailable(

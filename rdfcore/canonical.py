@@ -1,7 +1,8 @@
 """Canonical terms: RDF terms and quads exactly as the store gives them back.
 
 pyoxigraph's store rewrites typed literals into their canonical lexical form
-("01"^^xsd:integer is stored as "1"; FACTS.md). A changeset, a fingerprint and a bulk
+("01"^^xsd:integer is stored as "1";
+docs/design/dependencies.md#pyoxigraph-the-workers-store). A changeset, a fingerprint and a bulk
 load must see a quad as the store holds it, or the incremental fingerprint would differ
 from a full recomputation; every node kind and the Spark pipeline canonicalise through
 this one module.

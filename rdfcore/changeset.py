@@ -3,12 +3,13 @@
 A changeset is computed once, on the probe worker, against the state it is applied to;
 every other worker applies the same changeset (not the update text), so updates that are
 not deterministic (NOW(), RAND(), UUID(), BNODE(), template blank nodes) leave every worker
-identical (ARCHITECTURE.md, "Transactions, changesets, fingerprints").
+identical (docs/design/write-path.md#exact-changesets).
 
 Exactness: ``removed`` holds only quads present before, ``added`` only quads absent
 before, and the two are disjoint. That makes applying a changeset idempotent and
 reversible (``inverse``), which the worker's journal relies on for crash recovery.
-Quads are in the store's canonical form (FACTS.md: the store rewrites literals), so the
+Quads are in the store's canonical form (docs/design/dependencies.md#pyoxigraph-the-workers-store:
+the store rewrites literals), so the
 incremental fingerprint equals a full recomputation.
 """
 
@@ -127,7 +128,8 @@ def parse_nquads(text: str) -> list[ox.Quad]:
         raise SyntaxError("expected N-Quads text")
     if not text:
         return []
-    # Labels must survive (FACTS.md): parse keeps them when not renaming.
+    # Labels must survive (docs/design/dependencies.md#pyoxigraph-the-workers-store): parse keeps
+    # them when not renaming.
     return list(ox.parse(text, format=ox.RdfFormat.N_QUADS))
 
 

@@ -1,11 +1,12 @@
-"""Repository fingerprint: an order-independent hash of the content (ARCHITECTURE.md).
+"""Repository fingerprint: an order-independent hash of the content
+(docs/design/write-path.md#the-fingerprint).
 
 fingerprint = sum over quads of xxh3-128(canonical N-Quads line) mod 2**128, where the
 line is ``str(quad) + " ."`` — byte-identical to the line pyoxigraph's ``dump`` writes
-(FACTS.md), without the line terminator. Because it is a sum, a changeset moves it by
-sum(added) - sum(removed), so workers keep it incrementally; ``recompute`` streams the
-whole store for verification. The Spark pipeline imports ``line_hash`` so a data set and
-a store are hashed by the same function.
+(docs/design/dependencies.md#pyoxigraph-the-workers-store), without the line terminator. Because it
+is a sum, a changeset moves it by sum(added) - sum(removed), so workers keep it incrementally;
+``recompute`` streams the whole store for verification. The Spark pipeline imports ``line_hash`` so
+a data set and a store are hashed by the same function.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class _HashingWriter:
         h = xxhash.xxh3_128_intdigest
         self.total += sum(h(line) for line in lines if line)
         self.count += sum(1 for line in lines if line)
-        # FACTS.md: dump needs write() to return the length of the chunk.
+        # docs/design/dependencies.md#pyoxigraph-the-workers-store:
+        # dump needs write() to return the length of the chunk.
         return len(chunk)
 
     def flush(self) -> None:

@@ -64,8 +64,9 @@ def _hadoop_path(path: str) -> str:
 
 def read_lines(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:
     """Lines of line-format files: ``value`` (the raw bytes: invalid UTF-8 must not break
-    the Arrow conversion, FACTS.md), ``uri``, ``split`` (start offset of the Spark split
-    the line was read in: lines of one split come in file order) and ``split_bytes``."""
+    the Arrow conversion, docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline),
+    ``uri``, ``split`` (start offset of the Spark split the line was read in: lines of one split
+    come in file order) and ``split_bytes``."""
     return (spark.read.text([_hadoop_path(f.path) for f in files])
             .select(F.col("value").cast("binary").alias("value"),
                     F.col("_metadata.file_path").alias("uri"),

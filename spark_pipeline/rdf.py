@@ -9,8 +9,9 @@ Rules it implements (issue "data pipeline"):
   parsed at once, and a group that fails (or yields another number of statements than
   it has statement lines) is halved down to single lines. pyoxigraph reports a missing
   dot on the *next* line and an unterminated string swallows the following one
-  (FACTS.md), so an error position is never used to blame a line: exactly the lines that
-  fail on their own are rejects. Invalid UTF-8 is such a failure.
+  (docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline), so an error position is
+  never used to blame a line: exactly the lines that fail on their own are rejects. Invalid UTF-8
+  is such a failure.
 * Other formats (Turtle, TriG, RDF/XML, JSON-LD) are validated **per file**, one file
   per task, in a first pass: a file with an error is rejected as a whole (none of its
   statements is loaded), with the line of the error, that line's text and the parser's
@@ -304,7 +305,7 @@ def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000
     yield out
 
 
-# ---- the fingerprint in 32-bit pieces (Spark sums them; FACTS.md: ANSI mode) ----
+# ---- the fingerprint in 32-bit pieces (ANSI-mode sums: docs/design/dependencies.md) ----
 
 PIECES = 4
 

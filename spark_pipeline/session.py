@@ -37,7 +37,8 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
         builder = builder.master(master)
         if is_local(master):
             # Executors are Python processes of this interpreter (and its venv), and
-            # nothing listens beyond loopback: Spark then runs fully offline (FACTS.md).
+            # nothing listens beyond loopback: Spark then runs fully offline
+            # (docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline).
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = (builder.config("spark.driver.host", "127.0.0.1")

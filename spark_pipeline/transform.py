@@ -2,7 +2,7 @@
 
 Nothing here reads files or talks to the cluster (``extract`` and ``load`` do); the
 per-record RDF work is ``rdf``'s, run in ``mapInArrow`` (2-4x faster than RDD pickling,
-FACTS.md).
+docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline).
 
 The parsed records of every input share one schema, ``PARSED``; ``kind`` says what a
 record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
@@ -230,7 +230,8 @@ def _piece_sums() -> list:
 def fingerprint_sums(quads: DataFrame, *by: str) -> DataFrame:
     """Quad count and per-piece sums (``rdf.combine`` makes the fingerprint of a row).
 
-    Spark 4 runs with ANSI mode on, where a SUM of longs that overflows fails (FACTS.md):
+    Spark 4 runs with ANSI mode on, where a SUM of longs that overflows fails
+    (docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline):
     each 32-bit piece is summed as DECIMAL(20,0), exact for up to ~2e10 quads (more
     raises, never wraps). Grouped by ``by`` (e.g. graph), else one row."""
     aggs = [F.count(F.lit(1)).alias("quads"), *_piece_sums()]

@@ -95,7 +95,8 @@ class SimConfig:
     timing: Timing = field(default_factory=lambda: Timing(
         round_timeout=150, idle_interval=1_000, acquire_retry=200, max_tail=8))
     # Each data centre executes its agreed queue (payloads needed) after 1..execute_delay;
-    # read-only masters execute nothing (cluster-basics.txt). Executed entries are
+    # read-only masters execute nothing
+    # (docs/design/sync-protocol.md#master-modes). Executed entries are
     # forgotten once every node executed them, or past the horizon of ``retention``.
     execute_delay: int = 200
     retention: Retention = field(default_factory=Retention)

@@ -50,7 +50,8 @@ EMPTY_GRAPH = ox.NamedNode("http://example.org/empty")
 
 def make_store(initial: str = INITIAL) -> ox.Store:
     store = ox.Store()
-    # extend(parse(...)) keeps blank node labels (FACTS.md), so both stores are equal.
+    # extend(parse(...)) keeps blank node labels
+    # (docs/design/dependencies.md#pyoxigraph-the-workers-store), so both stores are equal.
     store.extend(list(ox.parse(initial, format=ox.RdfFormat.TRIG)))
     store.add_graph(EMPTY_GRAPH)
     return store

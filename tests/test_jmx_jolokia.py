@@ -38,7 +38,9 @@ NAME = object_name("master1")
 run = asyncio.run
 ESCAPED = NAME.replace("/", "!/")
 
-# The documented attributes and operations (spec/README.md), in the issue's order.
+# The documented attributes and operations
+# (docs/design/cluster-basics.md#the-clusterinfo-mbean-jolokia-and-the-admin-api), in the issue's
+# order.
 DOCUMENTED_ATTRIBUTES = [
     "NodeStatus", "ClusterStatusSummary", "Status", "IsWritable", "NetSpeedBitsPerSec",
     "FullReplicationTimeFactor", "MinTimeToConsiderFullReplicationS", "NodeID", "MasterURL",
@@ -289,9 +291,10 @@ def test_jolokia_write_takes_effect_and_persists(master):
 
 
 def test_max_peer_lag_is_read_and_written_over_jolokia_and_persisted(master):
-    """txlog-sync-protocol.txt: MaxPeerLag, "a parameter that can be specified from the
-    management console"; its default is not "wait for ever" (20 s: below the 30 s request
-    timeout, so a write under way when a peer dies is still answered in time)."""
+    """MaxPeerLag is set from the management console
+    (docs/design/sync-protocol.md#maxpeerlag-and-the-split); its default is not "wait for
+    ever" (20 s: below the 30 s request timeout, so a write under way when a peer dies is still
+    answered in time)."""
     assert jget(master, f"read/{NAME}/MaxPeerLag")["value"] == 20.0
     body = jget(master, f"write/{ESCAPED}/MaxPeerLag/7.5")
     assert body["status"] == 200 and body["value"] == 20.0  # the previous value

@@ -184,7 +184,7 @@ def test_probe_worker_killed_during_a_write_stream_is_caught_up_by_replay(
     c = cluster_factory(3)
     stream = write_stream(c)
     # Reads meanwhile: one that meets the dead worker is re-sent to another
-    # (cluster-basics.txt, READ requests); no client sees the failure.
+    # (docs/design/rdf4j-protocol.md#consistency-levels, read routing); no client sees the failure.
     reads = read_stream(c)
     stream.wait_acked(30)
     # The probe executes every write first: losing it mid-group is the hard case.

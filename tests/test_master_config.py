@@ -54,11 +54,12 @@ def test_required_keys_only_gives_the_documented_defaults(tmp_path):
     assert config.cluster_secret_file == Path("/etc/txcluster/cluster.secret")
     assert config.workers == ()  # zero workers is a valid start
     assert config.peers == ()
-    # smart-replication.txt, "Parameters"
+    # docs/design/smart-replication.md#the-decision (parameters)
     assert config.net_speed_bits_per_sec == 104_857_600
     assert config.full_replication_time_factor == 1.3
     assert config.min_time_to_consider_full_replication_s == 600
-    # cluster-basics.txt: LogMaxSize 100,000 transactions, LogMaxDepth 7 days (in hours)
+    # docs/design/cluster-basics.md#the-logs-limits:
+    # LogMaxSize 100,000 transactions, LogMaxDepth 7 days (in hours)
     assert config.log_max_size == 100_000
     assert config.log_max_depth_hours == 168
     assert config.read_only is False
@@ -233,7 +234,7 @@ def test_a_peer_needs_both_id_and_url(tmp_path):
     assert "'peer.2.url' has no matching 'peer.2.id'" in message
 
 
-# ---- control queries (how-the-cluster-works.txt: checked on the probe after an update) ----
+# ---- control queries (docs/design/write-path.md#the-probe-worker-and-control-queries) ----
 
 def control(tmp_path: Path, text: str) -> str:
     queries = tmp_path / "control.rq"

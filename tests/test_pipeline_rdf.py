@@ -18,8 +18,8 @@ NQ = ox.RdfFormat.N_QUADS
 XSD = "http://www.w3.org/2001/XMLSchema#"
 
 # Line, and whether it is good: each bad one is a classic way a chunk parse blames the
-# wrong line (FACTS.md): the error of a missing dot is reported on the next line, an
-# unterminated string swallows the next line.
+# wrong line (docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline): the error of a
+# missing dot is reported on the next line, an unterminated string swallows the next line.
 HARD = [
     (b'<http://e/a> <http://e/p> "one" .', True),
     (b"<http://e/a> <http://e/p> <http://e/b>", False),  # missing dot

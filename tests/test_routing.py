@@ -1,4 +1,5 @@
-"""Read routing by a priority queue on running queries (how-the-cluster-works.txt)."""
+"""Read routing by a priority queue on running queries
+(docs/design/rdf4j-protocol.md#consistency-levels)."""
 
 from master_service.cluster.routing import Router
 

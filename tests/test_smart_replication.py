@@ -1,4 +1,5 @@
-"""The smart-replication formula and recovery decisions (smart-replication.txt)."""
+"""The smart-replication formula and recovery decisions
+(docs/design/smart-replication.md#the-decision)."""
 
 from __future__ import annotations
 

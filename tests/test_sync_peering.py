@@ -4,8 +4,8 @@ loopback, agreeing on one order of transactions with the TxLog sync protocol.
 What an operator relies on: concurrent writers on every master end with identical agreed
 queues and identical workers everywhere; a master killed -9 mid-stream comes back as a
 lagger and loses nothing acknowledged; strangers and forged or replayed messages are
-refused; read-only and muted masters behave as cluster-basics.txt says; sync peers can be
-added and removed at runtime and that persists.
+refused; read-only and muted masters behave as docs/design/sync-protocol.md#master-modes says; sync
+peers can be added and removed at runtime and that persists.
 """
 
 from __future__ import annotations
@@ -428,7 +428,7 @@ def test_a_master_killed_after_its_probe_executed_an_agreed_transaction_rolls_fo
 
 
 def test_read_only_and_muted_masters(tmp_path):
-    # m2 muted, m3 read-only (cluster-basics.txt, "Master peering").
+    # m2 muted, m3 read-only (docs/design/sync-protocol.md#master-modes).
     dcs = DataCentres(tmp_path, n=3, workers=1,
                       extra={1: {"mode": "MUTE"}, 2: {"read-only": "true"}})
     try:

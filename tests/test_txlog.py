@@ -215,7 +215,8 @@ def test_a_fingerprint_must_be_32_hex_digits():
         State(0, "g" * 32, 0)
 
 
-# ---- pruning: LogMaxSize (count) and LogMaxDepth (hours), cluster-basics.txt ----
+# ---- pruning: LogMaxSize (count) and LogMaxDepth (hours) ----
+# (docs/design/cluster-basics.md#the-logs-limits)
 
 def test_prune_by_size_moves_the_base_to_the_last_dropped_entry(log):
     append(log, 1, 10)

@@ -25,7 +25,8 @@ import math
 from collections.abc import Awaitable, Callable
 
 # Why 300 s: long enough for the analytical queries a repository of a few million quads
-# answers at all (a full dump of 1M quads takes ~13 s, FACTS.md), short enough that a
+# answers at all (a full dump of 1M quads takes ~13 s,
+# docs/design/dependencies.md#pyoxigraph-the-workers-store), short enough that a
 # runaway query burns at most five CPU-minutes of a worker before it is killed.
 DEFAULT_QUERY_TIMEOUT_S = 300.0
 # Master -> worker: the timeout the master applied (a worker takes the smaller of this,

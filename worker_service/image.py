@@ -1,7 +1,8 @@
 """Storage images: a consistent copy of a worker's storage folder, streamed to another.
 
 An image is ``tar`` of {store checkpoint, state.json}, compressed with the snappy framing
-format (cramjam), as the spec's "Compression for replications" describes. FACTS.md:
+format (cramjam), the documented format (docs/design/smart-replication.md#full-replication).
+docs/design/dependencies.md#compression-replication-images:
 RocksDB files are already compressed, so the gain is small on a store, but the format is
 the documented one and decompression is cheap. The image is written to a file first so
 that its SHA-256 and length are known before it is sent; a receiver verifies the checksum

@@ -1,10 +1,11 @@
-"""The worker's journal: what makes apply + record crash-safe (ARCHITECTURE.md).
+"""The worker's journal: what makes apply + record crash-safe
+(docs/design/write-path.md#crash-safety-on-the-worker).
 
 pyoxigraph cannot remove and add quads in one atomic write while keeping blank node
-labels (FACTS.md), so a changeset is applied as several store writes. Before the first of
-them, the journal records the transaction (a header line) and each step's changeset (one
-JSON line each, written before that step touches the store). Exact changesets are
-idempotent and invertible, so after kill -9 at any instant the repository can finish
+labels (docs/design/dependencies.md#pyoxigraph-the-workers-store), so a changeset is applied as
+several store writes. Before the first of them, the journal records the transaction (a header line)
+and each step's changeset (one JSON line each, written before that step touches the store). Exact
+changesets are idempotent and invertible, so after kill -9 at any instant the repository can finish
 (``redo``: apply, already durable in the master's log) or take back (``undo``: an
 execute whose control queries had not passed yet) what the journal describes.
 

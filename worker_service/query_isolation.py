@@ -3,7 +3,8 @@ it runs at once (the timeout rule itself, shared with the master: txcluster/quer
 
 Theory of operation. pyoxigraph has no query timeout and no cancellation: a thread inside
 ``Store.query`` cannot be interrupted, and aggregates, ORDER BY or a join that finds nothing
-write no result for as long as they run (FACTS.md). So a worker evaluates a query in one of
+write no result for as long as they run
+(docs/design/dependencies.md#pyoxigraph-the-workers-store). So a worker evaluates a query in one of
 two places:
 
 * in its own thread pool, only when the query is *provably cheap*

@@ -1,7 +1,8 @@
 """Query processes: a query that may run long is evaluated in a child forked from the
 worker, and the child is killed at the query's deadline (txcluster/query_limits.py).
 
-Why fork: pyoxigraph can neither time out nor cancel a query (FACTS.md), so what stops a
+Why fork: pyoxigraph can neither time out nor cancel a query
+(docs/design/dependencies.md#pyoxigraph-the-workers-store), so what stops a
 query must be able to stop the work itself and free its CPU: a process that can be
 killed. A child forked while the repository's read lock is held inherits the open store
 as it is at that instant (no changeset is half-applied: a writer holds the write lock for
@@ -120,7 +121,8 @@ class FrameWriter:
         self.pending += chunk
         if len(self.pending) >= FLUSH_AT:
             self.flush()
-        return len(chunk)  # FACTS.md: serialize needs the length back
+        # pyoxigraph's serialize needs the length back (docs/design/dependencies.md)
+        return len(chunk)
 
     def flush(self) -> None:
         if self.pending:

@@ -442,7 +442,9 @@ class Repository:
         """Write an image of the current state to ``target``; return its manifest.
 
         The write lock is held only while pyoxigraph makes its checkpoint (hard links,
-        milliseconds — FACTS.md), so the image pairs the store with its exact state."""
+        milliseconds —
+        docs/design/dependencies.md#pyoxigraph-the-workers-store), so the image pairs the store
+        with its exact state."""
         with self._maintenance:
             self.activity, previous = "REPLICATION_SERVER", self.activity
             work = self.data_dir / "tmp" / f"checkpoint-{uuid.uuid4().hex}"
@@ -533,7 +535,8 @@ class Repository:
         return self.data_dir / "backups"
 
     def backup(self, name: str) -> dict:
-        """Write a named image; reusing a name replaces that image (spec README)."""
+        """Write a named image; reusing a name replaces that image
+        (docs/design/cluster-basics.md#backup-and-restore)."""
         target = self.backups_dir() / name
         work = self.data_dir / "tmp" / f"backup-{uuid.uuid4().hex}"
         work.mkdir(parents=True)

@@ -2,7 +2,8 @@
 
 Readers take it only while *starting* a query: pyoxigraph evaluates a query over a
 snapshot taken when it starts, so a reader never sees a half-applied changeset as long as
-no query starts while a writer holds the lock (ARCHITECTURE.md: atomic visibility).
+no query starts while a writer holds the lock (docs/design/write-path.md#crash-safety-on-the-worker:
+a reader never sees half a changeset).
 Writers are preferred so a steady read load cannot starve the write path.
 """
 

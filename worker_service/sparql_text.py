@@ -1,11 +1,11 @@
 """A small SPARQL 1.1 Update tokenizer: structure of an update request, not its terms.
 
-Why: a worker must compute the exact changeset of an update (ARCHITECTURE.md,
-"Transactions, changesets, fingerprints"), so it needs the structure pyoxigraph does not
-expose — the operations of a request, their dataset clauses, the text of their templates
-and of their WHERE pattern. rdflib's parser gives that but costs milliseconds; this module
-gets it from a regular-expression tokenizer in a few microseconds, and leaves everything
-about terms (IRI resolution, literals, blank nodes, syntax checking) to pyoxigraph.
+Why: a worker must compute the exact changeset of an update
+(docs/design/write-path.md#exact-changesets), so it needs the structure pyoxigraph does not expose
+— the operations of a request, their dataset clauses, the text of their templates and of their
+WHERE pattern. rdflib's parser gives that but costs milliseconds; this module gets it from a
+regular-expression tokenizer in a few microseconds, and leaves everything about terms (IRI
+resolution, literals, blank nodes, syntax checking) to pyoxigraph.
 
 What the tokenizer must get right is what decides structure (SPARQL 1.1 grammar, section
 19.8 "Grammar" terminals):

@@ -1,7 +1,7 @@
 """A worker's state: (last applied transaction id, sequence number, fingerprint).
 
 The master's log records the fingerprint after every sequence number, so "does this
-worker correspond to a known state" is a lookup (ARCHITECTURE.md).
+worker correspond to a known state" is a lookup (docs/design/write-path.md#the-fingerprint).
 
 The live state is saved after every transaction group, so its write must be cheap: a
 rename costs ~0.35 ms on this machine's ext4 (more under load: a quarter of a probe's

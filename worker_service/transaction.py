@@ -3,10 +3,10 @@
 A worker executes a transaction step by step: each step's exact changeset is computed
 against the store's current state (read-only), journaled, then applied with
 ``changeset.apply_to`` — so step k sees the effects of steps 1..k-1, as SPARQL 1.1 Update
-requires of the operations of one request (ARCHITECTURE.md, "Transactions, changesets,
-fingerprints"). Only the probe worker computes; the others apply the same changeset, so
-NOW(), RAND(), UUID(), STRUUID(), BNODE() and template blank nodes leave every worker
-identical: the WHERE part of an update is evaluated exactly once, on the probe worker.
+requires of the operations of one request (docs/design/write-path.md#exact-changesets). Only the
+probe worker computes; the others apply the same changeset, so NOW(), RAND(), UUID(), STRUUID(),
+BNODE() and template blank nodes leave every worker identical: the WHERE part of an update is
+evaluated exactly once, on the probe worker.
 
     transaction.py     the errors a transaction can fail with; fresh blank nodes
     steps.py           a step and its exact changeset against the current state

@@ -12,7 +12,8 @@ How an update is turned into structure without rdflib's ~7 ms parser:
 * terms are pyoxigraph's: a QuadData block, or a template whose variables were rewritten
   to reserved IRIs, is run as ``INSERT DATA`` into a scratch in-memory store — exactly the
   SPARQL grammar (no Turtle/SPARQL differences to patch), with IRIs resolved against the
-  prologue and literals already in the store's canonical form (FACTS.md);
+  prologue and literals already in the store's canonical form
+  (docs/design/dependencies.md#pyoxigraph-the-workers-store);
 * the hot path, a request that is a single INSERT DATA or DELETE DATA, needs one
   pyoxigraph parse: the scratch run of the request itself is also its syntax check;
 * the WHERE pattern is evaluated by pyoxigraph as ``<prologue> SELECT * <dataset> WHERE

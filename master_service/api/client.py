@@ -1,5 +1,6 @@
 """Client facade of a master: the RDF4J REST protocol, so unchanged clients see one
-repository (cluster-basics.txt: "the master repository fully implements the RDF4J API").
+repository (docs/design/rdf4j-protocol.md: a master is a
+drop-in RDF4J repository).
 
 The routes are the protocol's one route table (rdf4j_protocol/routes.py), mounted here
 over the master's backend. Reads are forwarded as they came to one worker that has
@@ -257,7 +258,8 @@ def _without_action(query_string: bytes) -> str:
 
 
 def _is_control_query(query_string: bytes, body: bytes) -> bool:
-    """A query FROM the control-query graph goes to every worker (spec README)."""
+    """A query FROM the control-query graph goes to every worker
+    (docs/design/rdf4j-protocol.md#endpoints)."""
     return CONTROL_QUERY_GRAPH.encode() in query_string or \
         CONTROL_QUERY_GRAPH.encode() in body or \
         b"ontotext.com%2Fowlim%2Fcluster%2Fcontrol-query" in query_string + body

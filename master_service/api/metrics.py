@@ -83,8 +83,7 @@ class MasterMetrics:
             "Time to answer a client request through this master, by kind "
             "(read, write, admin)", ["kind"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self.sync_rounds = Counter(
-            "txcluster_sync_rounds", "TxLog sync rounds run with the peers "
-            "(txlog-sync-protocol.txt)", registry=self.registry)
+            "txcluster_sync_rounds", "TxLog sync rounds run with the peers", registry=self.registry)
         self.sync_round_seconds = Histogram(
             "txcluster_sync_round_duration_seconds", "Duration of one TxLog sync round",
             buckets=LATENCY_BUCKETS, registry=self.registry)

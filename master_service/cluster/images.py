@@ -1,9 +1,9 @@
 """Images of the repository: backup, restore, rollback to a backup, initial bulk load.
 
-A backup is written by an up-to-date worker and recorded in the log (cluster-basics.txt,
-Cluster backup). A restore puts every worker at a backup's state; the workers then
-replay the log after it. A rollback first takes the log itself back to the backup's
-state. An initial bulk load (txcluster load --initial) is staged on one worker and
+A backup is written by an up-to-date worker and recorded in the log
+(docs/design/cluster-basics.md#backup-and-restore). A restore puts every worker at a backup's
+state; the workers then replay the log after it. A rollback first takes the log itself back to the
+backup's state. An initial bulk load (txcluster load --initial) is staged on one worker and
 becomes the base of a new log. While any of these changes a worker's state on purpose,
 the health check leaves that worker alone (pool.restoring, pool.bulk_load_target).
 """
@@ -86,7 +86,8 @@ class Images:
     # ---- backup / restore ----
 
     async def backup(self, name: str) -> dict:
-        """An up-to-date worker writes a named image (cluster-basics.txt, Cluster backup)."""
+        """An up-to-date worker writes a named image
+        (docs/design/cluster-basics.md#backup-and-restore)."""
         pool = self.pool
         candidates = [w for w in pool.in_sync() if w.status == WorkerStatus.ON and not w.queue]
         if not candidates:

@@ -90,7 +90,8 @@ class LogThread:
 
 
 class WorkerPool:
-    """The workers, the log head and the writability rules (cluster-basics.txt)."""
+    """The workers, the log head and the writability rules
+    (docs/design/cluster-basics.md#master-modes, #two-workers-three-workers)."""
 
     def __init__(self, *, node_id: str, txlog, secret: bytes, params: replication.Parameters,
                  control_queries: list[str], protect_single_worker: bool = True,
@@ -173,7 +174,8 @@ class WorkerPool:
         return [w for w in self.workers.values() if w.status in READABLE and w.readable]
 
     def writable_reason(self) -> str | None:
-        """None when the cluster takes writes, else why not (cluster-basics.txt)."""
+        """None when the cluster takes writes, else why not
+        (docs/design/cluster-basics.md#master-modes)."""
         if self.read_only:
             return "this master is read-only"
         if self.mode == "MUTE":
@@ -189,14 +191,16 @@ class WorkerPool:
         if n == 0:
             return "no worker is in sync"
         # With two workers the master goes read-only while one recovers: a single copy
-        # is not risked unless protect-single-worker is off (how-the-cluster-works.txt).
+        # is not risked unless protect-single-worker is off
+        # (docs/design/cluster-basics.md#two-workers-three-workers).
         if n == 1 and self.protect_single_worker and len(self.workers) > 1:
             return ("only one worker is in sync and protect-single-worker is on: "
                     "writes resume when another worker has recovered")
         return None
 
     def status_code(self) -> int:
-        """0 available, 1 needs attention / not writable, 2 no workers (spec README)."""
+        """0 available, 1 needs attention / not writable, 2 no workers
+        (docs/design/cluster-basics.md#worker-statuses)."""
         if not self.readable():
             return 2
         if self.writable_reason() or any(w.status not in IN_SYNC for w in self.workers.values()):

@@ -4,8 +4,8 @@ Read-your-writes (the default consistency): a read sees every write this master
 acknowledged before it arrived, so it goes only to a worker that has applied the log up
 to the head at its arrival (its *floor*), waiting for a forward to bring one there if
 none is yet. Among those, the read router picks the one with the fewest running reads
-(routing.py, how-the-cluster-works.txt); on a lost connection or a 5xx the read is
-re-sent to another; a query that timed out (query-timeout-s, the client's ``timeout``)
+(routing.py, docs/design/rdf4j-protocol.md#consistency-levels); on a lost connection or a 5xx the
+read is re-sent to another; a query that timed out (query-timeout-s, the client's ``timeout``)
 is answered as such, never re-sent; a client that went away abandons its read.
 """
 

@@ -4,7 +4,8 @@ Every health check reads each worker's state (seq, fingerprint, quads). A worker
 rotation that went back in time or reports another fingerprint than the log's at its
 seq leaves rotation; one not in sync is recovered by incremental replay of the log, or
 by full replication from an up-to-date worker (or the 'default' image) when the log
-cannot replay to it or replay would take longer (smart-replication.txt, replication.py).
+cannot replay to it or replay would take longer (docs/design/smart-replication.md,
+replication.py).
 
 A worker found ahead of the log by exactly what the log expected next (the master died,
 or lost the probe's answer, between its execution and its record) is rolled forward:

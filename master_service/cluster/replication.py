@@ -1,4 +1,5 @@
-"""Smart replication: replay the log, or copy a whole storage folder? (smart-replication.txt)
+"""Smart replication: replay the log, or copy a whole storage folder?
+(docs/design/smart-replication.md)
 
 Pure decisions, no IO. The documented rule: prefer full replication when BOTH
 
@@ -90,7 +91,8 @@ class Decision:
 
 def decide(worker: WorkerView, log: LogView, storage_bytes: int | None,
            params: Parameters, cluster_has_data: bool) -> Decision:
-    """How to bring one worker to the head of the log (how-the-cluster-works.txt)."""
+    """How to bring one worker to the head of the log
+    (docs/design/smart-replication.md#the-decision)."""
     if worker.forced:
         return Decision("replicate", Reason.OUT_OF_SYNC_FORCED)
     if not log.known:

@@ -1,9 +1,9 @@
 """Read routing: a priority queue on the queries running on each worker (pure policy).
 
-how-the-cluster-works.txt: each read goes to the available worker with the fewest queries
-currently running; the queue is rearranged after every read; on a timeout or lost
-connection the read is re-sent to another worker. Ties go to the worker that was chosen
-least recently, so an idle cluster spreads reads evenly.
+docs/design/rdf4j-protocol.md#consistency-levels (read routing): each read goes to the available
+worker with the fewest queries currently running; the queue is rearranged after every read; on a
+timeout or lost connection the read is re-sent to another worker. Ties go to the worker that was
+chosen least recently, so an idle cluster spreads reads evenly.
 """
 
 from __future__ import annotations

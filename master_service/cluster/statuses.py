@@ -1,4 +1,4 @@
-"""Worker statuses, exactly as documented (spec README)."""
+"""Worker statuses, exactly as documented (docs/design/cluster-basics.md#worker-statuses)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ reached.
 
 A worker that fails a forward or reports another fingerprint than the probe's leaves
 rotation and the recovery loop brings it back by replay or full replication
-(smart-replication.txt).
+(docs/design/smart-replication.md).
 """
 
 from __future__ import annotations
@@ -208,8 +208,9 @@ class WritePath:
             if probe is None and reason is None and await self._wait_for_probe(reason_now):
                 # The probe was lost while every other in-sync worker still had forwards
                 # in flight (none at the head yet): the cluster is writable, so wait for
-                # one to catch up rather than refuse the group (cluster-basics.txt: with
-                # three workers the cluster stays fully functional on any node failure).
+                # one to catch up rather than refuse the group
+                # (docs/design/cluster-basics.md#two-workers-three-workers: with three workers the
+                # loss of any one leaves the cluster writable).
                 continue
             if probe is None:
                 msg = reason or "no in-sync worker can act as probe"

@@ -1,12 +1,13 @@
 """The ReplicationCluster ClusterInfo MBean as a table: attributes and operations.
 
-Names and Java types are the documented ones (spec/README.md); each entry has the
-description shown in MBeanInfo and by Jolokia's ``list``. Getters and setters work on a
-running ``MasterService`` and are called on the master's asyncio loop only (the JVM bridge
-hops there from its RMI threads). Setters and operations are the control plane's
-(master_service/control.py: validate, persist to cluster.properties, take effect), as
-for the admin API; its refusal becomes a ``ManagementError`` and nothing changed
-(ARCHITECTURE.md, "Every bad input ...").
+Names and Java types are the documented ones
+(docs/design/cluster-basics.md#the-clusterinfo-mbean-jolokia-and-the-admin-api); each entry has the
+description shown in MBeanInfo and by Jolokia's ``list``. Getters and setters work on a running
+``MasterService`` and are called on the master's asyncio loop only (the JVM bridge hops there from
+its RMI threads). Setters and operations are the control plane's (master_service/control.py:
+validate, persist to cluster.properties, take effect), as for the admin API; its refusal becomes a
+``ManagementError`` and nothing changed (ARCHITECTURE.md: every bad input gets an error saying what
+is wrong and changes nothing).
 
 This module does not import jpype: the documentation's JMX reference is generated from
 ``ATTRIBUTES`` and ``OPERATIONS``.
@@ -39,7 +40,9 @@ DOMAIN = "ReplicationCluster"
 
 
 def object_name(node_id: str) -> str:
-    """The MBean's name (spec/README.md); the '/' needs no quoting (FACTS.md, jpype)."""
+    """The MBean's name
+    (docs/design/cluster-basics.md#the-clusterinfo-mbean-jolokia-and-the-admin-api); the '/' needs
+    no quoting (docs/design/dependencies.md#jpype1-the-jmx-bridge)."""
     return f"{DOMAIN}:name=ClusterInfo/{node_id}"
 
 

@@ -2,9 +2,9 @@
 MBean (a ``javax.management.DynamicMBean`` implemented in Python) to remote clients.
 
 Remote JMX uses the JDK's own agent, configured by system properties at JVM start
-(FACTS.md, jpype: the simplest way, and the one operators know): RMI registry and
-connector on the one port ``jmx.port`` bound to ``jmx.host``, the JDK's password and
-access files (readonly / readwrite users), optional TLS. Its configuration errors kill
+(docs/design/dependencies.md#jpype1-the-jmx-bridge: the simplest way, and the one operators know):
+RMI registry and connector on the one port ``jmx.port`` bound to ``jmx.host``, the JDK's password
+and access files (readonly / readwrite users), optional TLS. Its configuration errors kill
 the whole process inside ``startJVM`` (exit 1, message lost), so ``preflight`` checks
 every one of them first and the master refuses to start with a clear message (exit 2).
 
@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txcluster.master.jmx")
 
-# A small JVM: the bridge holds one MBean (FACTS.md: RSS +60-90 MB with these).
+# A small JVM: the bridge holds one MBean (docs/design/dependencies.md#jpype1-the-jmx-bridge:
+# RSS +60-90 MB with these).
 # -Xrs: the JVM leaves SIGTERM/SIGINT to Python; otherwise its own handler ends the
 # process with 143 and the master never runs its orderly shutdown (txlog closed, ...).
 JVM_OPTIONS = ("-Xrs", "-Xmx64m", "-Xms8m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",

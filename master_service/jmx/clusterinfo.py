@@ -2,7 +2,7 @@
 
 Every method is a coroutine run on the master's asyncio loop, where the cluster lives;
 the bridge hands calls from RMI threads over with ``run_coroutine_threadsafe``
-(FACTS.md, jpype: "hand work to an asyncio loop with a timeout"). Errors are
+(docs/design/dependencies.md#jpype1-the-jmx-bridge). Errors are
 ``ManagementError``s naming the Java exception a client sees (the control plane's
 refusals are translated here, master_service/control.py).
 """

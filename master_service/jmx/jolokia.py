@@ -1,6 +1,7 @@
 """The Jolokia protocol (version 7) for the master's MBean, at ``/jolokia``.
 
-Operators' scripts reach the MBean over HTTP through Jolokia (spec/README.md). The
+Operators' scripts reach the MBean over HTTP through Jolokia
+(docs/design/cluster-basics.md#the-clusterinfo-mbean-jolokia-and-the-admin-api). The
 handler serves the same ``ClusterInfo`` object as the JVM bridge, so it works with or
 without the JVM. Requests: GET ``/jolokia/<type>/<args...>`` (``read``, ``write``,
 ``exec``, ``list``, ``search``, ``version``) with Jolokia's escaping in path elements

@@ -19,7 +19,7 @@ write is acknowledged once it is synchronised and applied on this master's probe
 A transaction the probe refuses is refused identically in every data centre (same data,
 same order) and moves no fingerprint.
 
-Peers (cluster-basics.txt, "Master peering"): statuses and tail segments are POSTed to
+Peers (docs/design/sync-protocol.md#transaction-exchange): statuses and tail segments are POSTed to
 ``<peer>/peer/status`` and ``/peer/tail``; a payload is fetched from
 ``/peer/transactions/<txid>`` and checked against the digest and size its status
 announced. Every request is signed with the peer secret (txcluster/auth.py: HMAC over the
@@ -201,7 +201,7 @@ class SyncDriver:
         self._trace = bool(os.environ.get("TXC_SYNC_TRACE"))
         self._submitted: dict[str, float] = {}
         self.on_round = on_round  # metrics: called with each round's duration (seconds)
-        # Split recovery (txlog-sync-protocol.txt, "Split recovery strategies").
+        # Split recovery (docs/design/sync-protocol.md#split-recovery).
         self.split_recovery = split_recovery
         # The execution room (execution.py): agreed transactions executed through the
         # agreed ordering (ordering.py), split backup and rollback; it reports back here.
@@ -260,7 +260,7 @@ class SyncDriver:
 
     def _retention(self) -> Retention:
         """LogMaxSize / LogMaxDepth of the data centre's log are the agreed queue's
-        horizon too (cluster-basics.txt: masters keep only limited transactions)."""
+        horizon too (docs/design/sync-protocol.md#bounded-state)."""
         size = getattr(self.cluster, "log_max_size", None)
         depth = getattr(self.cluster, "log_max_depth_h", None)
         return Retention(max_entries=int(size) if size else None,
@@ -348,7 +348,8 @@ class SyncDriver:
         executed = body.get("executed")
         if self.node.peers.get(st.sender) is not st.mode:
             # Modes are learnt from the peers' own statuses: a muted peer is not waited
-            # for, a read-only one is (cluster-basics.txt).
+            # for, a read-only one is
+            # (docs/design/sync-protocol.md#master-modes).
             log.info("sync: peer %s is %s", st.sender, st.mode.value)
             self._step(lambda now: self.node.add_peer(st.sender, st.mode, now=now))
         self._step(lambda now: self.node.receive(st, now))

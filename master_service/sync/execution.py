@@ -6,9 +6,9 @@ most MAX_GROUP at a time) and has them executed through the agreed ordering
 forwarded); it reports each executed position and the clients' answers back to the
 driver. A transaction the probe refuses is refused identically in every data centre
 (same data, same order) and moves no fingerprint. A read-only master does not execute
-them (cluster-basics.txt).
+them (docs/design/sync-protocol.md#master-modes).
 
-Split recovery (txlog-sync-protocol.txt, "Split recovery strategies"): when the driver
+Split recovery (docs/design/sync-protocol.md#split-recovery): when the driver
 reports a split point, Simple and Smart take a backup of the state at it (the executor
 runs exactly up to it first, and nothing after it before the backup is taken); when the
 agreed queue after a position is truncated, the room returns this data centre to the
@@ -110,13 +110,14 @@ class Execution:
             self._wake.clear()
             while not self._stopping:
                 if not self._may_execute():
-                    break  # cluster-basics.txt: a read-only master does not apply them
+                    break  # a read-only master executes nothing (master modes)
                 if self.rollback is not None:
                     break  # split recovery: nothing runs before the data centre is back
                 limit = MAX_GROUP
                 if self._backup_for is not None:
                     # Simple/Smart: nothing after the split point runs before the backup
-                    # of the last known good state is taken (txlog-sync-protocol.txt).
+                    # of the last known good state is taken
+                    # (docs/design/sync-protocol.md#split-recovery, "At split detection").
                     limit = min(limit, self._backup_for - self.executed_pos)
                     if limit <= 0:
                         break

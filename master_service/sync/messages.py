@@ -19,7 +19,7 @@ class InvalidMessage(ValueError):
 
 
 class Mode(enum.Enum):
-    """Master modes (cluster-basics.txt, "Master peering")."""
+    """Master modes (docs/design/sync-protocol.md#master-modes)."""
 
     READ_WRITE = "read-write"  # takes client transactions; others wait for it
     READ_ONLY = "read-only"  # refuses client transactions; others still wait for it

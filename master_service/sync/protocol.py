@@ -1,4 +1,4 @@
-"""The TxLog sync protocol (spec/txlog-sync-protocol.txt) as a pure state machine.
+"""The TxLog sync protocol (docs/design/sync-protocol.md) as a pure state machine.
 
 One ``SyncNode`` per master. Inputs are method calls — a client transaction (``submit``),
 a message from a peer (``receive``), the clock (``tick``), a payload that arrived
@@ -247,12 +247,12 @@ only shrink to another node's split point, whose own stable position was no furt
 for ourselves, what we executed. A peer not heard from since we started forgets nothing
 on its account. Beyond that, the *horizon*: entries older than LogMaxSize positions or
 whose timestamp is older than LogMaxDepth are forgotten even if a peer has not executed
-them (cluster-basics.txt: masters keep only limited transactions). Never past what we
+them (docs/design/cluster-basics.md#the-logs-limits). Never past what we
 executed ourselves (our workers still need the payloads) nor, under SIMPLE or SMART,
 past our split point (a truncation puts the entries after it back into the incoming
 queue); under NONE the split point repairs nothing and follows the floor. Read-only
-masters execute nothing (cluster-basics.txt), so entries are then kept up to the horizon.
-A truncation caps our executed position at its point until the driver reports the
+masters execute nothing (docs/design/sync-protocol.md#master-modes), so entries are then kept up to
+the horizon. A truncation caps our executed position at its point until the driver reports the
 rollback done (``rolled_back``): an execution under way may still report its old end.
 
 *Why nothing needed is lost.* A consistent peer at or past our floor synchronised every

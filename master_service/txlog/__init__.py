@@ -1,4 +1,5 @@
-"""The master's transaction log: SQLite through sqlite-utils (ARCHITECTURE.md)."""
+"""The master's transaction log: SQLite through sqlite-utils (ARCHITECTURE.md, "Where state
+lives")."""
 
 from master_service.txlog.log import (
     Backup,

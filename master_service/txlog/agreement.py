@@ -1,6 +1,6 @@
 """The sync protocol's durable state, in the master's transaction log file.
 
-The TxLog sync protocol (spec/txlog-sync-protocol.txt) agrees on one order of transactions
+The TxLog sync protocol (docs/design/sync-protocol.md) agrees on one order of transactions
 among peer masters; ``master_service/sync/protocol.py`` is its pure core and this module
 keeps what its Readies ask to persist, next to the data centre's own log:
 

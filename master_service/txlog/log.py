@@ -2,22 +2,25 @@
 
 Theory of operation
 -------------------
-Every client transaction is logged *pending* before it goes to the probe worker
-(how-the-cluster-works.txt: "each update is first logged"). When the probe has applied it
-and the control queries pass, the master appends a *synchronised queue* entry — sequence
-number, the changeset the probe computed, the repository fingerprint and quad count after
-it, the probe's apply time — and marks the transaction committed; on failure it is marked
-failed. Workers are kept in sync by replaying sync-queue changesets in seq order.
+A peered master logs every transaction *pending* (its payload) before it is agreed and
+executed; one data centre records a whole group after its probe executed it, in one SQLite
+transaction (record_group; docs/design/write-path.md#group-commit-and-the-log). When the
+probe has applied a transaction and the control queries pass, the master appends a *synchronised
+queue* entry — sequence number, the changeset the probe computed, the repository fingerprint and
+quad count after it, the probe's apply time — and marks the transaction committed; on failure it is
+marked failed. Workers are kept in sync by replaying sync-queue changesets in seq order.
 
 The log remembers the state after every retained seq, plus the *base*: the state just
 before the oldest retained entry (0 / zero fingerprint / 0 quads for a new log, or a
 worker's state adopted by ``reset_base``). "Does this worker's signature correspond to a
-known state" (smart-replication.txt) is therefore a lookup: ``is_known_state``.
+known state" (docs/design/smart-replication.md#known-states) is therefore a lookup:
+``is_known_state``.
 
 Invariants (checked at open and by the property tests):
 - sync-queue seqs are consecutive: base.seq + 1 .. head.seq;
 - head() is the last entry's state, or the base when the queue is empty;
-- pruning (LogMaxSize / LogMaxDepth, cluster-basics.txt) drops a prefix of the queue and
+- pruning (LogMaxSize / LogMaxDepth, docs/design/cluster-basics.md#the-logs-limits) drops a
+  prefix of the queue and
   moves the base to the state after the last dropped entry. It may drop every entry,
   the newest included: the base then *is* the old head, so ``head()`` never changes by
   pruning and a worker at the head stays known. Only replay from older states is lost.
@@ -411,7 +414,8 @@ class TxLog:
 
     @_locked
     def is_known_state(self, seq: int, fingerprint: str) -> bool:
-        """Does a worker's signature correspond to a state of the log (smart-replication.txt)?"""
+        """Does a worker's signature correspond to a state of the log
+        (docs/design/smart-replication.md#known-states)?"""
         state = self.state_at(seq)
         return state is not None and state.fingerprint == fingerprint.lower()
 
@@ -531,7 +535,8 @@ class TxLog:
 
     @_locked
     def record_backup(self, backup: Backup | Mapping[str, Any]) -> None:
-        """Record a backup image; reusing a name replaces it (spec/README.md: "default").
+        """Record a backup image; reusing a name replaces it
+        (docs/design/cluster-basics.md#backup-and-restore: "default" recovers workers).
 
         ``backup`` is a Backup or a mapping with its field names.
         """

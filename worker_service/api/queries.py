@@ -80,7 +80,8 @@ class _DeadlineWriter:
         if time.monotonic() > self.deadline:
             raise QueryTimeout
         self.chunks.append(bytes(chunk))
-        return len(chunk)  # FACTS.md: serialize needs the length back
+        # pyoxigraph's serialize needs the length back (docs/design/dependencies.md)
+        return len(chunk)
 
     def flush(self) -> None:
         pass

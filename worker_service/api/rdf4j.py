@@ -3,9 +3,9 @@
 The routes are the protocol's one route table (rdf4j_protocol/routes.py), mounted here
 over the worker's backend, which answers from the worker's store. Reads are served to
 anyone. Writes are refused with 403 — before their body is parsed, changing nothing —
-unless they carry the cluster credential of the worker's master (cluster-basics.txt: "a
-worker node part of the cluster will reject any direct write transaction not sent from
-the master"); with it, the write becomes transaction operations (rdf4j_protocol.writes)
+unless they carry the cluster credential of the worker's master
+(docs/design/cluster-basics.md#masters-and-workers: a worker of a cluster takes writes only
+from its master); with it, the write becomes transaction operations (rdf4j_protocol.writes)
 run by ``Repository.execute_local``.
 
 Queries (worker_service/api/queries.py, txcluster/query_limits.py,
