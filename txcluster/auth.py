@@ -311,7 +311,7 @@ class Verifier:
             return "malformed cluster credential"
         # ts: 1-20 ASCII digits (int() takes other digits, "_", and thousands of digits,
         # too large to compare with the float clock: a 500); sig: ASCII (compare_digest
-        # raises TypeError on other text: a 500). Found by tests/fuzz.
+        # raises TypeError on other text: a 500).
         if not (ts.isascii() and ts.isdigit() and len(ts) <= 20 and sig.isascii()):
             return "malformed cluster credential"
         when = int(ts)

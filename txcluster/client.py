@@ -1,4 +1,4 @@
-"""A client with failover across masters (the spec's client failover utility).
+"""A client with failover across masters (docs/operations.md#the-failover-client).
 
 Several masters serve the same repository (one per data centre, or a standby). The client
 sends each request to a healthy master; a master that fails (no connection, a lost
@@ -27,7 +27,7 @@ may reach a worker that has not applied the write just acknowledged; pass
 
 Writes and uncertainty: a write whose connection broke *after* it was sent may or may
 not have been committed. By default it is sent again to the next master
-(``retry_uncertain_writes=True``), as the spec's failover utility does: adds, removes and
+(``retry_uncertain_writes=True``), as the specification's failover utility does: adds, removes and
 INSERT/DELETE DATA are set operations, so a repeated one changes nothing (a master that
 died before acknowledging marks the write failed when it restarts). Programs whose
 updates are not idempotent (DELETE/INSERT WHERE that counts, say) set it to False and get

@@ -1,7 +1,7 @@
 """Request bodies as plain JSON, or a ValueError that says what is wrong with them.
 
 Python's ``json.loads`` takes more than RFC 8259 JSON and fails in ways a handler does
-not expect (found by tests/fuzz): ``NaN`` and ``Infinity``, and numbers too large for a
+not expect: ``NaN`` and ``Infinity``, and numbers too large for a
 double (``1e999`` is read as infinity), which a response that echoes the request cannot
 encode again (Starlette's JSONResponse refuses them); lone UTF-16
 surrogates written as escapes (``"\\ud800"``), which are not Unicode text and fail when

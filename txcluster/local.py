@@ -31,8 +31,7 @@ def free_port() -> int:
     """A port nothing listens on now and that this process has not handed out before.
 
     The kernel may give a just-released port again, so two nodes configured before
-    either starts could get the same one (chaos seed 202: a worker took the port chosen
-    for its master); remembering what we handed out closes that."""
+    either starts could get the same one; remembering what we handed out closes that."""
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -414,8 +414,8 @@ class Repository:
             if any(e.expected_fingerprint is None for e in entries):
                 # An expected fingerprint proves this worker is in the state the probe
                 # computed the changeset against (so it is exact here too); without one,
-                # exactness is checked against the store. (Found by tests/fuzz: a signed
-                # apply adding a quad already held made the kept state lie.)
+                # exactness is checked against the store. (A signed apply adding a quad
+                # already held would otherwise make the kept state lie.)
                 problem = _inexact(self.store, total, self._state, current)
                 if problem is not None:
                     raise NotExact(f"changesets refused, not exact against this worker's "

@@ -87,8 +87,8 @@ def _check_syntax(text: str, base_iri: str | None, split: st.SplitUpdate) -> Non
         # Nothing but a prologue, white space and comments: a valid, empty update (or a
         # broken prologue), parsed as it is: it has no operation to execute. The probe
         # can't go after it, where a final comment without a line break would swallow it.
-        # (Found by tests/fuzz: "# only a comment" was a 500 that took the probe worker
-        # out of rotation.)
+        # (A request that is only a comment must be a valid empty update, not an error that
+        # takes the probe out of rotation.)
         try:
             ox.Store().update(text, base_iri=base_iri)
         except SyntaxError as exc:

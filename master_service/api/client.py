@@ -64,7 +64,7 @@ class ClientAuth:
                 name, password = "", ""
             candidate = self.users.get(name)
             # Bytes: compare_digest raises TypeError on str holding non-ASCII characters
-            # (a client's "pässword" was a 500).
+            # (a non-ASCII password would be a 500).
             if candidate and hmac.compare_digest(candidate.password.encode(),
                                                  password.encode()):
                 user = candidate

@@ -1,13 +1,18 @@
 """Local ordering: this master's clients, group-committed into its transaction log.
 
-    log pending (durable) -> probe executes the group -> log changesets in the
-    synchronised queue (durable) -> acknowledge clients -> forward (write_path.py)
+    probe executes the group (exact changesets + control queries) -> ONE durable
+    commit: the transactions, the failed ones, the synchronised-queue entries
+    (TxLog.record_group) -> acknowledge clients -> forward (write_path.py)
+
+A crash between the probe and the commit loses only unacknowledged transactions: the
+probe, ahead of the log, is replicated back
+(docs/design/write-path.md#roll-forward-after-a-master-crash).
 
 One task takes the client writes in arrival order, at most MAX_GROUP at a time: the
 writes that arrive while a group executes form the next group (group commit), so each
-durable commit serves many clients. A transaction logged pending and never answered (the
-master died between its record and its execution) is either rolled forward at start,
-when the probe had executed it (rollforward.py), or marked failed.
+durable commit serves many clients. Pending transactions found at start (a log written
+otherwise) are rolled forward when the probe executed them (rollforward.py), or marked
+failed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The worker pool as one master sees it: its workers and their statuses, the head of the
 transaction log, whether the cluster takes writes, and the thread the log is called on.
 
-Everything here runs on the master's asyncio loop, except the log calls, which go to
-``db`` (SQLite connection affinity; they block on fsync). The other parts of the cluster
+Everything here runs on the master's asyncio loop, except the log calls: they block on
+fsync, so they run off the loop on ``db``, one executor thread shared by the cluster and
+the sync driver so that log writes keep their order; TxLog itself serialises calls from
+any thread (txlog/log.py, "Threads"). The other parts of the cluster
 (recovery.py, write_path.py, images.py, reads.py) act on this shared state; a status
 change that must not race a commit happens in code with no ``await`` between the check
 and the change.
@@ -75,9 +77,9 @@ class Counters:
 
 
 class LogThread:
-    """The one thread the transaction log's SQLite connection is used from: every part
-    of the master that calls the log awaits its calls here, so they are serialised and
-    never block the event loop."""
+    """The one executor thread the master's log calls run on: every part of the master
+    that calls the log awaits its calls here, so they keep their order and never block
+    the event loop."""
 
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="txlog")

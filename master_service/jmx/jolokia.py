@@ -195,7 +195,7 @@ def _attribute_value(value: Any, path: str | None) -> Any:
 
 
 def _path(request: dict[str, Any]) -> str | None:
-    """A read's or list's inner path (a number there was a 500: found by tests/fuzz)."""
+    """A read's or list's inner path (anything but a string is a 400)."""
     path = request.get("path")
     if path is not None and not isinstance(path, str):
         raise RequestError(f"'path' must be a string, got {path!r}")
@@ -284,7 +284,7 @@ async def handle(info: ClusterInfo, request: Any, may_write: bool = True) -> dic
 
 class _AnyPath(PathConvertor):
     """Starlette's "path" (``.*``) stops at a newline, so a GET element holding an encoded
-    one (``%0A``) was FastAPI's bare 404 instead of an envelope (found by tests/fuzz)."""
+    one (``%0A``) would be FastAPI's bare 404 instead of a Jolokia envelope."""
 
     regex = "(?s:.*)"
 

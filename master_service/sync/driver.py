@@ -28,8 +28,8 @@ messages from nodes that are not configured peers. A sender keeps at most one un
 status per peer (a newer status replaces it: statuses are cumulative) and drops what a
 dead peer can't take — the protocol re-posts every round.
 
-Divergence between data centres (the spec's known issue for non-deterministic updates,
-and any store bug): every status carries the sender's last executed agreed position and
+Divergence between data centres (docs/design/sync-protocol.md#where-we-differ: non-deterministic
+updates, and any store bug): every status carries the sender's last executed agreed position and
 its fingerprint after it; the receiver compares it with its own at that position and
 logs and reports a mismatch.
 
@@ -105,7 +105,7 @@ def now_ms() -> int:
 def _operations(payload: bytes) -> list[dict] | None:
     """A payload's operations, or None if it is not a JSON list of objects: a peer's
     digest only says which bytes it announced, not that they are a transaction (a
-    pushed payload that was not JSON was a 500 of the peer API, found by tests/fuzz)."""
+    payload that is not JSON must be refused, not crash the peer API)."""
     try:
         operations = json.loads(payload)
     except ValueError:
@@ -319,7 +319,7 @@ class SyncDriver:
         tx = next((t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
                    if t.txid == txid), None)
         if tx is None:
-            # Seen once under heavy load (StopIteration here); the core still has it.
+            # Defensive: if the Ready does not list it, ask the core.
             tx = self.node.transaction(txid)
             log.warning("sync: the Ready of client transaction %s did not list it (%s)",
                         txid, "found in the core" if tx else "unknown to the core")
@@ -366,9 +366,9 @@ class SyncDriver:
         if isinstance(relayed, list):
             self._take_relayed(st.sender, relayed)
 
-    # Relaying (spec, "Split-brain use case": with one connection lost, "the updates that
-    # are communicated with the reachable master are sent to the unreachable master on the
-    # next ADD step"). Each status names the peers its sender has not heard from directly
+    # Relaying (docs/design/sync-protocol.md#relaying-a-lost-link-is-not-a-split): with one
+    # connection lost, what a master learns from the reachable peer still reaches the
+    # unreachable one. Each status names the peers its sender has not heard from directly
     # for a while ("silent"); a master that hears one of them passes that peer's latest
     # status on, with the payloads of its queue that it holds. A relayed status is a
     # status like any other to the core (it is the origin's, and every hop is
@@ -426,7 +426,8 @@ class SyncDriver:
     def _payloads_to_push(self, peer: str, st: Status) -> dict[str, str]:
         """Our own new transactions' payloads, sent along with the status that first lists
         them (up to PUSH_BYTES): the peer then holds them without fetching them, which
-        takes one round trip off every commit. Fetching (the spec's acquisition) stays
+        takes one round trip off every commit. Fetching (acquisition,
+        docs/design/sync-protocol.md#transaction-exchange) stays
         for the rest and for every retry."""
         sent = self._pushed_to.setdefault(peer, set())
         out: dict[str, str] = {}
@@ -524,8 +525,8 @@ class SyncDriver:
         log.info("sync: max-peer-lag is now %s", f"{seconds} s" if lag else "unset (wait)")
 
     async def set_split_recovery(self, strategy: SplitRecovery) -> None:
-        """SplitRecovery changed at runtime; refused during a split (the spec: the
-        strategies are stateful)."""
+        """SplitRecovery changed at runtime; refused during a split
+        (docs/design/sync-protocol.md#split-recovery: the strategy is state)."""
         if strategy is self.split_recovery:
             return
         if self.split_point is not None or self._rollback is not None:
@@ -793,9 +794,8 @@ class SyncDriver:
         """Fetch a payload from the peers that hold it, hedged: the next source is asked
         too when one has not answered within FETCH_HEDGE_S, and the first valid answer
         wins. A source asked first can hang (the origin on the other side of a cut that
-        is not detected yet): waiting for its request timeout held the whole side's
-        agreement for that long (chaos partition-dc: the UK majority acknowledged
-        nothing for seconds after it detected the split, while uk1 held the payload).
+        is not detected yet): waiting for its request timeout would hold the whole side's
+        agreement for that long.
         Sources the core names later (a retried Acquire: peers that posted it since) are
         asked too."""
         tx = acq.tx
@@ -834,7 +834,7 @@ class SyncDriver:
         if info is None:
             return None  # removed meanwhile
         # Quoted: a transaction id is any non-empty string (messages.py); unquoted, a '?',
-        # '#', '/' or control character in one fetched another URL or none (tests/fuzz).
+        # '#', '/' or control character in one would fetch another URL or none.
         path = f"/peer/transactions/{quote(tx.txid, safe='')}?peer={self.node_id}"
         try:
             status, data = await self._request("GET", info.url + path)

@@ -32,8 +32,8 @@ def _check_id(what: str, value: object) -> None:
 
 
 # Integers of a message (timestamps, counters, sizes, positions) stay below 2**62: they are
-# stored as SQLite INTEGERs (64-bit signed) and a counter must still be able to grow. One
-# status with counter 2**63 used to stop peering on both masters (tests/fuzz).
+# stored as SQLite INTEGERs (64-bit signed) and a counter must still be able to grow. A
+# larger one would overflow the column and stop peering on both masters.
 MAX_INT = 2**62
 # Transaction ids travel in URLs (payload fetches): letters, digits and . _ ~ : @ + = -
 _TXID = re.compile(r"[A-Za-z0-9._~:@+=-]{1,200}")
@@ -82,7 +82,8 @@ class TxMeta:
     """What the protocol exchanges about a transaction: never its payload.
 
     ``digest`` and ``size`` describe the payload that a node acquires from the origin
-    (spec, "Transaction exchange"); the order of transactions is (timestamp, txid).
+    (docs/design/sync-protocol.md#transaction-exchange); the order of transactions is (timestamp,
+    txid).
     """
 
     txid: str
@@ -100,7 +101,8 @@ class TxMeta:
 
     @property
     def key(self) -> tuple[int, str]:
-        """The incoming queue's sort key (spec: "sorted by timestamp and transaction ID")."""
+        """The incoming queue's sort key (timestamp, then transaction id:
+        docs/design/sync-protocol.md#state-of-a-node)."""
         return (self.timestamp, self.txid)
 
 
@@ -178,7 +180,8 @@ class Status:
 
 @dataclass(frozen=True, slots=True)
 class TailSegment:
-    """Synchronised-queue entries a forerunner sends to a lagger (spec, "Laggers").
+    """Synchronised-queue entries a forerunner sends to a lagger
+    (docs/design/sync-protocol.md#laggers).
 
     ``entries`` follow the entry at position ``after_seq`` whose id is ``after`` (None and
     0 for the start of the queue).

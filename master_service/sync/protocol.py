@@ -11,13 +11,13 @@ simulated network from one seed.
 Theory of operation
 ===================
 
-State per node (spec, "Node state variables"): the *synchronised queue* (agreed, replayed
-by the workers in order), the *incoming queue* sorted by (timestamp, txid), the *merge
+State per node (docs/design/sync-protocol.md#state-of-a-node): the *synchronised queue* (agreed,
+replayed by the workers in order), the *incoming queue* sorted by (timestamp, txid), the *merge
 base* (id of the last synchronised transaction; its position is ``seq``), and the
 *timestamp counter*, a hybrid logical clock (``hlc.py``): it never goes backwards, moves
 past every timestamp it sees, and a new local transaction gets a timestamp above it.
 
-A round (spec, "Normal operation"): POST ``Status(merge base, seq, counter, incoming
+A round (docs/design/sync-protocol.md#a-round): POST ``Status(merge base, seq, counter, incoming
 queue)`` to every peer; COLLECT what peers post (a node keeps statuses that arrive before
 it posts its own); ADD the longest common prefix of the local queue and the queues
 collected this round at the same merge base, limited to timestamps up to the least
@@ -26,16 +26,15 @@ into the local queue in sorted place (we merge on receipt: the same thing, earli
 
 The rule we add: **ADD only when this round collected a status at our merge base from
 every peer we wait for** (every read-write and read-only peer, unless excluded by a
-split, below). The spec lets a round complete with the last known counters of missing
-nodes; the simulator found two ways that diverges (tests/test_sync_simulator.py keeps
-them as regression tests): (a) a "last known counter" posted at another merge base
-promises nothing about the transactions between the two bases — a lagger added a
-transaction at a position where its peers had already added an older one it never saw;
-(b) even with counters taken at our merge base, once one node goes on without a crashed
-peer (max peer lag), a second node that completes rounds with the first one's *counter*
+split, below). The specification lets a round complete with the last known counters of missing
+nodes; it diverges in two ways (both are scenarios in tests/test_sync_simulator.py): (a) a "last
+known counter" posted at another merge base promises nothing about the transactions between the two
+bases — a lagger added a transaction at a position where its peers had already added an older one
+it never saw; (b) even with counters taken at our merge base, once one node goes on without a
+crashed peer (max peer lag), a second node that completes rounds with the first one's *counter*
 instead of its *queue* adds the crashed peer's old transaction where the first node
 already added a newer one. With the rule, a missing peer means empty rounds until it
-posts again or is excluded, which is what the spec says happens anyway once the
+posts again or is excluded, which is what the specification says happens anyway once the
 remaining transactions pass its frozen counter.
 
 Why ADD is safe
@@ -66,32 +65,32 @@ will ever exist* minus the synchronised ones: every synchronised queue is a pref
 one sequence, all transactions sorted, and timestamps never decrease along it. The
 simulator checks exactly this after every event.
 
-(3) *Acquired transactions only* (spec): a status lists only transactions whose payload
-its sender holds, and L stops at the first local transaction whose payload we lack; so
-everything added was acquired by every node in the round (a read-only master that posted
-it has acknowledged it) and can be executed.
+(3) *Acquired transactions only* (docs/design/sync-protocol.md#why-add-is-safe): a status lists
+only transactions whose payload its sender holds, and L stops at the first local transaction whose
+payload we lack; so everything added was acquired by every node in the round (a read-only master
+that posted it has acknowledged it) and can be executed.
 
 Where safety ends: the split
 ----------------------------
 When no progress was made for ``max_peer_lag`` while there is work, the waited-for peers
 not heard from for that long are *excluded* and reported in ``split_suspected``; the
-remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
-their status or counter, nor for the payloads of their transactions that we heard of but
-could not fetch: ADD passes over those (statuses list acquired transactions only, so the
-argument of (1) holds for queues without them; without it a side that heard of one write
+remaining nodes go on without them (docs/design/sync-protocol.md#maxpeerlag-and-the-split) and ADD
+no longer waits for their status or counter, nor for the payloads of their transactions that we
+heard of but could not fetch: ADD passes over those (statuses list acquired transactions only, so
+the argument of (1) holds for queues without them; without it a side that heard of one write
 of the other side before the cut stops for the whole split). (1) still holds between
 nodes that wait for each other, and a node that excludes nobody agrees with every node
 it waits for, even one that excluded it (the case analysis of (1) with the counters of
 (2)). Two nodes can therefore only diverge when one excludes the other and the other
-excludes somebody: the split brain of the spec (a partition longer than max peer lag).
-An excluded peer is waited for again as soon as it posts a merge base consistent with
-ours. A status whose merge base is not ours at its position, or a tail segment that does
-not extend our queue, is reported in ``inconsistencies`` and never applied; what happens
-next is the split recovery strategy.
+excludes somebody: the split brain (a partition longer than max peer lag;
+docs/design/sync-protocol.md#maxpeerlag-and-the-split). An excluded peer is waited for again as
+soon as it posts a merge base consistent with ours. A status whose merge base is not ours at its
+position, or a tail segment that does not extend our queue, is reported in ``inconsistencies`` and
+never applied; what happens next is the split recovery strategy.
 
 Split recovery
 --------------
-``SplitRecovery`` (spec, "Split recovery strategies"): ``NONE`` reports divergence and
+``SplitRecovery`` (docs/design/sync-protocol.md#split-recovery): ``NONE`` reports divergence and
 never repairs it; ``SIMPLE`` and ``SMART`` repair it as follows.
 
 *The split point.* When a node that excludes nobody starts excluding peers, it records
@@ -119,9 +118,9 @@ before any tail segment is sent, on a status from
 - a peer whose merge base diverged from ours although we do not exclude it (it went on
   without us): it is excluded now, since we can never ADD with it;
 - after a restart with a split point: any status. The excluded set is not persisted, so
-  a restarted split node cannot vote; under SMART too it truncates (the simulator found
-  that a restarted node that waited for "consistent" peers instead ended its split on
-  statuses of peers that still excluded it, which then diverged from it);
+  a restarted split node cannot vote; under SMART too it truncates (waiting for
+  "consistent" peers instead would end its split on statuses of peers that still exclude
+  it, which then diverge from it);
 - and on a tail segment that diverges from our queue (see *diverged tails* below).
 
 What the node does:
@@ -145,7 +144,7 @@ What the node does:
   then. The vote is local — each node counts its own excluded set — so two nodes with
   different views of the split can both keep and wait for each other forever; hence: if
   a peer is still diverged (or ahead) ``max_peer_lag`` after the first such vote, the
-  node with the larger id of the two truncates (the simulator found this deadlock).
+  node with the larger id of the two truncates.
   And the vote never keeps a post-split entry that *contradicts another node's good
   prefix*: every status of a split node carries its good prefix (``Status.split_point``
   and ``split_chain``; a node that is not split posts none, its whole queue is good), and
@@ -153,12 +152,10 @@ What the node does:
   diverged tail segment that differs inside the sender's good prefix) makes us truncate
   whatever the vote. Good prefixes being consistent, such a difference always lies past
   our split point, and the peer cannot go back before it; without this rule the two
-  wait for each other for ever. The simulator found it (seed 2201640281, Smart, 3
-  masters): n3 ended its split when the excluded n1 came back *behind* it, so the two
-  entries n3 had agreed with n2 during the split became good; a crash kept them from n2,
-  which then split from n3 at an earlier position with n1 and agreed other entries
-  there; n1 and n2 won the vote, and n3, holding them in its good prefix, had nothing to
-  truncate.
+  wait for each other for ever. Example: a node that ended its split when an excluded
+  peer came back behind it holds the entries it agreed during the split in its good
+  prefix; a peer that later split from it at an earlier position and won the vote would
+  otherwise wait for it for ever.
 
 *Tail segments while split*: a node that takes post-split entries joins the sender's
 side of the split. To a peer it excludes or counts as rejoining, or to a muted one, a
@@ -174,23 +171,21 @@ split point, its queue length, the sender's split point)`` as split point (persi
 like any split point) and adds the sender's excluded peers to its own. Otherwise it
 appends only the entries up to the sender's split point: a node that waits for everybody
 — one that truncated at its rejoin, or has not noticed the split yet — re-negotiates
-instead of taking back post-split decisions (the simulator found SIMPLE nodes of one
-side handing a truncated peer its old post-split entries back, over and over); one that
+instead of taking back post-split decisions (otherwise SIMPLE nodes of one side hand a
+truncated peer its old post-split entries back, over and over); one that
 has not noticed the split yet joins once it excludes the missing peers itself (after
 ``max_peer_lag``). So the receiver treats those entries exactly as the sender does: its
 good prefix stops no later than the sender's; at its rejoin it truncates (SIMPLE) or
 votes with (at least) the sender's view of the split (SMART: ``side = n - excluded``
 counts the inherited exclusions; the deadlock breaker and re-votes apply as for any
 split node); after a restart it holds the persisted split point and truncates at its
-first rejoin (the excluded set is not persisted). This lifts a liveness hole that the
-simulator did not catch before it checked progress *during* a split
-(tests/test_partitions.py found it with real processes): a node of the larger side
+first rejoin (the excluded set is not persisted). Without it a node of the larger side
 that lagged one entry behind a peer at the split (the peer added it with the node's
-status from before the node excluded anyone) used to get no tail past the peer's split
-point, so the two never waited at one merge base again and the larger side stopped for
-the whole split. A muted master never splits, so it still gets nothing past a split
-point until the split heals. (A master from before this rule sends no split with its
-segments, but it never sends past its split point either.)
+status from before the node excluded anyone) would get no tail past the peer's split
+point: the two would never wait at one merge base again and the larger side would stop
+for the whole split. A muted master never splits, so it still gets nothing past a split
+point until the split heals. A segment without split fields (an older master) never
+carries entries past the sender's split point.
 
 *Diverged tails.* A node without a split point that receives a diverged status sends
 the peer its entries up to the peer's position (at most ``max_tail``): the peer cannot
@@ -218,14 +213,14 @@ throughout. That every partition ends this way is not proven here; the simulator
 transaction after partitions of every shape among 3 and 5 masters, with crashes,
 restarts, loss and reordering.
 
-Laggers (spec, "Laggers"): a status at a merge base inside our synchronised queue gets
-a ``TailSegment`` with what follows it; the lagger appends it only if it continues its
+Laggers (docs/design/sync-protocol.md#laggers): a status at a merge base inside our synchronised
+queue gets a ``TailSegment`` with what follows it; the lagger appends it only if it continues its
 own queue (overlap identical), else reports. A muted master never ADDs: it follows from
 tail segments like a lagger, and the others neither wait for it nor use its counter.
 ``Status.seq`` (the position of the merge base) tells a lagger from a diverged node.
 
-Idle and busy (spec, "Idle/Busy mode"): a busy round ends as soon as every waited-for
-peer has posted a new status at our merge base (back-to-back rounds), else at its
+Idle and busy (docs/design/sync-protocol.md#idle-and-busy): a busy round ends as soon as every
+waited-for peer has posted a new status at our merge base (back-to-back rounds), else at its
 deadline. The first round with nothing unsynchronised switches to idle (rounds every
 ``idle_interval``); a non-empty status from a peer or a client transaction switches back
 to busy and starts a round at once.
@@ -338,7 +333,8 @@ class Refused(Exception):
 
 
 class UnknownPeer(InvalidMessage):
-    """A message from a node that is not a configured peer (spec: not synchronised with)."""
+    """A message from a node that is not a configured peer
+    (docs/design/sync-protocol.md#state-of-a-node)."""
 
 
 class SplitRecovery(enum.Enum):
@@ -350,7 +346,8 @@ class SplitRecovery(enum.Enum):
 
     @classmethod
     def parse(cls, value: str) -> SplitRecovery:
-        """The configuration value, case-insensitive (spec: None, Simple, Smart)."""
+        """The configuration value, case-insensitive (None, Simple, Smart:
+        docs/design/sync-protocol.md#split-recovery)."""
         for member in cls:
             if isinstance(value, str) and value.strip().lower() == member.value.lower():
                 return member
@@ -367,7 +364,7 @@ class Timing:
     """Round timing, in the driver's time unit (the simulator uses milliseconds)."""
 
     round_timeout: int = 500  # a busy round ends here if some peer did not post
-    idle_interval: int = 5_000  # spec: "once a second to once a minute"
+    idle_interval: int = 5_000  # 1 s to 1 min: docs/design/sync-protocol.md#idle-and-busy
     max_peer_lag: int | None = None  # no progress for this long -> continue without missing
     acquire_retry: int = 1_000  # ask again for a payload that did not arrive
     max_tail: int = 1_000  # entries per tail segment
@@ -876,7 +873,8 @@ class SyncNode:
         if entry is not None and not entry.acquired:
             entry.acquired = True
             self._out.incoming[txid] = None
-            # Now it may be posted (spec: only acquired transactions are): post at once,
+            # Now it may be posted (only acquired transactions are:
+            # docs/design/sync-protocol.md#transaction-exchange): post at once,
             # so that the origin can ADD it without waiting for our round to end.
             if self.EAGER_POSTS:
                 self._post(now)
@@ -965,8 +963,7 @@ class SyncNode:
             # needs seeding from a worker image; meanwhile we do not wait for it. Unless
             # the status is an old one that the network delivered late (a lower counter
             # than the newest we hold — counters never go back — or the same counter at a
-            # lower position: statuses posted within one millisecond; the simulator found
-            # both).
+            # lower position: statuses posted within one millisecond).
             latest = peer.latest
             if latest is not None and (st.counter, st.seq) < (latest.counter, latest.seq):
                 return
@@ -1020,7 +1017,8 @@ class SyncNode:
         self._check_seeding()
         if self._activity is Activity.IDLE:
             if st.queue:
-                self._complete_round(now)  # spec: busy on the first non-empty status
+                # Busy on the first non-empty status (docs/design/sync-protocol.md#idle-and-busy).
+                self._complete_round(now)
         elif self._all_posted():
             self._complete_round(now)  # back-to-back rounds
 
@@ -1118,7 +1116,7 @@ class SyncNode:
                 if entry.tx.origin in self._excluded:
                     # A transaction of the other side of a split that we heard of but
                     # could not fetch: without skipping it our side stops for the whole
-                    # split (tests/test_partitions.py found it). Safe: statuses list
+                    # split. Safe: statuses list
                     # acquired transactions only, so "(1) two nodes that wait for each
                     # other agree" holds for queues without such entries, and what we add
                     # past it is post-split, which split recovery settles.
@@ -1208,7 +1206,7 @@ class SyncNode:
         sender synchronised every entry we forgot and none of them is in its queue. A
         status ahead of us is not verified: it may come from a diverged node (a split
         under None) whose queue holds a transaction we synchronised and then forgot —
-        merged, it would be agreed twice (the simulator found it). From such a status
+        merged, it would be agreed twice. From such a status
         we skip what is not newer than everything we forgot; it is merged when the
         sender's status can be verified (we caught up) or from another peer's."""
         for tx in txs:
@@ -1339,9 +1337,9 @@ class SyncNode:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our
         entries up to there, which it cannot append — so it learns that it diverged even
         when its queue is longer than ours (a status ahead of us tells us nothing) and
-        rejoins. From a split node too, with its split point (the chaos suite found two
-        masters of one side, diverged past the keeper's split point, waiting for each
-        other for ever: the one behind saw the keeper only as ahead of it): a peer that
+        rejoins. From a split node too, with its split point (otherwise two masters of
+        one side, diverged past the keeper's split point, wait for each other for ever:
+        the one behind sees the keeper only as ahead of it): a peer that
         appends the segment later (after truncating) takes nothing past that split point
         unless it joins our split (``_join_senders_side``)."""
         start = max(self._floor, seq - self._timing.max_tail)
@@ -1537,7 +1535,8 @@ class SyncNode:
         (``_send_diverged``) ends at the position we posted, which is our floor once we
         executed and forgot everything (a diverged peer ahead of us posts an executed
         position past our queue), and it is then the only way we learn of the divergence
-        (spec, SplitRecovery None: reported on every side)."""
+        (docs/design/sync-protocol.md#split-recovery,
+        SplitRecovery None: reported on every side)."""
         skip = self._floor - seg.after_seq
         if len(seg.entries) < skip:
             return None

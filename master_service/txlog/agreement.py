@@ -11,8 +11,8 @@ keeps what its Readies ask to persist, next to the data centre's own log:
   data-centre seq, or NULL when the probe refused it: a refused transaction is refused
   the same way everywhere, the data being the same, so it moves no fingerprint);
 - the payloads: rows of the ``transactions`` table (operations as JSON), pending until
-  executed, so a payload is durable before its id is posted (spec, "Transaction
-  exchange": only acquired transactions are posted);
+  executed, so a payload is durable before its id is posted
+  (docs/design/sync-protocol.md#transaction-exchange: only acquired transactions are posted);
 - meta: the timestamp counter's high-water mark, and the *peering base* — this data
   centre's state when it started peering, the state at agreed position 0;
 - meta: the *floor* (protocol.py, "Compaction"): the agreed entries up to that position
@@ -175,7 +175,7 @@ class AgreementLog:
                     "select txid from transactions where txid in ("
                     + ",".join("?" * len(payloads)) + ")", [t.txid for t, _ in payloads])}
                 # One payload can come twice in a group (fetched, and pushed or relayed
-                # with a status; tests/test_partitions.py one-link-lost found it): the
+                # with a status): the
                 # digest was checked on arrival, so the first copy stands.
                 fresh = []
                 for t, ops in payloads:
@@ -302,9 +302,8 @@ class AgreementLog:
     def forget_executed_after(self, seq: int) -> None:
         """A rollback is under way: the data centre's log forgets its entries after
         ``seq`` (their transactions are pending again). The owed rollback stays recorded
-        until ``rolled_back``: a crash before the workers are restored must restore them
-        again (chaos seed 1212: the log forgot, the master died, the workers stayed ahead
-        and nothing restored them)."""
+        until ``rolled_back``: a master that dies after the log forgot but before the
+        workers were restored must restore them at its restart."""
         with self.txlog.atomic() as db:
             self._forget(db, seq)
 
