@@ -88,6 +88,20 @@ def test_pages_cite_only_files_in_the_repository(page):
                          "instead")
 
 
+def source_files() -> list[Path]:
+    roots = ("master_service", "worker_service", "txcluster", "spark_pipeline", "rdfcore",
+             "rdf4j_protocol", "tests", "bench", "deploy", "molecule", "roles", "playbooks")
+    return [p for r in roots if (ROOT / r).is_dir() for p in sorted((ROOT / r).rglob("*"))
+            if p.is_file() and p.suffix in {".py", ".sh", ".yml", ".txt", ".j2"}
+            and p.name != "test_docs.py"] + [ROOT / "Makefile"]
+
+
+def test_sources_cite_only_files_in_the_repository():
+    cited = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in source_files()
+             for m in OUTSIDE.finditer(p.read_text(errors="replace"))]
+    assert cited == [], "cite docs/design/ instead:\n" + "\n".join(cited)
+
+
 def test_design_pages_are_linked_from_the_index():
     index = (DOCS / "design" / "README.md").read_text()
     pages = sorted(p.name for p in (DOCS / "design").glob("*.md") if p.name != "README.md")
