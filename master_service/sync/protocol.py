@@ -71,26 +71,9 @@ its sender holds, and L stops at the first local transaction whose payload we la
 everything added was acquired by every node in the round (a read-only master that posted
 it has acknowledged it) and can be executed.
 
-Where safety ends: the split
-----------------------------
-When no progress was made for ``max_peer_lag`` while there is work, the waited-for peers
-not heard from for that long are *excluded* and reported in ``split_suspected``; the
-remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
-their status or counter, nor for the payloads of their transactions that we heard of but
-could not fetch: ADD passes over those (statuses list acquired transactions only, so the
-argument of (1) holds for queues without them; without it a side that heard of one write
-of the other side before the cut stops for the whole split). (1) still holds between
-nodes that wait for each other, and a node that excludes nobody agrees with every node
-it waits for, even one that excluded it (the case analysis of (1) with the counters of
-(2)). Two nodes can therefore only diverge when one excludes the other and the other
-excludes somebody: the split brain of the spec (a partition longer than max peer lag).
-An excluded peer is waited for again as soon as it posts a merge base consistent with
-ours. A status whose merge base is not ours at its position, or a tail segment that does
-not extend our queue, is reported in ``inconsistencies`` and never applied; what happens
-next is the split recovery strategy.
-
-Split recovery: split_recovery.py (its module docstring says what a node does when a
-split ends, and why it converges and loses nothing).
+Where safety ends, the split, and split recovery: split_recovery.py (its module
+docstring says when a node goes on without missing peers, what it does when a split
+ends, and why it converges and loses nothing).
 
 Laggers (spec, "Laggers"): a status at a merge base inside our synchronised queue gets
 a ``TailSegment`` with what follows it; the lagger appends it only if it continues its
@@ -114,7 +97,9 @@ import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from master_service.sync.acquisition import AcquisitionSteps, Fetches
 from master_service.sync.compaction import CompactionSteps
+from master_service.sync.fingerprints import FingerprintCheck
 from master_service.sync.hlc import HybridLogicalClock
 from master_service.sync.messages import (
     InvalidMessage,
@@ -131,9 +116,9 @@ from master_service.sync.ready import DIVERGED as _DIVERGED
 from master_service.sync.ready import FORGOTTEN as _FORGOTTEN
 from master_service.sync.ready import SAME as _SAME
 from master_service.sync.ready import (
-    Acquire,
     Activity,
     Compaction,
+    ExecutedAt,
     Incoming,
     Inconsistency,
     PersistentState,
@@ -144,36 +129,22 @@ from master_service.sync.ready import (
     SplitRecovery,
     Tail,
     Timing,
-    Truncation,
     UnknownPeer,
 )
 from master_service.sync.ready import Entry as _Entry
 from master_service.sync.ready import Out as _Out
 from master_service.sync.ready import PeerState as _Peer
 from master_service.sync.ready import check_time as _check_time
+from master_service.sync.relaying import Relaying
 from master_service.sync.split_recovery import SplitRecoverySteps
 
-__all__ = [
-    "Acquire",
-    "Activity",
-    "Compaction",
-    "Incoming",
-    "Inconsistency",
-    "PersistentState",
-    "Post",
-    "Ready",
-    "Refused",
-    "Retention",
-    "SplitRecovery",
-    "SyncNode",
-    "Tail",
-    "Timing",
-    "Truncation",
-    "UnknownPeer",
-]
+# SyncNode; the values it takes and gives are in ready.py (re-exported here for the
+# modules that import them from the core: txlog/agreement.py, api/peer.py, app.py)
+__all__ = ["Compaction", "Incoming", "PersistentState", "SplitRecovery", "SyncNode", "Timing",
+           "UnknownPeer"]
 
 
-class SyncNode(SplitRecoverySteps, CompactionSteps):
+class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     """One master's side of the TxLog sync protocol (module docstring)."""
 
     # Post a status at once on a client transaction (when busy), on a payload acquired and
@@ -189,7 +160,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
                  state: PersistentState | None = None,
                  missing_payloads: Iterable[str] = (),
                  split_recovery: SplitRecovery = SplitRecovery.NONE,
-                 retention: Retention | None = None, executed: int = 0) -> None:
+                 retention: Retention | None = None, executed: int = 0,
+                 pushable: Iterable[str] = ()) -> None:
         if not isinstance(node_id, str) or not node_id:
             raise ValueError("node_id must be a non-empty string")
         if not isinstance(mode, Mode):
@@ -258,6 +230,12 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         self._activity = Activity.BUSY  # a (re)started node catches up first
         self._deadline = now  # the first tick posts
         self._out = _Out()
+        # what goes with statuses, payload asks, fingerprints (their modules' docstrings);
+        # ``pushable``: own transactions whose payloads the driver holds to push
+        self._relaying = Relaying(node_id, pushable)
+        self._fetching = Fetches()
+        self._fingerprints = FingerprintCheck()
+        self._arriving: frozenset[str] = frozenset()  # pushed with the status in hand
 
     @classmethod
     def restore(cls, node_id: str, persisted: PersistentState, *, now: int,
@@ -350,6 +328,16 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         return {p: s.mode for p, s in self._peers.items()}
 
     @property
+    def fingerprint_matches(self) -> dict[str, bool | None]:
+        """Per peer: did its fingerprint match ours at the last position both knew?"""
+        return dict(self._fingerprints.matches)
+
+    @property
+    def pushable(self) -> tuple[str, ...]:
+        """Own transactions, not agreed yet, whose payloads go with our statuses."""
+        return self._relaying.own
+
+    @property
     def missing_payloads(self) -> frozenset[str]:
         return frozenset(self._missing)
 
@@ -391,6 +379,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         tx = TxMeta(txid, max(now, self._clock.counter + 1), self._id, size, digest)
         self._clock.observe(tx.timestamp)  # == next_timestamp(now), after validation
         self._insert(_Entry(tx, True, []))
+        if self._peers:
+            self._relaying.submitted(txid)
         self._out.acknowledge.append(txid)
         if self._activity is Activity.IDLE:
             self._complete_round(now)  # busy on an incoming transaction: post it now
@@ -398,9 +388,21 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             self._post(now)  # post it now, without waiting for the round to end
         return self._finish(now)
 
-    def receive(self, message: Message, now: int) -> Ready:
-        """A status or tail segment from a peer (already validated at construction)."""
+    def receive(self, message: Message, now: int, *, executed: ExecutedAt | None = None,
+                silent: Iterable[str] | None = None, relayed_by: str | None = None,
+                pushed: Iterable[str] = ()) -> Ready:
+        """A status or tail segment from a peer (already validated at construction).
+        With a status straight from its sender: what it executed (compared with ours,
+        fingerprints.py) and whom it does not hear (relaying.py). ``relayed_by``: a
+        status of another peer passed on by that one (taken only with the mode the
+        peer posts itself). ``pushed``: payloads that came with it (the driver stores
+        them next): not asked for."""
         _check_time(now)
+        if relayed_by is not None and (
+                message.sender in (self._id, relayed_by) or not isinstance(message, Status)
+                or (message.sender in self._peers
+                and self._peers[message.sender].mode is not message.mode)):
+            return self._finish(now)  # modes are learnt from the peer itself
         if message.sender == self._id:
             raise InvalidMessage(f"a message from ourselves ({self._id})")
         peer = self._peers.get(message.sender)
@@ -413,12 +415,24 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
                                  f"{self._timing.max_drift} ahead of this master's clock "
                                  f"({now}): a skewed clock or a forged message, refused")
         peer.heard_at = now
-        if isinstance(message, Status):
-            self._on_status(peer, message, now)
-        elif isinstance(message, TailSegment):
-            self._on_tail(message, now)
-        else:
-            raise InvalidMessage(f"not a protocol message: {type(message).__name__}")
+        self._arriving = frozenset(pushed)
+        try:
+            if isinstance(message, Status):
+                self._on_status(peer, message, now)
+            elif isinstance(message, TailSegment):
+                self._on_tail(message, now)
+            else:
+                raise InvalidMessage(f"not a protocol message: {type(message).__name__}")
+        finally:
+            self._arriving = frozenset()
+        if isinstance(message, Status) and relayed_by is None:
+            self._relaying.heard(message, now, silent)
+            if executed is not None:
+                diverged, again = self._fingerprints.compare(message.sender, executed)
+                if diverged is not None:
+                    self._out.inconsistencies.append(diverged)
+                if again:
+                    self._out.fingerprint_agrees.append((message.sender, executed.pos))
         return self._finish(now)
 
     def tick(self, now: int) -> Ready:
@@ -428,6 +442,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             self._complete_round(now)
         else:
             self._retry_acquires(now)
+        self._out.fetches += self._fetching.due(now, self._timing.fetch_hedge, self._peers)
         return self._finish(now)
 
     def acquired(self, txid: str, now: int) -> Ready:
@@ -442,6 +457,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             if self.EAGER_POSTS:
                 self._post(now)
         self._missing.pop(txid, None)
+        self._fetching.arrived(txid)
         return self._finish(now)
 
     def add_peer(self, peer: str, mode: Mode = Mode.READ_WRITE, *, now: int) -> Ready:
@@ -492,6 +508,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         _check_time(now)
         if self._peers.pop(peer, None) is None:
             raise ValueError(f"{peer!r} is not a peer of {self._id}")
+        self._relaying.forget(peer)
+        self._fingerprints.forget(peer)
         if peer in self._rejoining:
             self._rejoining.discard(peer)
             self._split_maybe_over()
@@ -709,7 +727,11 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
                         self._chain[-1], point, "" if point is None else self._chain_at(point),
                         self._posted_executed(), self._floor)
-        self._out.posts.extend(Post(p, status) for p in sorted(self._peers))
+        silent = self._relaying.silent_peers(self._peers, self._timing, now)
+        self._out.posts.extend(
+            Post(p, status, self._relaying.push(p, status),
+                 self._relaying.relay(p, silent, self._peers, self.holds_payload), silent)
+            for p in sorted(self._peers))
 
     # ------------------------------------------------------------------ helpers
 
@@ -798,6 +820,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         self._synced.append(tx)
         self._chain.append(chain_hash(self._chain[-1], tx.txid))
         self._out.synchronised.append(tx)
+        self._relaying.agreed(tx.txid)  # every peer holds it: no more pushes
         if entry is None or not entry.acquired:
             missing = _Entry(tx, False, self._sources(source, tx.origin,
                                                       *(entry.sources if entry else ())))
@@ -823,18 +846,6 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
                                                       entries, self._chain_at(seq), point,
                                                       excluded)))
 
-    def _request(self, entry: _Entry, now: int) -> None:
-        entry.requested_at = now
-        self._out.acquire.append(Acquire(entry.tx, tuple(entry.sources)))
-
-    def _retry_acquires(self, now: int) -> None:
-        retry = self._timing.acquire_retry
-        for entries in (self._incoming.values(), self._missing.values()):
-            for entry in entries:
-                if not entry.acquired and (entry.requested_at is None
-                                           or now - entry.requested_at >= retry):
-                    self._request(entry, now)
-
     def _report(self, peer: str, kind: str, detail: str) -> None:
         key = (peer, kind, detail)
         if key not in self._reported:
@@ -856,6 +867,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             counter=counter, incoming=incoming, synchronised=tuple(out.synchronised),
             acknowledge=tuple(out.acknowledge), posts=tuple(out.posts),
             tails=tuple(out.tails), acquire=tuple(out.acquire), activity=out.activity,
+            fetches=tuple(out.fetches), fingerprint_agrees=tuple(out.fingerprint_agrees),
+            next_fetch_at=self.next_fetch_at,
             split_suspected=frozenset(self._excluded) if out.split_changed else None,
             truncated=out.truncated, split_point=self._split_point,
             split_point_changed=out.split_point_changed, compacted=out.compacted,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
 
@@ -32,18 +33,22 @@ __all__ = [
     "Acquire",
     "Activity",
     "Compaction",
+    "ExecutedAt",
+    "Fetch",
     "Incoming",
     "Inconsistency",
     "PersistentState",
     "Post",
     "Ready",
     "Refused",
+    "Relayed",
     "Retention",
     "SplitRecovery",
     "Tail",
     "Timing",
     "Truncation",
     "UnknownPeer",
+    "group_commits",
 ]
 
 
@@ -89,10 +94,14 @@ class Timing:
     # clock follows every timestamp it sees, so one forged or badly skewed message would
     # move every master's clock for good.
     max_drift: int = 86_400_000
+    # An ask for a payload not answered in this long is not waited for alone: the next
+    # source is asked too (acquisition.py). Well above a fetch across data centres (tens
+    # of ms), well below a request timeout.
+    fetch_hedge: int = 500
 
     def __post_init__(self) -> None:
         for name in ("round_timeout", "idle_interval", "acquire_retry", "max_tail",
-                     "max_drift"):
+                     "max_drift", "fetch_hedge"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -207,9 +216,25 @@ class Compaction:
 
 
 @dataclass(frozen=True, slots=True)
+class Relayed:
+    """A peer's latest direct status passed on to a peer that does not hear it, with the
+    payloads of its queue that we hold (relaying.py)."""
+
+    status: Status
+    payloads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Post:
+    """A status for ``to``, and what goes with it (relaying.py): the payloads of our own
+    transactions in it (``push``), statuses ``to`` does not hear (``relayed``), and the
+    peers we do not hear directly (``silent``)."""
+
     to: str
     status: Status
+    push: tuple[str, ...] = ()
+    relayed: tuple[Relayed, ...] = ()
+    silent: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +250,27 @@ class Acquire:
 
     tx: TxMeta
     sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Ask ``source`` for the payload of ``tx`` now (acquisition.py: one ``Acquire``
+    becomes one or more asks; the answer comes back as ``acquired`` or
+    ``fetch_failed``)."""
+
+    tx: TxMeta
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutedAt:
+    """What a peer's status says it executed: the agreed position and the repository
+    fingerprint after it; ``ours``: our fingerprint at that position (None when we have
+    not executed it, or no longer know it cheaply)."""
+
+    pos: int
+    fingerprint: str
+    ours: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +307,7 @@ class Ready:
     posts: tuple[Post, ...] = ()
     tails: tuple[Tail, ...] = ()
     acquire: tuple[Acquire, ...] = ()
+    fetches: tuple[Fetch, ...] = ()  # the asks for payloads to start now
     activity: Activity | None = None  # when busy/idle mode changed
     split_suspected: frozenset[str] | None = None  # when the set of excluded peers changed
     inconsistencies: tuple[Inconsistency, ...] = ()
@@ -269,6 +316,9 @@ class Ready:
     beyond_horizon: frozenset[str] | None = None
     needs_seeding: bool | None = None  # when it changed: no peer can serve *us* any more
     next_round_at: int = 0  # call tick() at this time
+    next_fetch_at: int | None = None  # and at this one (a payload ask to hedge)
+    # peers whose repository fingerprint agrees with ours again, at these positions
+    fingerprint_agrees: tuple[tuple[str, int], ...] = ()
 
     @property
     def must_persist(self) -> bool:
@@ -307,6 +357,8 @@ class Out:
     posts: list[Post] = field(default_factory=list)
     tails: list[Tail] = field(default_factory=list)
     acquire: list[Acquire] = field(default_factory=list)
+    fetches: list[Fetch] = field(default_factory=list)
+    fingerprint_agrees: list[tuple[str, int]] = field(default_factory=list)
     activity: Activity | None = None
     split_changed: bool = False
     split_point_changed: bool = False
@@ -324,3 +376,51 @@ FORGOTTEN = "forgotten"  # a position before our floor: we can't compare nor ser
 def check_time(now: object) -> None:
     if not isinstance(now, int) or isinstance(now, bool) or now < 0:
         raise ValueError(f"now must be an integer >= 0, got {now!r}")
+
+
+def group_commits(batch: list[tuple[Ready, list]]) -> list[dict[str, Any]]:
+    """Queued Readies (each with the payloads stored with it) merged, in order, into as
+    few durable transactions as their order allows — one, unless a split recovery
+    truncated the agreed queue (the truncation must come after the appends of the
+    Readies before it and before those of its own). Each is the arguments of
+    ``AgreementLog.persist``; Readies with nothing to persist give none."""
+    starts = [i for i, (ready, _) in enumerate(batch) if ready.truncated is not None and i]
+    bounds = list(zip([0, *starts], [*starts, len(batch)], strict=True))
+    merged = (_merged(batch[a:b]) for a, b in bounds)
+    return [m for m in merged if m is not None]
+
+
+def _merged(batch: list[tuple[Ready, list]]) -> dict[str, Any] | None:
+    truncated = batch[0][0].truncated if batch else None
+    split_point: tuple[int | None] | None = None
+    compacted: Compaction | None = None
+    counter = None
+    incoming: dict[str, Incoming] = {}
+    synchronised: list[TxMeta] = []
+    payloads: list = []
+    for ready, pays in batch:
+        if ready.counter is not None:
+            counter = max(counter or 0, ready.counter)
+        for item in ready.incoming:
+            incoming.pop(item.tx.txid, None)
+            # A transaction merged from a peer but not acquired is not persisted (one
+            # fsync less on the commit path): no status of ours lists it until its
+            # payload is stored, which persists it; after a crash the peers' next
+            # statuses bring it back. The safety argument only needs what we posted.
+            if item.acquired:
+                incoming[item.tx.txid] = item
+        for tx in ready.synchronised:
+            incoming.pop(tx.txid, None)  # agreed in this batch: never incoming on disk
+        synchronised.extend(ready.synchronised)
+        payloads.extend(pays)
+        if ready.split_point_changed:
+            split_point = (ready.split_point,)
+        if ready.compacted is not None:
+            compacted = ready.compacted  # floors only rise: the last one covers all
+    if (counter is None and not incoming and not synchronised and not payloads
+            and truncated is None and split_point is None and compacted is None):
+        return None
+    return {"counter": counter, "incoming": list(incoming.values()),
+            "synchronised": synchronised, "payloads": payloads, "split_point": split_point,
+            "truncate_after": None if truncated is None else truncated.after_seq,
+            "compacted": compacted}

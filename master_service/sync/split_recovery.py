@@ -2,6 +2,25 @@
 detect a split, keep its split point, rejoin and truncate, as a part of the pure core
 (protocol.py; ``SplitRecoverySteps`` is one of its bases and shares its state).
 
+Where safety ends: the split
+----------------------------
+((1) and (2): protocol.py, "Why ADD is safe".)
+When no progress was made for ``max_peer_lag`` while there is work, the waited-for peers
+not heard from for that long are *excluded* and reported in ``split_suspected``; the
+remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
+their status or counter, nor for the payloads of their transactions that we heard of but
+could not fetch: ADD passes over those (statuses list acquired transactions only, so the
+argument of (1) holds for queues without them; without it a side that heard of one write
+of the other side before the cut stops for the whole split). (1) still holds between
+nodes that wait for each other, and a node that excludes nobody agrees with every node
+it waits for, even one that excluded it (the case analysis of (1) with the counters of
+(2)). Two nodes can therefore only diverge when one excludes the other and the other
+excludes somebody: the split brain of the spec (a partition longer than max peer lag).
+An excluded peer is waited for again as soon as it posts a merge base consistent with
+ours. A status whose merge base is not ours at its position, or a tail segment that does
+not extend our queue, is reported in ``inconsistencies`` and never applied; what happens
+next is the split recovery strategy.
+
 Split recovery
 --------------
 ``SplitRecovery`` (spec, "Split recovery strategies"): ``NONE`` reports divergence and
