@@ -49,9 +49,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from master_service.sync import (
+    ExecutedAt,
+    Fetch,
     Incoming,
     Mode,
     PersistentState,
+    Post,
     Ready,
     Refused,
     Retention,
@@ -66,6 +69,17 @@ from master_service.sync import (
 )
 
 START = 10_000  # simulated time starts here so that negative clock skews stay >= 0
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A status as the transport sends it (``carry``): with the sender's executed
+    position and fingerprint and the payloads it could read, at the time it is sent."""
+
+    post: Post
+    executed: int
+    fingerprint: str
+    payloads: frozenset[str]
 
 
 class SimulationFailure(AssertionError):
@@ -101,6 +115,14 @@ class SimConfig:
     execute_delay: int = 200
     retention: Retention = field(default_factory=Retention)
     settle: int = 0  # after converging, run this long more (then check_bounded)
+    # The driver's rooms, modelled: what goes with a status is carried (payloads pushed
+    # and statuses relayed as the core says, the sender's executed position and
+    # fingerprint, compared by the receiver's core) and payloads are asked of the
+    # sources the core names, when it says (``Ready.fetches``: hedged, failures reported
+    # back) instead of one random source per Acquire. Off by default: every seed keeps
+    # the fault schedule it had before.
+    carry: bool = False
+    request_timeout: int = 2_000  # an ask lost on the way fails after this
 
     @classmethod
     def derive(cls, seed: int, nodes: int = 3, fault_rate: float = 0.5,
@@ -135,7 +157,8 @@ class SimConfig:
             cmd += " --modes " + ",".join(m.value for m in self.modes)
         for name in ("fault_time", "liveness_bound", "transactions", "max_delay",
                      "fetch_delay", "drop", "duplicate", "crash_mid_step", "crashes",
-                     "partitions", "long_partitions", "max_skew", "max_peer_lag"):
+                     "partitions", "long_partitions", "max_skew", "max_peer_lag",
+                     "carry"):
             if getattr(self, name) != getattr(derived, name):
                 cmd += f" --set {name}={getattr(self, name)!r}"
         if self.split_recovery is not derived.split_recovery:
@@ -253,6 +276,13 @@ class Simulation:
         # is off, as in a split.
         r = config.retention
         self.horizon = r.max_entries is not None or r.max_age is not None
+        # ``carry``: asks under way (node, incarnation, txid, source), the statuses each
+        # node heard straight from their senders, what each pushed to whom, and counts
+        self.asking: set[tuple[str, int, str, str]] = set()
+        self.heard_direct: dict[str, set[Status]] = {n: set() for n in names}
+        self.pushed: set[tuple[str, int, str, str]] = set()
+        self.carried: dict[str, int] = dict.fromkeys(
+            ("pushed", "relayed", "asks", "hedged", "failed asks", "fingerprints"), 0)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -485,7 +515,10 @@ class Simulation:
         self.start(sn)
 
     def schedule_tick(self, sn: SimNode) -> None:
-        target = max(self.now, sn.node.next_round_at - sn.skew)
+        at = sn.node.next_round_at
+        if self.cfg.carry and sn.node.next_fetch_at is not None:
+            at = min(at, sn.node.next_fetch_at)  # a payload ask to hedge
+        target = max(self.now, at - sn.skew)
         if sn.next_tick != target:
             sn.next_tick = target
             self.at(target, self.tick, sn.name, sn.incarnation, target)
@@ -613,11 +646,15 @@ class Simulation:
             self.crash(sn.name, f"during {what}, after persisting")
             return
         for post in ready.posts:
-            self.send(sn.name, post.to, post.status)
+            self.send(sn.name, post.to, self.carry(sn, post) if self.cfg.carry else post.status)
         for tail in ready.tails:
             self.send(sn.name, tail.to, tail.segment)
-        for acq in ready.acquire:
-            self.fetch(sn, acq.tx, acq.sources)
+        if self.cfg.carry:
+            for ask in ready.fetches:
+                self.ask(sn, ask)
+        else:
+            for acq in ready.acquire:
+                self.fetch(sn, acq.tx, acq.sources)
         if sn.node is node:
             self.schedule_tick(sn)
             self.schedule_execute(sn)
@@ -657,7 +694,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ network
 
-    def send(self, src: str, dst: str, msg: Status | TailSegment) -> None:
+    def send(self, src: str, dst: str, msg: Status | TailSegment | Carried) -> None:
         cfg = self.cfg
         if self.faults_on and self.rng.random() < cfg.drop:
             return
@@ -665,9 +702,12 @@ class Simulation:
         for _ in range(copies):
             self.at(self.now + self.rng.randint(1, cfg.max_delay), self.deliver, src, dst, msg)
 
-    def deliver(self, src: str, dst: str, msg: Status | TailSegment) -> None:
+    def deliver(self, src: str, dst: str, msg: Status | TailSegment | Carried) -> None:
         sn = self.nodes[dst]
         if not sn.up or (src, dst) in self.blocked:
+            return
+        if isinstance(msg, Carried):
+            self.deliver_carried(src, sn, msg)
             return
         if isinstance(msg, Status):
             self.log("%s -> %s status base=%s/%d counter=%d queue=%s", src, dst,
@@ -708,6 +748,116 @@ class Simulation:
             return
         sn.durable.payloads.add(txid)  # stored durably before telling the node
         self.apply(sn, sn.node.acquired(txid, self.node_time(sn)), f"payload {txid}")
+
+    # ------------------------------------------------------ carried (the driver's rooms)
+
+    def fingerprint(self, sn: SimNode, pos: int) -> str:
+        """The data centre's fingerprint after executing the first ``pos`` agreed
+        entries: a function of what it executed, in order."""
+        fp = "0" * 32
+        for tx in sn.durable.synced[:pos]:
+            fp = chain_hash(fp, tx.txid)
+        return fp
+
+    def carry(self, sn: SimNode, post: Post) -> Carried:
+        """What the transport sends: checked against what the core may decide."""
+        peers = set(self.nodes) - {sn.name}
+        if not set(post.silent) <= peers:
+            self.fail(f"{sn.name} names non-peers silent: {post.silent}")
+        own = {tx.txid for tx in post.status.queue if tx.origin == sn.name}
+        for txid in post.push:
+            key = (sn.name, sn.incarnation, post.to, txid)
+            if txid not in own or key in self.pushed:
+                self.fail(f"{sn.name} pushes {txid} to {post.to}: not its own in the status, "
+                          "or pushed there before")
+            self.pushed.add(key)
+        for r in post.relayed:
+            if r.status.sender in (sn.name, post.to) or r.status not in self.heard_direct[
+                    sn.name]:
+                self.fail(f"{sn.name} relays to {post.to} a status of {r.status.sender} it "
+                          "did not hear from it directly, or to its own sender")
+        d = sn.durable
+        named = set(post.push) | {t for r in post.relayed for t in r.payloads}
+        return Carried(post, d.executed, self.fingerprint(sn, d.executed),
+                       frozenset(named & d.payloads))
+
+    def deliver_carried(self, src: str, sn: SimNode, msg: Carried) -> None:
+        post, st, d = msg.post, msg.post.status, sn.durable
+        self.log("%s -> %s status base=%s/%d counter=%d queue=%s push=%s relayed=%s", src,
+                 sn.name, st.merge_base, st.seq, st.counter, [t.txid for t in st.queue],
+                 list(post.push), [r.status.sender for r in post.relayed])
+        ours = self.fingerprint(sn, msg.executed) if msg.executed <= d.executed else None
+        self.carried["fingerprints"] += ours is not None
+        pushed = [t for t in post.push if t in msg.payloads]
+        node = sn.node
+        self.apply(sn, node.receive(st, self.node_time(sn), silent=post.silent,
+                                    executed=ExecutedAt(msg.executed, msg.fingerprint, ours),
+                                    pushed=pushed), f"receive from {src}")
+        if sn.node is node:
+            self.heard_direct[sn.name].add(st)
+            self.take_pushed(sn, pushed, src)
+        for r in post.relayed:
+            if sn.node is not node:
+                return
+            if node.peers.get(r.status.sender) is not r.status.mode:
+                continue
+            self.carried["relayed"] += 1
+            pushed = [t for t in r.payloads if t in msg.payloads]
+            self.apply(sn, node.receive(r.status, self.node_time(sn), relayed_by=src,
+                                        pushed=pushed), f"relayed by {src}")
+            if sn.node is node:
+                self.take_pushed(sn, pushed, src)
+
+    def take_pushed(self, sn: SimNode, txids: list[str], src: str) -> None:
+        for txid in txids:
+            if sn.up and sn.node.wants_payload(txid):
+                self.carried["pushed"] += 1
+                self.payload_arrives(sn.name, txid)
+
+    def ask(self, sn: SimNode, ask: Fetch) -> None:
+        """One ask for a payload, as the core decided: answered by the source if it holds
+        it and the link works, failed when it does not, lost (failing after the
+        request timeout) with the drop rate."""
+        key = (sn.name, sn.incarnation, ask.tx.txid, ask.source)
+        if ask.source == sn.name or ask.source not in self.nodes or key in self.asking:
+            self.fail(f"{sn.name} asks {ask.source} for {ask.tx.txid}: not a peer, or "
+                      "asked already")
+        self.asking.add(key)
+        self.carried["asks"] += 1
+        if any(k[:3] == key[:3] and k != key for k in self.asking):
+            self.carried["hedged"] += 1
+        if ask.tx.txid in sn.durable.payloads:  # already stored (e.g. before a crash)
+            self.at(self.now, self.answer, key, True)
+            return
+        if self.faults_on and self.rng.random() < self.cfg.drop:
+            self.at(self.now + self.cfg.request_timeout, self.answer, key, False)
+            return
+        self.at(self.now + self.rng.randint(1, self.cfg.max_delay), self.serve_ask, key)
+
+    def serve_ask(self, key: tuple[str, int, str, str]) -> None:
+        name, _, txid, source = key
+        src = self.nodes[source]
+        if not src.up or (name, source) in self.blocked or (source, name) in self.blocked:
+            self.at(self.now + self.cfg.request_timeout, self.answer, key, False)
+        elif txid not in src.durable.payloads:
+            self.at(self.now + self.rng.randint(1, self.cfg.max_delay), self.answer, key,
+                    False)
+        else:
+            self.at(self.now + self.rng.randint(1, self.cfg.fetch_delay), self.answer, key,
+                    True)
+
+    def answer(self, key: tuple[str, int, str, str], ok: bool) -> None:
+        self.asking.discard(key)
+        name, incarnation, txid, source = key
+        sn = self.nodes[name]
+        if not sn.up or sn.incarnation != incarnation:
+            return
+        if ok:
+            self.payload_arrives(name, txid)
+        else:
+            self.carried["failed asks"] += 1
+            self.apply(sn, sn.node.fetch_failed(txid, source, self.node_time(sn)),
+                       f"ask {txid} of {source} failed")
 
     def partition(self) -> None:
         if not self.faults_on:

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from master_service.sync.driver import PUSH_BYTES
+from master_service.sync.relaying import PUSH_BYTES
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from tests.conftest import LocalCluster
@@ -298,7 +298,7 @@ def _payloads_from(dc: LocalCluster, origin: str) -> set[str]:
 def test_a_payload_is_fetched_from_another_peer_while_its_origin_hangs(tmp_path):
     """A transaction's origin is asked for its payload first. When the origin hangs (a
     cut not detected yet; here: SIGSTOP), the fetch must not wait for its request timeout:
-    another peer that holds the payload is asked too (driver._fetch, hedged). Chaos
+    another peer that holds the payload is asked too (acquisition.py, hedged). Chaos
     partition-dc found it: the UK side acknowledged nothing for seconds after it
     detected the split, fetching from us1 what uk1 already held."""
     timeout_s = 60  # a fetch that waits for the hung origin takes this long
@@ -320,7 +320,7 @@ def test_a_payload_is_fetched_from_another_peer_while_its_origin_hangs(tmp_path)
         pause(m2)  # m2 misses m3's transaction while m1 fetches it
         answers: list[httpx.Response | Exception] = []
 
-        # Larger than a status carries (driver.PUSH_BYTES): every peer must fetch it.
+        # Larger than a status carries (relaying.PUSH_BYTES): every peer must fetch it.
         big = " ".join(f'<urn:txc:hedged> <{P}> "{i:06d}{"x" * 60}" .' for i in range(5000))
         assert len(big) > PUSH_BYTES
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ from hypothesis import strategies as st
 
 from master_service.sync import (
     Activity,
+    ExecutedAt,
     HybridLogicalClock,
     Incoming,
     InvalidMessage,
@@ -44,6 +46,7 @@ from master_service.sync import (
     PersistentState,
     Ready,
     Refused,
+    Relayed,
     SplitRecovery,
     Status,
     SyncNode,
@@ -672,3 +675,75 @@ def test_payload_views_answer_for_one_transaction():
     assert node.transaction("B") == tx("B", 5, "n2") and node.transaction("C") is None
     node.acquired("B", now=3)
     assert node.holds_payload("B") and not node.wants_payload("B")
+
+
+# ---------------------------------------------------------------- what the driver carries
+
+CARRY = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=5_000, max_tail=4,
+               fetch_hedge=500)
+
+
+def test_a_payload_ask_is_hedged_and_a_failed_one_passes_to_the_next_source():
+    node = SyncNode("n1", now=0, peers=["n2", "n3"],
+                    timing=replace(CARRY, acquire_retry=300))
+    r = node.receive(Status("n2", Mode.READ_WRITE, None, 0, 5, (tx("B", 5, "n2"),)), now=10)
+    assert [(f.tx.txid, f.source) for f in r.fetches] == [("B", "n2")]
+    assert r.next_fetch_at is None  # nobody else to ask
+    r = node.receive(Status("n3", Mode.READ_WRITE, None, 0, 6, (tx("B", 5, "n2"),)), now=20)
+    assert r.fetches == () and r.next_fetch_at is None
+    # the retried Acquire names n3 too: asked if n2 has not answered 500 after its ask
+    r = node.tick(310)
+    assert [a.sources for a in r.acquire] == [("n2", "n3")]
+    assert r.fetches == () and r.next_fetch_at == 510
+    assert node.tick(400).fetches == ()
+    assert [f.source for f in node.tick(510).fetches] == ["n3"]
+    assert node.fetch_failed("B", "n3", now=520).fetches == ()  # n2 may still answer
+    r = node.fetch_failed("B", "n2", now=530)  # every source failed: the plan ends ...
+    assert r.fetches == () and r.next_fetch_at is None
+    r = node.tick(700)  # ... and the acquire retry asks again, from the first source
+    assert [f.source for f in r.fetches] == ["n2"]
+    r = node.fetch_failed("B", "n2", now=710)  # a failure asks the next one at once
+    assert [f.source for f in r.fetches] == ["n3"]
+    r = node.acquired("B", now=720)
+    assert r.fetches == () and r.next_fetch_at is None and not node.wants_payload("B")
+
+
+def test_a_payload_pushed_with_its_status_is_not_asked_for():
+    node = SyncNode("n1", now=0, peers=["n2"], timing=CARRY)
+    r = node.receive(Status("n2", Mode.READ_WRITE, None, 0, 5, (tx("B", 5, "n2"),)), now=10,
+                     pushed=["B"])
+    assert [a.tx.txid for a in r.acquire] == ["B"] and r.fetches == ()
+
+
+def test_a_peers_fingerprint_is_compared_and_a_divergence_reported_once():
+    node = SyncNode("n1", now=0, peers=["n2"], timing=CARRY)
+    st = Status("n2", Mode.READ_WRITE, None, 0, 1, ())
+    r = node.receive(st, now=1, executed=ExecutedAt(0, "AA", "aa"))
+    assert r.inconsistencies == () and node.fingerprint_matches == {"n2": True}
+    r = node.receive(st, now=2, executed=ExecutedAt(0, "bb", "aa"))
+    assert [(i.peer, i.kind) for i in r.inconsistencies] == [("n2", "fingerprint")]
+    assert "fingerprint is bb, ours is aa" in r.inconsistencies[0].detail
+    assert node.receive(st, now=3, executed=ExecutedAt(0, "bb", "aa")).inconsistencies == ()
+    r = node.receive(st, now=4, executed=ExecutedAt(7, "cc", None))  # not executed here
+    assert r.inconsistencies == () and node.fingerprint_matches == {"n2": False}
+    r = node.receive(st, now=5, executed=ExecutedAt(0, "aa", "aa"))
+    assert r.fingerprint_agrees == (("n2", 0),) and node.fingerprint_matches == {"n2": True}
+
+
+def test_own_payloads_are_pushed_once_and_silent_peers_get_relayed_statuses():
+    node = SyncNode("n1", now=0, peers=["n2", "n3"], timing=CARRY)
+    r = node.submit("A", size=100, digest="d", now=1)
+    assert {p.to: p.push for p in r.posts} == {"n2": ("A",), "n3": ("A",)}
+    assert {p.silent for p in r.posts} == {("n2", "n3")}  # heard from nobody yet
+    st3 = Status("n3", Mode.READ_WRITE, None, 0, 5, (tx("C", 5, "n3"),))
+    node.receive(st3, now=10, silent=[])
+    node.acquired("C", now=11)
+    node.receive(Status("n2", Mode.READ_WRITE, None, 0, 6, ()), now=12, silent=["n3"])
+    posts = {p.to: p for p in node.tick(200).posts}
+    assert posts["n2"].push == () and posts["n3"].push == ()  # pushed once
+    assert posts["n2"].relayed == (Relayed(st3, ("C",)),) and posts["n3"].relayed == ()
+    assert posts["n2"].silent == ()
+    # a relayed status is taken only with the mode its sender posts itself
+    muted = Status("n3", Mode.MUTED, None, 0, 7, ())
+    assert node.receive(muted, now=13, relayed_by="n2").inconsistencies == ()
+    assert node.peers["n3"] is Mode.READ_WRITE

@@ -44,6 +44,36 @@ def test_five_masters_agree_and_converge(seed, fault_rate):
     run_simulation(SimConfig.derive(seed, 5, fault_rate))
 
 
+@settings(FAST, max_examples=150)
+@given(seed=SEEDS, fault_rate=RATES, nodes=st.sampled_from([3, 5]))
+def test_what_the_driver_carries_as_the_core_decides(seed, fault_rate, nodes):
+    """The driver's rooms modelled (``carry``): pushes, relays, fingerprints and hedged
+    payload asks as the core decides them, every invariant kept (a false fingerprint
+    divergence is an inconsistency without a split: a failure)."""
+    run_simulation(SimConfig.derive(seed, nodes, fault_rate, carry=True))
+
+
+@settings(FAST, max_examples=100)
+@given(seed=SEEDS, fault_rate=RATES, strategy=st.sampled_from(list(SplitRecovery)))
+def test_what_the_driver_carries_through_splits(seed, fault_rate, strategy):
+    run_simulation(SimConfig.derive(seed, 3, fault_rate, carry=True, max_peer_lag=800,
+                                    long_partitions=1, split_recovery=strategy))
+
+
+def test_carried_decisions_happen():
+    """Over a few seeds every carried decision is taken: payloads pushed with statuses,
+    statuses relayed past lost links, fingerprints compared, asks hedged and failed asks
+    followed by the next source."""
+    seen = dict.fromkeys(("pushed", "relayed", "asks", "hedged", "failed asks",
+                          "fingerprints"), 0)
+    for seed in range(12):
+        sim = Simulation(SimConfig.derive(seed, 5, 0.8, carry=True))
+        sim.run()
+        for key, count in sim.carried.items():
+            seen[key] += count
+    assert all(seen.values()), seen
+
+
 @settings(FAST, max_examples=200)
 @given(seed=SEEDS, fault_rate=RATES, modes=st.lists(
     st.sampled_from([Mode.READ_WRITE, Mode.READ_ONLY, Mode.MUTED]), min_size=2, max_size=3))

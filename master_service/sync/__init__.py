@@ -1,7 +1,12 @@
-"""TxLog sync protocol between peer masters: a pure state machine (``protocol.py``).
+"""TxLog sync protocol between peer masters.
 
-See ``protocol.py`` for the theory of operation; the driver that runs rounds, posts over
-HTTP and persists through ``txlog/`` is a thin shell around ``SyncNode``.
+The pure core: ``protocol.py`` (``SyncNode``, the theory of operation) with its parts
+``split_recovery.py``, ``compaction.py``, ``acquisition.py`` (which source a payload is
+asked from, and when), ``relaying.py`` (what goes with a status: relayed statuses, pushed
+payloads), ``fingerprints.py`` (divergence of executed state), and ``ready.py`` (the
+values it takes and gives: the Ready contract). Around it: ``driver.py`` (the applier:
+inputs in, Readies persisted through ``txlog/`` and acted on), ``transport.py`` (HTTP to
+the peers), ``status.py`` (what the admin status shows).
 """
 
 from master_service.sync.hlc import HybridLogicalClock
@@ -14,19 +19,22 @@ from master_service.sync.messages import (
     TxMeta,
     chain_hash,
 )
-from master_service.sync.protocol import (
+from master_service.sync.protocol import SyncNode
+from master_service.sync.ready import (
     Acquire,
     Activity,
     Compaction,
+    ExecutedAt,
+    Fetch,
     Incoming,
     Inconsistency,
     PersistentState,
     Post,
     Ready,
     Refused,
+    Relayed,
     Retention,
     SplitRecovery,
-    SyncNode,
     Tail,
     Timing,
     Truncation,
@@ -37,6 +45,8 @@ __all__ = [
     "Acquire",
     "Activity",
     "Compaction",
+    "ExecutedAt",
+    "Fetch",
     "HybridLogicalClock",
     "Incoming",
     "Inconsistency",
@@ -47,6 +57,7 @@ __all__ = [
     "Post",
     "Ready",
     "Refused",
+    "Relayed",
     "Retention",
     "SplitRecovery",
     "Status",

@@ -1,37 +1,32 @@
-"""The thin shell around ``SyncNode``: HTTP to peers, SQLite, the clock, APScheduler.
+"""The applier around ``SyncNode``: the inputs (client writes, peers' messages, payloads
+that arrived, the clock) stepped into the core, and its Readies persisted and acted on.
 
 Theory of operation
 -------------------
 Every input (a client write, a peer's message, a payload that arrived, the round
 deadline) is a synchronous call on the one ``SyncNode``, on the master's asyncio loop; each
 returns a ``Ready``. Readies queue up for one *applier* task which follows the Ready
-contract (protocol.py): it persists everything queued in ONE SQLite transaction (the
-Readies merged in order, with the payloads of new transactions) and only then acts on
-each Ready in order — posts and tail segments to the per-peer senders, payload fetches,
-the executor woken, the next round scheduled. Concurrent clients and messages are thereby
-group-committed, the same way the single data-centre write path is.
+contract (ready.py): it persists everything queued in ONE SQLite transaction (the
+Readies merged in order, with the payloads of new transactions), in the txlog's thread,
+and only then acts on each Ready in order — posts and tail segments to the transport
+(transport.py), payload asks, the executor woken, the next round scheduled. Concurrent
+clients and messages are thereby group-committed, the same way the single data-centre
+write path is.
 
-The *executor* (execution.py) runs agreed transactions (the synchronised queue) in the
-agreed order on this data centre's workers through the agreed ordering (ordering.py) —
-probe, control queries, changeset logged, forwarded — and answers the client that
-submitted one here: a client's
+Every protocol decision is the core's (protocol.py and its parts): what to post, relay
+and push to whom (relaying.py), which source a payload is asked from and when
+(acquisition.py), whether a peer's fingerprint diverges from ours (fingerprints.py).
+The driver only tells it the time, what arrived and this data centre's fingerprints.
+
+The *executor* runs agreed transactions (the synchronised queue) in the agreed order on
+this data centre's workers through ``Cluster.execute_agreed`` — probe, control queries,
+changeset logged, forwarded — and answers the client that submitted one here: a client's
 write is acknowledged once it is synchronised and applied on this master's probe worker.
 A transaction the probe refuses is refused identically in every data centre (same data,
 same order) and moves no fingerprint.
 
-Peers (docs/design/sync-protocol.md#transaction-exchange): statuses and tail segments are POSTed to
-``<peer>/peer/status`` and ``/peer/tail``; a payload is fetched from
-``/peer/transactions/<txid>`` and checked against the digest and size its status
-announced. Every request is signed with the peer secret (txcluster/auth.py: HMAC over the
-request with a nonce, so a captured message can't be re-sent) and a receiver refuses
-messages from nodes that are not configured peers. A sender keeps at most one unsent
-status per peer (a newer status replaces it: statuses are cumulative) and drops what a
-dead peer can't take — the protocol re-posts every round.
-
-Divergence between data centres (docs/design/sync-protocol.md#where-we-differ: non-deterministic
-updates, and any store bug): every status carries the sender's last executed agreed position and
-its fingerprint after it; the receiver compares it with its own at that position and
-logs and reports a mismatch.
+A receiver refuses messages from nodes that are not configured peers
+(docs/design/cluster-basics.md#master-modes).
 
 Time: milliseconds of the wall clock (time.time), which the hybrid logical clock follows.
 """
@@ -41,51 +36,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import ssl
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
-
-import aiohttp
 
 from master_service.errors import NotWritable, WriteFailed
 from master_service.sync import wire
 from master_service.sync.execution import Execution
-from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
+from master_service.sync.messages import InvalidMessage, Mode, TxMeta
 from master_service.sync.ordering import AgreedOrdering
-from master_service.sync.protocol import (
-    Acquire,
-    Activity,
-    Compaction,
-    Incoming,
+from master_service.sync.protocol import SyncNode
+from master_service.sync.ready import (
+    ExecutedAt,
     PersistentState,
     Ready,
     Refused,
     Retention,
     SplitRecovery,
-    SyncNode,
     Timing,
     UnknownPeer,
+    group_commits,
 )
+from master_service.sync.status import Health, driver_status
+from master_service.sync.transport import Transport, pushed_payloads, relayed_statuses
 from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
-from txcluster.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
 
-PUSH_BYTES = 256 * 1024  # payloads pushed with one status, at most
-# A payload source that has not answered in this long is not waited for alone: the next
-# one is asked too (_fetch). Well above a fetch across data centres (tens of ms), well
-# below a request timeout.
-FETCH_HEDGE_S = 0.5
-# Agreed entries are forgotten in steps of at least this many (protocol.py, Retention).
+# Agreed entries are forgotten in steps of at least this many (compaction.py, Retention).
 COMPACT_BATCH = 64
 
 __all__ = ["SyncDriver", "mode_of"]
@@ -102,58 +86,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _operations(payload: bytes) -> list[dict] | None:
-    """A payload's operations, or None if it is not a JSON list of objects: a peer's
-    digest only says which bytes it announced, not that they are a transaction (a
-    payload that is not JSON must be refused, not crash the peer API)."""
-    try:
-        operations = json.loads(payload)
-    except ValueError:
-        return None
-    if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
-        return None
-    return operations
-
-
 @dataclass
 class PeerInfo:
-    url: str
+    """What the status page shows of a peer."""
+
     last_heard: float | None = None  # wall clock, seconds
-    reachable: bool | None = None  # did our last send reach it
     seq: int | None = None  # agreed position it posted
     executed: int | None = None  # its last executed position
-    fingerprint_match: bool | None = None  # at that position, vs ours
-    direct_heard: float | None = None  # last status from it directly (not relayed)
-    direct_status: dict | None = None  # that status, as JSON (to relay)
-    silent: set[str] = field(default_factory=set)  # peers it does not hear directly
-
-
-class _Sender:
-    """Messages to one peer, in order; an unsent status is replaced by a newer one."""
-
-    def __init__(self, driver: SyncDriver, peer: str) -> None:
-        self.driver, self.peer = driver, peer
-        self.queue: deque[tuple[str, Any]] = deque()
-        self.wake = asyncio.Event()
-        self.task = asyncio.create_task(self._run(), name=f"sync sender {peer}")
-
-    def status(self, st: Status) -> None:
-        if self.queue and self.queue[-1][0] == "status":
-            self.queue.pop()
-        self.queue.append(("status", st))
-        self.wake.set()
-
-    def tail(self, seg: TailSegment) -> None:
-        self.queue.append(("tail", seg))
-        self.wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            await self.wake.wait()
-            self.wake.clear()
-            while self.queue:
-                kind, msg = self.queue.popleft()
-                await self.driver._send(self.peer, kind, msg)
 
 
 class SyncDriver:
@@ -174,28 +113,25 @@ class SyncDriver:
         self.scheduler = scheduler
         self.timing = timing
         self.request_timeout = request_timeout
-        self.peers: dict[str, PeerInfo] = {p: PeerInfo(u.rstrip("/")) for p, u in peers.items()}
+        self.peers: dict[str, PeerInfo] = {p: PeerInfo() for p in peers}
+        self.transport = Transport(node_id=node_id, secret=secret,
+                                   request_timeout=request_timeout, tls=tls,
+                                   executed=self._executed_now, payload=self._payload_bytes)
+        self._urls = dict(peers)
         self.node: SyncNode | None = None
-        self.divergences: list[dict[str, Any]] = []
-        self.split_suspected: frozenset[str] = frozenset()
+        self.health = Health()  # splits, divergences, seeding (status.py)
         self.failed: str | None = None  # the applier could not persist: we stop taking input
-        self._secret = secret
         self._queue: list[tuple[Ready, list[tuple[TxMeta, list]]]] = []
         self._queued = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._waiters: dict[str, asyncio.Future] = {}
         self._persist_failures: list[float] = []  # when group commits failed (monotonic)
-        self._fetching: set[str] = set()
-        self._fetch_sources: dict[str, list[str]] = {}  # txid -> peers to ask, in order
-        self._pushed: set[str] = set()  # payloads that came with a status
         self._own_payloads: dict[str, bytes] = {}  # ours, not yet agreed (to push)
-        self._pushed_to: dict[str, set[str]] = {}  # peer -> txids pushed to it
-        self._senders: dict[str, _Sender] = {}
         self._tasks: list[asyncio.Task] = []
-        self._http: SignedSession | None = None
-        self._tls = tls  # verifies https peers (tls-ca-file; None: the system's CAs)
         self._round_at: int | None = None
+        self._fetch_at: int | None = None
+        self._fetch_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         # Per-transaction timings in the log (diagnostics: TXC_SYNC_TRACE=1).
         self._trace = bool(os.environ.get("TXC_SYNC_TRACE"))
@@ -214,26 +150,18 @@ class SyncDriver:
         self._deadline_seen: int | None = None
         self._round_started: float | None = None
         self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0
-        # peers behind our floor (they need seeding), and whether we need it ourselves
-        self.beyond_horizon: frozenset[str] = frozenset()
-        self.needs_seeding = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        # Signed and sent as the workers' calls are (txcluster/signed_session.py): an
-        # https peer is verified with tls-ca-file; one whose certificate is not trusted
-        # is refused with that reason (logged there, and by _send as unreachable).
-        self._http = SignedSession(self._secret, tls=self._tls, limit=64,
-                                   timeout=min(self.request_timeout, 10.0))
+        await self.transport.start(self._urls)
         await self.execution.load()
         self._base_fingerprint = (await self.cluster.db(self.agreement.base)).fingerprint
-        self.node = await self._restore_node({p: Mode.READ_WRITE for p in self.peers})
+        state, missing = await self.cluster.db(self.agreement.load)
+        self.node = self._core(state, missing, {p: Mode.READ_WRITE for p in self.peers})
         await self.execution.start(self.node.split_point)
-        for peer in self.peers:
-            self._senders[peer] = _Sender(self, peer)
         self._tasks = [asyncio.create_task(self._applier(), name="sync applier")]
-        # Payload fetches and round deadlines that are due: APScheduler (3.x) runs them.
+        # Payload retries and round deadlines that are due: APScheduler (3.x) runs them.
         self.scheduler.add_job(self._retry_tick, "interval",
                                seconds=self.timing.acquire_retry / 1000, id="sync-acquire",
                                max_instances=1, coalesce=True, replace_existing=True)
@@ -242,10 +170,6 @@ class SyncDriver:
         log.info("sync: %s (%s) peers with %s at agreed position %d, executed %d",
                  self.node_id, self.mode.value, ", ".join(sorted(self.peers)) or "nobody",
                  self.node.seq, self.executed_pos)
-
-    async def _restore_node(self, peers: Mapping[str, Mode]) -> SyncNode:
-        state, missing = await self.cluster.db(self.agreement.load)
-        return self._core(state, missing, peers)
 
     def _core(self, state: PersistentState, missing: list[str],
               peers: Mapping[str, Mode]) -> SyncNode:
@@ -256,7 +180,8 @@ class SyncDriver:
                                 # during a rollback our executed position is not known
                                 # yet (rolled_back tells the core): claim nothing
                                 executed=0 if self._rollback is not None
-                                else self.executed_pos)
+                                else self.executed_pos,
+                                pushable=list(self._own_payloads))
 
     def _retention(self) -> Retention:
         """LogMaxSize / LogMaxDepth of the data centre's log are the agreed queue's
@@ -272,18 +197,18 @@ class SyncDriver:
         for job in ("sync-acquire", "sync-round"):
             with contextlib.suppress(Exception):
                 self.scheduler.remove_job(job)
+        if self._fetch_timer is not None:
+            self._fetch_timer.cancel()
         await self.execution.stop()
-        tasks = [*self._tasks, *(s.task for s in self._senders.values())]
-        for task in tasks:
+        for task in self._tasks:
             task.cancel()
-        for task in tasks:
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(NotWritable("master is shutting down"))
-        if self._http:
-            await self._http.close()
+        await self.transport.close()
 
     # ------------------------------------------------------------------ inputs
 
@@ -319,7 +244,7 @@ class SyncDriver:
         tx = next((t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
                    if t.txid == txid), None)
         if tx is None:
-            # Defensive: if the Ready does not list it, ask the core.
+            # Seen once under heavy load (StopIteration here); the core still has it.
             tx = self.node.transaction(txid)
             log.warning("sync: the Ready of client transaction %s did not list it (%s)",
                         txid, "found in the core" if tx else "unknown to the core")
@@ -345,125 +270,74 @@ class SyncDriver:
             raise InvalidMessage("the body must be a JSON object")
         st = wire.status_from_json(body.get("status"))
         info = self._peer(st.sender)
-        executed = body.get("executed")
         if self.node.peers.get(st.sender) is not st.mode:
             # Modes are learnt from the peers' own statuses: a muted peer is not waited
-            # for, a read-only one is
-            # (docs/design/sync-protocol.md#master-modes).
+            # for, a read-only one is (docs/design/sync-protocol.md#master-modes).
             log.info("sync: peer %s is %s", st.sender, st.mode.value)
             self._step(lambda now: self.node.add_peer(st.sender, st.mode, now=now))
-        self._step(lambda now: self.node.receive(st, now))
-        if "payloads" in body:
-            self._take_pushed(st, body["payloads"])
-        info.last_heard = info.direct_heard = time.time()
+        pushed = pushed_payloads(st, body.get("payloads"))
+        silent = body.get("silent")
+        silent = [p for p in silent if isinstance(p, str)] if isinstance(silent, list) else []
+        executed = self._executed_at(body.get("executed"))
+        self._step(lambda now: self.node.receive(st, now, executed=executed, silent=silent,
+                                                 pushed=pushed))
+        self._take_pushed(pushed)
+        info.last_heard = time.time()
         info.seq = st.seq
-        info.direct_status = body.get("status")
-        info.silent = {p for p in body.get("silent", ()) if isinstance(p, str)} \
-            if isinstance(body.get("silent"), list) else set()
-        if isinstance(executed, dict):
-            self._compare(st.sender, info, executed)
+        if executed is not None:
+            info.executed = executed.pos
         relayed = body.get("relayed")
         if isinstance(relayed, list):
             self._take_relayed(st.sender, relayed)
 
-    # Relaying (docs/design/sync-protocol.md#relaying-a-lost-link-is-not-a-split): with one
-    # connection lost, what a master learns from the reachable peer still reaches the
-    # unreachable one. Each status names the peers its sender has not heard from directly
-    # for a while ("silent"); a master that hears one of them passes that peer's latest
-    # status on, with the payloads of its queue that it holds. A relayed status is a
-    # status like any other to the core (it is the origin's, and every hop is
-    # authenticated by the peer secret), so a lost link is not a split while some master
-    # reaches both ends.
+    def _executed_at(self, executed: Any) -> ExecutedAt | None:
+        """A status's executed position and fingerprint, with ours at that position."""
+        if not isinstance(executed, dict):
+            return None
+        pos, theirs = executed.get("pos"), executed.get("fingerprint")
+        if not isinstance(pos, int) or not isinstance(theirs, str):
+            return None
+        ours = None
+        if pos <= self.executed_pos:
+            ours = self.executed_fp if pos == self.executed_pos else self._recent.get(pos)
+            if ours is None and pos == 0:
+                ours = self._base_fingerprint
+        return ExecutedAt(pos, theirs, ours)
 
-    def _silent_peers(self) -> list[str]:
-        now = time.time()
-        quiet = max(3 * self.timing.round_timeout, 2 * self.timing.idle_interval) / 1000
-        return sorted(p for p, i in self.peers.items()
-                      if i.direct_heard is None or now - i.direct_heard > quiet)
+    def _executed_now(self) -> dict[str, Any]:
+        return {"pos": self.executed_pos, "fingerprint": self.executed_fp}
 
-    def _to_relay(self, recipient: str) -> list[dict[str, Any]]:
-        wanted = self.peers[recipient].silent - {recipient, self.node_id}
-        out = []
-        budget = PUSH_BYTES
-        for peer in sorted(wanted):
-            info = self.peers.get(peer)
-            if info is None or info.direct_status is None or peer in self._silent_peers():
-                continue
-            payloads: dict[str, str] = {}
-            for tx in info.direct_status.get("queue", []):
-                txid = tx.get("txid") if isinstance(tx, dict) else None
-                if not isinstance(txid, str) or not self.node.holds_payload(txid):
-                    continue
-                data = self._payload_bytes(txid)
-                if data is not None and len(data) <= budget:
-                    budget -= len(data)
-                    payloads[txid] = data.decode()
-            out.append({"status": info.direct_status, "payloads": payloads})
-        return out
-
-    def _payload_bytes(self, txid: str) -> bytes | None:
-        return self._own_payloads.get(txid) or self.agreement.payload(txid)
+    async def _payload_bytes(self, txid: str) -> bytes | None:
+        """A payload to push or relay: ours in memory, else from the log (its thread)."""
+        own = self._own_payloads.get(txid)
+        if own is not None:
+            return own
+        return await self.cluster.db(self.agreement.payload, txid)
 
     def _take_relayed(self, relayer: str, relayed: list) -> None:
-        for item in relayed[:len(self.peers)]:
-            if not isinstance(item, dict):
-                continue
-            try:
-                st = wire.status_from_json(item.get("status"))
-                if st.sender in (self.node_id, relayer):
-                    continue
-                self._peer(st.sender)
-            except InvalidMessage as exc:
-                log.warning("sync: ignored a status relayed by %s: %s", relayer, exc)
-                continue
+        """Statuses of other peers passed on by ``relayer`` (relaying.py)."""
+        for st, pushed in relayed_statuses(relayed, relayer, self.node_id, self.peers):
             if self.node.peers.get(st.sender) is not st.mode:
                 continue  # modes are learnt from the peer itself
-            self._step(lambda now, st=st: self.node.receive(st, now))
+            self._step(lambda now, st=st, pushed=pushed: self.node.receive(
+                st, now, relayed_by=relayer, pushed=pushed))
             self.peers[st.sender].last_heard = time.time()
-            if item.get("payloads"):
-                self._take_pushed(st, item["payloads"], any_origin=True)
+            self._take_pushed(pushed)
 
-    def _payloads_to_push(self, peer: str, st: Status) -> dict[str, str]:
-        """Our own new transactions' payloads, sent along with the status that first lists
-        them (up to PUSH_BYTES): the peer then holds them without fetching them, which
-        takes one round trip off every commit. Fetching (acquisition,
-        docs/design/sync-protocol.md#transaction-exchange) stays
-        for the rest and for every retry."""
-        sent = self._pushed_to.setdefault(peer, set())
-        out: dict[str, str] = {}
-        budget = PUSH_BYTES
-        for tx in st.queue:
-            if tx.origin != self.node_id or tx.txid in sent:
-                continue
-            payload = self._own_payloads.get(tx.txid)
-            if payload is None or len(payload) > budget:
-                continue
-            budget -= len(payload)
-            out[tx.txid] = payload.decode()
-            sent.add(tx.txid)
-        return out
+    def _take_pushed(self, pushed: dict[str, tuple[TxMeta, list]]) -> None:
+        for txid, (tx, operations) in pushed.items():
+            if self.node.wants_payload(txid):
+                self._step(lambda now, txid=txid: self.node.acquired(txid, now),
+                           [(tx, operations)])
 
-    def _take_pushed(self, st: Status, pushed: Any, any_origin: bool = False) -> None:
-        if not isinstance(pushed, dict):
+    def _fetched(self, tx: TxMeta, source: str, operations: list | None) -> None:
+        """The answer to one payload ask (Ready.fetches)."""
+        if self._stopping or self.failed:
             return
-        metas = {tx.txid: tx for tx in st.queue if any_origin or tx.origin == st.sender}
-        for txid, text in pushed.items():
-            tx = metas.get(txid)
-            if tx is None or not isinstance(text, str) or not self.node.wants_payload(txid):
-                continue
-            data = text.encode()
-            if len(data) != tx.size or payload_digest(data) != tx.digest:
-                log.error("sync: payload of %s pushed by %s does not match its digest", txid,
-                          st.sender)
-                continue
-            operations = _operations(data)
-            if operations is None:
-                log.error("sync: payload of %s pushed by %s is not a list of operations",
-                          txid, st.sender)
-                continue
-            self._pushed.add(txid)
-            self._step(lambda now, txid=txid: self.node.acquired(txid, now),
-                       [(tx, operations)])
+        if operations is None:
+            self._step(lambda now: self.node.fetch_failed(tx.txid, source, now))
+        else:
+            self._step(lambda now: self.node.acquired(tx.txid, now), [(tx, operations)])
 
     def receive_tail(self, body: Any) -> None:
         seg = wire.tail_from_json(body)
@@ -494,8 +368,8 @@ class SyncDriver:
     async def add_peer(self, peer: str, url: str) -> None:
         if peer in self.peers:
             raise ValueError(f"'{peer}' is already a sync peer")
-        self.peers[peer] = PeerInfo(url.rstrip("/"))
-        self._senders[peer] = _Sender(self, peer)
+        self.peers[peer] = PeerInfo()
+        self.transport.add_peer(peer, url)
         self._step(lambda now: self.node.add_peer(peer, Mode.READ_WRITE, now=now))
         log.info("sync: peer %s added (%s)", peer, url)
 
@@ -504,8 +378,7 @@ class SyncDriver:
             raise ValueError(f"'{peer}' is not a sync peer of {self.node_id}")
         self._step(lambda now: self.node.remove_peer(peer, now=now))
         del self.peers[peer]
-        sender = self._senders.pop(peer)
-        sender.task.cancel()
+        self.transport.remove_peer(peer)
         log.info("sync: peer %s removed", peer)
 
     async def set_mode(self, mode: Mode) -> None:
@@ -525,8 +398,8 @@ class SyncDriver:
         log.info("sync: max-peer-lag is now %s", f"{seconds} s" if lag else "unset (wait)")
 
     async def set_split_recovery(self, strategy: SplitRecovery) -> None:
-        """SplitRecovery changed at runtime; refused during a split
-        (docs/design/sync-protocol.md#split-recovery: the strategy is state)."""
+        """SplitRecovery changed at runtime; refused during a split (the spec: the
+        strategies are stateful)."""
         if strategy is self.split_recovery:
             return
         if self.split_point is not None or self._rollback is not None:
@@ -536,20 +409,26 @@ class SyncDriver:
 
     async def _restart_core(self, change: Callable[[], None]) -> None:
         """Apply ``change`` and rebuild the core from what it persisted, keeping the peers'
-        modes: the core takes its mode and strategy only at construction."""
+        modes: the core takes its mode and strategy only at construction. Once every
+        queued Ready is persisted, what the core asked to persist IS what is persisted
+        (the Ready contract), so the new core is built from that, in memory: nothing
+        awaits between reading it and the swap (an input that stepped the old core in
+        between would be lost with it)."""
         while not self._idle.is_set():  # everything the old core promised is persisted
             await self._idle.wait()
-        # From here to the swap nothing awaits: an input that stepped the old core after
-        # its state was read (as when the read ran in the executor) would be lost with it.
-        # A short SQLite read on the loop, for a rare admin action.
-        peers = self.node.peers
+        state = self.node.persistent_state()
+        # incoming entries merged from a peer and not acquired are not persisted
+        # (_persist_merged): a restarted core does not know them either
+        state = dataclasses.replace(state, incoming=tuple(
+            i for i in state.incoming if i.acquired))
+        missing = sorted(self.node.missing_payloads)
         change()
-        self._reload_core(peers)
+        self._swap_core(state, missing, self.node.peers)
 
-    def _reload_core(self, peers: Mapping[str, Mode]) -> None:
+    def _swap_core(self, state: PersistentState, missing: list[str],
+                   peers: Mapping[str, Mode]) -> None:
         """A new core from what is persisted (where a restart would leave us), told the
         time so that it acts at once."""
-        state, missing = self.agreement.load()
         self.node = self._core(state, missing, peers)
         if self.node.split_point != self.split_point:
             self.execution.split_point_moved(self.node.split_point)
@@ -574,7 +453,7 @@ class SyncDriver:
                     # Readies was acted on, so a core rebuilt from what is persisted is
                     # where a crash and restart would leave us: safe by design.
                     dropped, self._queue = batch + self._queue, []
-                    if not self._restart_after_failed_persist(exc, dropped):
+                    if not await self._restart_after_failed_persist(exc, dropped):
                         return
                     continue
                 for ready, payloads in batch:
@@ -584,8 +463,8 @@ class SyncDriver:
             if not self._queue:
                 self._idle.set()
 
-    def _restart_after_failed_persist(self, exc: Exception,
-                                      dropped: list[tuple[Ready, list]]) -> bool:
+    async def _restart_after_failed_persist(self, exc: Exception,
+                                            dropped: list[tuple[Ready, list]]) -> bool:
         """A group commit failed: refuse the client transactions of the dropped Readies
         (not logged) and rebuild the core from SQLite, as a restart would; at most 3 times
         a minute, then stop peering (a disk that keeps failing)."""
@@ -599,98 +478,43 @@ class SyncDriver:
                     fut.set_exception(WriteFailed(503, (
                         f"transaction {txid} was not logged: the sync state could not be "
                         "persisted; nothing was changed, send it again")))
+        self.failed = f"could not persist the sync state: {exc}"
         if len(self._persist_failures) > 3:
-            self.failed = f"could not persist the sync state: {exc}"
             log.critical("sync: %s (4 times in a minute): peering stops", self.failed,
                          exc_info=True)
             return False
         log.critical("sync: could not persist the sync state (%s): the protocol core "
                      "restarts from what is persisted, as after a crash", exc, exc_info=True)
+        # Read in the txlog's thread; meanwhile ``failed`` refuses every input, which
+        # would step the old core (it believes what was dropped is durable).
         try:
-            self._reload_core(self.node.peers)
+            state, missing = await self.cluster.db(self.agreement.load)
         except Exception as again:
             self.failed = f"could not persist the sync state: {exc}; reload failed: {again}"
             log.critical("sync: %s", self.failed, exc_info=True)
             return False
+        self._queue = []  # whatever the old core said meanwhile (nothing: inputs refused)
+        self.failed = None
+        self._swap_core(state, missing, self.node.peers)
         return True
 
     async def _persist(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]) -> None:
-        """Merge the Readies into as few SQLite transactions as their order allows: one,
-        unless a split recovery truncated the agreed queue (the truncation must come after
-        the appends of the Readies before it and before those of its own)."""
-        start = 0
-        for i, (ready, _) in enumerate(batch):
-            if ready.truncated is not None and i > start:
-                await self._persist_merged(batch[start:i])
-                start = i
-        await self._persist_merged(batch[start:])
-
-    async def _persist_merged(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]
-                              ) -> None:
-        truncated = batch[0][0].truncated if batch else None
-        split_point: tuple[int | None] | None = None
-        compacted: Compaction | None = None
-        counter = None
-        incoming: dict[str, Incoming] = {}
-        synchronised: list[TxMeta] = []
-        payloads: list[tuple[TxMeta, list]] = []
-        for ready, pays in batch:
-            if ready.counter is not None:
-                counter = max(counter or 0, ready.counter)
-            for item in ready.incoming:
-                incoming.pop(item.tx.txid, None)
-                # A transaction merged from a peer but not acquired is not persisted (one
-                # fsync less on the commit path): no status of ours lists it until its
-                # payload is stored, which persists it; after a crash the peers' next
-                # statuses bring it back. The safety argument only needs what we posted.
-                if item.acquired:
-                    incoming[item.tx.txid] = item
-            for tx in ready.synchronised:
-                incoming.pop(tx.txid, None)  # agreed in this batch: never incoming on disk
-            synchronised.extend(ready.synchronised)
-            payloads.extend(pays)
-            if ready.split_point_changed:
-                split_point = (ready.split_point,)
-            if ready.compacted is not None:
-                compacted = ready.compacted  # floors only rise: the last one covers all
-        if (counter is None and not incoming and not synchronised and not payloads
-                and truncated is None and split_point is None and compacted is None):
-            return
-        await self.cluster.db(lambda: self.agreement.persist(
-            counter=counter, incoming=list(incoming.values()), synchronised=synchronised,
-            payloads=payloads, split_point=split_point,
-            truncate_after=None if truncated is None else truncated.after_seq,
-            compacted=compacted))
+        """Persist the queued Readies in as few SQLite transactions as their order allows
+        (ready.py, ``merged``), in the txlog's thread."""
+        for merged in group_commits(batch):
+            await self.cluster.db(lambda m=merged: self.agreement.persist(**m))
 
     def _act(self, ready: Ready) -> None:
         for post in ready.posts:
-            sender = self._senders.get(post.to)
-            if sender:
-                sender.status(post.status)
+            self.transport.post(post)
         for tail in ready.tails:
-            sender = self._senders.get(tail.to)
-            if sender:
-                sender.tail(tail.segment)
-        for acq in ready.acquire:
-            if acq.tx.txid in self._pushed:
-                self._pushed.discard(acq.tx.txid)  # it came with the status
-                continue
-            if acq.tx.txid in self._fetching:
-                # Being fetched: sources named since (peers that posted it) are asked
-                # too if the ones asked do not answer (_fetch).
-                known = self._fetch_sources.get(acq.tx.txid)
-                if known is not None:
-                    known.extend(p for p in acq.sources if p not in known)
-            else:
-                self._fetching.add(acq.tx.txid)
-                self._tasks.append(asyncio.create_task(self._fetch(acq),
-                                                       name=f"fetch {acq.tx.txid}"))
+            self.transport.tail(tail.to, tail.segment)
+        for ask in ready.fetches:
+            self.transport.fetch(ask.tx, ask.source, self._fetched)
         if ready.synchronised:
             self.execution.wake()
             for tx in ready.synchronised:  # agreed: every peer holds it, no more pushes
-                if self._own_payloads.pop(tx.txid, None) is not None:
-                    for sent in self._pushed_to.values():
-                        sent.discard(tx.txid)
+                self._own_payloads.pop(tx.txid, None)
             if self._trace:
                 for tx in ready.synchronised:
                     if tx.txid in self._waiters:
@@ -698,29 +522,7 @@ class SyncDriver:
                                   (time.monotonic() - self._submitted.get(tx.txid, 0)) * 1000)
         if ready.activity is not None:
             log.debug("sync: %s", ready.activity.value)
-        if ready.split_suspected is not None:
-            self.split_suspected = ready.split_suspected
-            if ready.split_suspected:
-                log.warning("sync: going on without %s (not heard for max-peer-lag)",
-                            ", ".join(sorted(ready.split_suspected)))
-            else:
-                log.warning("sync: every peer is back")
-        for inc in ready.inconsistencies:
-            if inc.kind == "beyond-horizon":
-                log.error("sync: peer %s needs seeding: %s", inc.peer, inc.detail)
-            else:
-                self._diverged(inc.peer, inc.kind, inc.detail)
-        if ready.beyond_horizon is not None:
-            self.beyond_horizon = ready.beyond_horizon
-        if ready.needs_seeding is not None:
-            self.needs_seeding = ready.needs_seeding
-            if ready.needs_seeding:
-                log.critical("sync: this data centre needs seeding: it lags behind the "
-                             "floor of every peer (they forgot the agreed transactions it "
-                             "still needs, past LogMaxSize / LogMaxDepth); replay can no "
-                             "longer bring it up to date")
-            else:
-                log.warning("sync: a peer can serve this data centre again")
+        self.health.note(ready)
         if ready.split_point_changed:
             self.execution.split_point_moved(ready.split_point)
         if ready.truncated is not None:
@@ -738,6 +540,7 @@ class SyncDriver:
                 self.on_round(t - self._round_started)
             self._round_started, self._deadline_seen = t, ready.next_round_at
         self._schedule_round(ready.next_round_at)
+        self._schedule_fetch(ready.next_fetch_at)
         self._tasks = [t for t in self._tasks if not t.done()]
 
     def _schedule_round(self, at: int) -> None:
@@ -752,104 +555,22 @@ class SyncDriver:
         if not self._stopping and not self.failed:
             self._step(lambda now: self.node.tick(now))
 
-    # ------------------------------------------------------------------ network
-
-    async def _send(self, peer: str, kind: str, msg: Any) -> None:
-        info = self.peers.get(peer)
-        if info is None:
+    def _schedule_fetch(self, at: int | None) -> None:
+        """The core's next payload ask to hedge (acquisition.py) is due at ``at``."""
+        if at == self._fetch_at or self._stopping:
             return
-        if kind == "status":
-            body = {"status": wire.status_to_json(msg),
-                    "executed": {"pos": self.executed_pos, "fingerprint": self.executed_fp}}
-            pushed = self._payloads_to_push(peer, msg)
-            if pushed:
-                body["payloads"] = pushed
-            body["silent"] = self._silent_peers()
-            if self.peers[peer].silent:
-                body["relayed"] = self._to_relay(peer)
-        else:
-            body = wire.tail_to_json(msg)
-        try:
-            status, text = await self._request("POST", f"{info.url}/peer/{kind}",
-                                               json.dumps(body).encode())
-            ok = status < 300
-            problem = None if ok else f"{status} {text[:200]!r}"
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            ok, problem = False, f"{type(exc).__name__}: {exc}"
-        if ok != info.reachable:
-            if ok:
-                log.info("sync: peer %s is reachable", peer)
-            else:
-                log.warning("sync: peer %s did not take our %s: %s", peer, kind, problem)
-        info.reachable = ok
+        if self._fetch_timer is not None:
+            self._fetch_timer.cancel()
+            self._fetch_timer = None
+        self._fetch_at = at
+        if at is not None:
+            self._fetch_timer = asyncio.get_running_loop().call_later(
+                max(0, at - now_ms() + 1) / 1000, self._fetch_due)
 
-    async def _request(self, method: str, url: str, body: bytes = b"") -> tuple[int, bytes]:
-        """One signed request (txcluster/signed_session.py: over the Host, path and query
-        as sent)."""
-        assert self._http is not None
-        return await self._http.request(method, url, body,
-                                        "application/json" if body else None)
-
-    async def _fetch(self, acq: Acquire) -> None:
-        """Fetch a payload from the peers that hold it, hedged: the next source is asked
-        too when one has not answered within FETCH_HEDGE_S, and the first valid answer
-        wins. A source asked first can hang (the origin on the other side of a cut that
-        is not detected yet): waiting for its request timeout would hold the whole side's
-        agreement for that long.
-        Sources the core names later (a retried Acquire: peers that posted it since) are
-        asked too."""
-        tx = acq.tx
-        self._fetch_sources[tx.txid] = list(acq.sources)
-        tried: set[str] = set()
-        attempts: set[asyncio.Task] = set()
-        try:
-            while True:
-                nxt = next((p for p in self._fetch_sources.get(tx.txid, ())
-                            if p not in tried and p in self.peers), None)
-                if nxt is not None:
-                    tried.add(nxt)
-                    attempts.add(asyncio.create_task(self._fetch_from(nxt, tx),
-                                                     name=f"fetch {tx.txid} from {nxt}"))
-                if not attempts:
-                    return  # every source failed: the core's acquire retry asks again
-                done, attempts = await asyncio.wait(attempts, timeout=FETCH_HEDGE_S,
-                                                    return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    operations = task.result()
-                    if operations is not None:
-                        if not self._stopping and not self.failed:
-                            self._step(lambda now: self.node.acquired(tx.txid, now),
-                                       [(tx, operations)])
-                        return
-        finally:
-            for task in attempts:
-                task.cancel()
-            self._fetching.discard(tx.txid)
-            self._fetch_sources.pop(tx.txid, None)
-
-    async def _fetch_from(self, source: str, tx: TxMeta) -> list | None:
-        """The payload of ``tx`` from one peer, checked against its digest; None when that
-        peer cannot give it."""
-        info = self.peers.get(source)
-        if info is None:
-            return None  # removed meanwhile
-        # Quoted: a transaction id is any non-empty string (messages.py); unquoted, a '?',
-        # '#', '/' or control character in one would fetch another URL or none.
-        path = f"/peer/transactions/{quote(tx.txid, safe='')}?peer={self.node_id}"
-        try:
-            status, data = await self._request("GET", info.url + path)
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return None
-        if status != 200:
-            return None
-        if len(data) != tx.size or payload_digest(data) != tx.digest:
-            log.error("sync: payload of %s from %s does not match its digest", tx.txid, source)
-            return None
-        operations = _operations(data)
-        if operations is None:
-            log.error("sync: payload of %s from %s is not a list of operations", tx.txid,
-                      source)
-        return operations
+    def _fetch_due(self) -> None:
+        self._fetch_at = self._fetch_timer = None
+        if not self._stopping and not self.failed:
+            self._step(lambda now: self.node.tick(now))
 
     # ------------------------------------------------------------------ execution
 
@@ -879,106 +600,20 @@ class SyncDriver:
         self._step(lambda now: self.node.rolled_back(pos, now))
 
     # The execution room's state, as the status and the comparisons read it.
-
-    @property
-    def executed_pos(self) -> int:
-        return self.execution.executed_pos
-
-    @property
-    def executed_fp(self) -> str:
-        return self.execution.executed_fp
-
-    @property
-    def _recent(self) -> Mapping[int, str]:
-        return self.execution.recent
-
-    @property
-    def split_point(self) -> int | None:
-        return self.execution.split_point
-
-    @property
-    def split_backup_name(self) -> str | None:
-        return self.execution.split_backup_name
-
-    @property
-    def recovery_problem(self) -> str | None:
-        return self.execution.recovery_problem
-
-    @property
-    def _rollback(self) -> asyncio.Task | None:
-        return self.execution.rollback
-
-    def _compare(self, peer: str, info: PeerInfo, executed: dict) -> None:
-        pos, theirs = executed.get("pos"), executed.get("fingerprint")
-        if not isinstance(pos, int) or not isinstance(theirs, str):
-            return
-        info.executed = pos
-        if pos > self.executed_pos:
-            return
-        ours = self.executed_fp if pos == self.executed_pos else self._recent.get(pos)
-        if ours is None and pos == 0:
-            ours = self._base_fingerprint
-        if ours is None:
-            return  # too old to compare cheaply; the next status will be newer
-        match = ours == theirs.lower()
-        if not match and info.fingerprint_match is not False:
-            self._diverged(peer, "fingerprint", f"after agreed position {pos} its repository "
-                           f"fingerprint is {theirs}, ours is {ours}")
-        elif match and info.fingerprint_match is False:
-            log.warning("sync: peer %s agrees with our fingerprint again at position %d",
-                        peer, pos)
-        info.fingerprint_match = match
-
-    def _diverged(self, peer: str, kind: str, detail: str) -> None:
-        log.error("sync: divergence with %s (%s): %s", peer, kind, detail)
-        self.divergences.append({"peer": peer, "kind": kind, "detail": detail,
-                                 "time": time.time()})
-        del self.divergences[:-50]
+    executed_pos = property(lambda self: self.execution.executed_pos)
+    executed_fp = property(lambda self: self.execution.executed_fp)
+    _recent = property(lambda self: self.execution.recent)
+    split_point = property(lambda self: self.execution.split_point)
+    split_backup_name = property(lambda self: self.execution.split_backup_name)
+    recovery_problem = property(lambda self: self.execution.recovery_problem)
+    _rollback = property(lambda self: self.execution.rollback)
 
     # ------------------------------------------------------------------ status
 
+    @property
+    def rolling_back(self) -> bool:
+        """Is this data centre returning to a truncation point (split recovery)?"""
+        return self._rollback is not None
+
     def status(self) -> dict[str, Any]:
-        node = self.node
-        now = time.time()
-        stale = 3 * max(self.timing.idle_interval, self.timing.round_timeout) / 1000
-        modes = node.peers if node else {}
-        waited = [p for p, m in modes.items() if m is not Mode.MUTED]
-        missing = [p for p in waited if self.peers[p].last_heard is None
-                   or now - self.peers[p].last_heard > stale]
-        if self._rollback is not None:
-            state = "recovering"
-        elif self.split_suspected or self.split_point is not None:
-            state = "split"
-        elif missing:
-            state = "waiting"
-        else:
-            state = "connected"
-        return {
-            "node_id": self.node_id, "data_centre": self.data_centre,
-            "mode": self.mode.value, "state": state, "missing_peers": sorted(missing),
-            "seq": node.seq if node else 0, "executed_seq": self.executed_pos,
-            # agreed entries up to "floor" are forgotten; "agreed_held" are kept
-            "floor": node.floor if node else 0,
-            "agreed_held": len(node.synchronised) if node else 0,
-            "needs_seeding": self.needs_seeding,
-            "beyond_horizon": sorted(self.beyond_horizon),
-            "executed_fingerprint": self.executed_fp,
-            "merge_base": node.merge_base if node else None,
-            "counter": node.counter if node else 0,
-            "activity": node.activity.value if node else Activity.BUSY.value,
-            "incoming": len(node.incoming) if node else 0,
-            "split_suspected": sorted(self.split_suspected),
-            "split_recovery": self.split_recovery.value,
-            "split_point": self.split_point,
-            "split_backup": self.split_backup_name,
-            "recovery_problem": self.recovery_problem,
-            "failed": self.failed,
-            "peers": [
-                {"id": p, "url": i.url, "mode": modes.get(p, Mode.READ_WRITE).value,
-                 "reachable": i.reachable,
-                 "last_heard_s": round(now - i.last_heard, 3) if i.last_heard else None,
-                 "seq": i.seq, "executed_seq": i.executed,
-                 "fingerprint_match": i.fingerprint_match}
-                for p, i in sorted(self.peers.items())],
-            "divergences": list(self.divergences[-20:]),
-        }
+        return driver_status(self)

@@ -1,0 +1,174 @@
+"""Compaction of the agreed queue (bounded state): the steps of ``SyncNode`` that forget
+agreed entries and tell who needs seeding, as a part of the pure core (protocol.py;
+``CompactionSteps`` is one of its bases and shares its state).
+
+Compaction (bounded state)
+--------------------------
+A peered deployment runs for months: the synchronised queue cannot grow for ever. Each
+node forgets a prefix of it, entries and payloads, up to its *floor*; positions stay
+absolute (position 1 is the first transaction ever agreed), the node keeps the id of the
+entry at the floor and the hash chain up to it, so statuses and tail segments at or after
+the floor are compared exactly as before. Inputs: ``executed(pos)`` — this data centre
+executed the queue up to ``pos`` (durably) — and the ``Retention`` (LogMaxSize,
+LogMaxDepth). Each status carries the sender's executed position and floor.
+
+*What is forgotten.* Up to the least *stable* position of all nodes: for a peer, the
+executed position of its newest status, but not past its good prefix (its split point,
+while split: a split node may truncate to it and need what follows again; good prefixes
+only shrink to another node's split point, whose own stable position was no further);
+for ourselves, what we executed. A peer not heard from since we started forgets nothing
+on its account. Beyond that, the *horizon*: entries older than LogMaxSize positions or
+whose timestamp is older than LogMaxDepth are forgotten even if a peer has not executed
+them (docs/design/cluster-basics.md#the-logs-limits). Never past what we executed
+ourselves (our workers still need the payloads) nor, under SIMPLE or SMART, past our
+split point (a truncation puts the entries after it back into the incoming queue); under
+NONE the split point repairs nothing and follows the floor. Read-only masters execute
+nothing (docs/design/sync-protocol.md#master-modes), so entries are then kept up to the
+horizon. A truncation caps our executed position at its point until the driver reports
+the rollback done (``rolled_back``): an execution under way may still report its old
+end.
+
+*Why nothing needed is lost.* A consistent peer at or past our floor synchronised every
+entry we forgot, so none of them is in its queue; one behind our floor needs what we no
+longer hold: its status is ``_FORGOTTEN`` to us. Then we report it (``beyond-horizon``,
+``Ready.beyond_horizon``), do not merge its queue (it may hold transactions agreed since
+its position: merged, they would be agreed twice) and no longer wait for it — it can't
+take part before it is seeded from a worker image, and it can't ADD with anybody: no
+peer posts at its merge base again. A late status (lower counter than the newest, or the
+same counter at a lower position) is not such a peer. A status *ahead* of us is not
+verified (a diverged node under NONE can look ahead): from it we skip transactions not
+newer than every entry we forgot (``floor_newest``); they are merged once the sender's
+status can be verified, or from another peer. The node itself learns that it *needs
+seeding* (``Ready.needs_seeding``) when every peer has posted and no peer ahead of it
+holds its position (every floor is past it), or a payload it lacks was forgotten by a
+peer and no peer surely holds it (floor <= position < executed).
+
+The simulator models execution (with delays; read-only masters execute nothing),
+compaction (payloads leave with the entries), restarts from a floor, and seeding (a
+node restarted from a peer's image: floor = seq = the peer's executed position); it
+checks that nothing is forgotten that a node still needs when there is no horizon, that
+after settling every node forgot everything (all executed it), and convergence with a
+horizon of 2 to 20 entries, where laggers are seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from master_service.sync.messages import Status, TailSegment, chain_hash
+from master_service.sync.ready import Compaction, SplitRecovery
+
+__all__ = ["CompactionSteps"]
+
+
+class CompactionSteps:
+    """The compaction steps of ``SyncNode`` (module docstring); they use the core's state
+    (``_floor``, ``_synced``, ``_chain``, ``_executed``, the peers' latest statuses)."""
+
+    def _posted_executed(self) -> int:
+        return max(self._floor, min(self._executed, self.seq))
+
+    def _stable(self, st: Status) -> int:
+        """What a peer's status lets us forget on its account: what it executed, but not
+        past its good prefix (a split node may truncate to its split point and need what
+        follows again; module docstring, "Compaction")."""
+        good = st.seq if st.split_point is None else st.split_point
+        return min(st.executed, good)
+
+    def _compact_limit(self) -> int:
+        """Never past what we executed ourselves (our executor still needs the payloads),
+        nor, under SIMPLE or SMART, past our split point (a truncation puts the entries
+        after it back into the incoming queue)."""
+        limit = self._posted_executed()
+        if self._split_point is not None and self._recovery is not SplitRecovery.NONE:
+            limit = min(limit, self._split_point)
+        return limit
+
+    def _compact(self, now: int) -> None:
+        """Forget the agreed entries that every node executed, or that are past the
+        retention horizon (LogMaxSize / LogMaxDepth)."""
+        limit = self._compact_limit()
+        if limit <= self._floor:
+            return
+        target = limit
+        for name, peer in self._peers.items():
+            if name in self._beyond:
+                continue  # it can't be served anyway: it needs seeding
+            if peer.latest is None:
+                target = self._floor  # not heard since we started: it may need anything
+                break
+            target = min(target, self._stable(peer.latest))
+        r = self._retention
+        if r.max_entries is not None:
+            target = max(target, self.seq - r.max_entries)
+        if r.max_age is not None:
+            cutoff, pos = now - r.max_age, max(target, self._floor)
+            while pos < limit and self._synced[pos - self._floor].timestamp < cutoff:
+                pos += 1
+            target = max(target, pos)
+        target = min(target, limit)
+        if target - self._floor < r.batch:
+            return
+        k = target - self._floor
+        for tx in self._synced[:k]:
+            del self._synced_pos[tx.txid]
+            self._missing.pop(tx.txid, None)
+            self._forgotten_ts = max(self._forgotten_ts, tx.timestamp)
+        self._floor_txid = self._synced[k - 1].txid
+        del self._synced[:k]
+        del self._chain[:k]
+        self._floor = target
+        if self._split_point is not None and self._split_point < target:
+            # only under NONE (_compact_limit): the split point repairs nothing there
+            self._split_point = target
+            self._out.split_point_changed = True
+        self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
+                                         self._forgotten_ts)
+
+    def _from_floor(self, seg: TailSegment) -> TailSegment | None:
+        """A tail segment that starts before our floor, cut to start at our floor (None
+        when it ends at or before it). Its entry at our floor and the hash chain up to it
+        must be ours: else it diverged from us, which is reported and not applied. A
+        segment that ends exactly at our floor is still compared there: a diverged tail
+        (``_send_diverged``) ends at the position we posted, which is our floor once we
+        executed and forgot everything (a diverged peer ahead of us posts an executed
+        position past our queue), and it is then the only way we learn of the divergence
+        (docs/design/sync-protocol.md#split-recovery: under None it is reported on every
+        side)."""
+        skip = self._floor - seg.after_seq
+        if len(seg.entries) < skip:
+            return None
+        chain = seg.after_chain
+        for tx in seg.entries[:skip]:
+            chain = chain_hash(chain, tx.txid)
+        if seg.entries[skip - 1].txid != self._floor_txid or chain != self._chain[0]:
+            self._report(seg.sender, "tail-diverged",
+                         f"segment has {seg.entries[skip - 1].txid} at seq {self._floor}, "
+                         f"ours there is {self._floor_txid}")
+            return None
+        if len(seg.entries) == skip:
+            return None  # consistent, and nothing past our floor
+        return replace(seg, after_seq=self._floor, after=self._floor_txid,
+                       entries=seg.entries[skip:], after_chain=chain)
+
+    def _check_seeding(self) -> None:
+        """Do we need seeding? When every peer has posted, one is ahead of us or holds a
+        payload we lack, and every peer's floor is past where we need to start from."""
+        latest = [p.latest for p in self._peers.values()]
+        if not latest or any(st is None for st in latest):
+            return
+        seq = self.seq
+        # A lagger gets its tail from a peer ahead of it whose floor is at or before its
+        # position. A payload at 0-based position i is surely held by a peer that
+        # executed it and did not forget it (floor <= i < executed); a peer that did not
+        # execute it yet may hold it or not (the origin does), so we need seeding for a
+        # payload only if some peer forgot it and no peer surely holds it.
+        need = any(st.seq > seq for st in latest) and not any(
+            st.seq > seq and st.floor <= seq for st in latest)
+        if not need and self._missing:
+            first = min(self._synced_pos[t] for t in self._missing)
+            need = any(st.floor > first for st in latest) and not any(
+                st.floor <= first < st.executed for st in latest)
+        if need != self._seeding:
+            self._seeding = need
+            self._out.needs_seeding = need

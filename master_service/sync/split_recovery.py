@@ -1,0 +1,355 @@
+"""Split recovery (spec, "Split recovery strategies"): the steps of ``SyncNode`` that
+detect a split, keep its split point, rejoin and truncate, as a part of the pure core
+(protocol.py; ``SplitRecoverySteps`` is one of its bases and shares its state).
+
+Where safety ends: the split
+----------------------------
+((1) and (2): protocol.py, "Why ADD is safe".)
+When no progress was made for ``max_peer_lag`` while there is work, the waited-for peers
+not heard from for that long are *excluded* and reported in ``split_suspected``; the
+remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
+their status or counter, nor for the payloads of their transactions that we heard of but
+could not fetch: ADD passes over those (statuses list acquired transactions only, so the
+argument of (1) holds for queues without them; without it a side that heard of one write
+of the other side before the cut stops for the whole split). (1) still holds between
+nodes that wait for each other, and a node that excludes nobody agrees with every node
+it waits for, even one that excluded it (the case analysis of (1) with the counters of
+(2)). Two nodes can therefore only diverge when one excludes the other and the other
+excludes somebody: the split brain of the spec (a partition longer than max peer lag).
+An excluded peer is waited for again as soon as it posts a merge base consistent with
+ours. A status whose merge base is not ours at its position, or a tail segment that does
+not extend our queue, is reported in ``inconsistencies`` and never applied; what happens
+next is the split recovery strategy.
+
+Split recovery
+--------------
+``SplitRecovery`` (spec, "Split recovery strategies"): ``NONE`` reports divergence and
+never repairs it; ``SIMPLE`` and ``SMART`` repair it as follows.
+
+*The split point.* When a node that excludes nobody starts excluding peers, it records
+``split_point = len(synchronised)``: its last known good state. Its *good prefix* is
+``synchronised[:split_point]`` while it has a split point, its whole queue otherwise.
+Claim: **the good prefixes of any two nodes are consistent** (one is a prefix of the
+other). Everything in a good prefix was added by an ADD of a node that excluded nobody
+— which agrees with every node it waits for, so with everybody (paragraph above) — or
+while it excluded peers that all came back with merge bases consistent with it, or came
+in a tail segment from another good prefix (below: a split node hands out entries past
+its split point only to a node of its side, which takes a split point no later than the
+sender's with them, so they are not in its good prefix either); a truncation only
+shortens a queue to its good prefix.
+The simulator checks the claim on every split point change and truncation. The split
+point is persisted (``Ready.split_point`` with ``split_point_changed``; ``restore``
+takes it back), and the driver takes its backup of the workers' state there. It is
+cleared when the node truncates, or when its excluded set becomes empty again (every
+excluded peer came back with a merge base consistent with ours — a long crash, or a
+partition during which nothing diverged). Muted masters never add, so never split.
+
+*Rejoin* (only with a split point, under SIMPLE or SMART), handled first in its step,
+before any tail segment is sent, on a status from
+
+- a peer we exclude (any relation, diverged included);
+- a peer whose merge base diverged from ours although we do not exclude it (it went on
+  without us): it is excluded now, since we can never ADD with it;
+- after a restart with a split point: any status. The excluded set is not persisted, so
+  a restarted split node cannot vote; under SMART too it truncates (the simulator found
+  that a restarted node that waited for "consistent" peers instead ended its split on
+  statuses of peers that still excluded it, which then diverged from it);
+- and on a tail segment that diverges from our queue (see *diverged tails* below).
+
+What the node does:
+
+- ``SIMPLE``: it *truncates*: ``synchronised[split_point:]`` leave the synchronised
+  queue and go back into the incoming queue in sorted place (acquired if we hold the
+  payload, else fetched again from its origin and the peers), the split point is
+  cleared, the excluded set is emptied (we wait for every peer again), and it posts its
+  status at once. Every split node does the same at its rejoin, so every post-split
+  decision is undone and re-negotiated.
+- ``SMART``: majority vote. With ``n`` = 1 + the configured non-muted peers and
+  ``side`` = n - the excluded non-muted peers, the node *keeps* its state if
+  ``2 * side > n``, or if ``2 * side == n`` and the smallest node id of all n (ourselves
+  included) is on our side, i.e. not excluded (deterministic tie-break: of two equal
+  halves the one holding the smallest id wins). Otherwise it truncates as in SIMPLE. A
+  keeping node stays split: the rejoining peer stays excluded while its statuses are
+  diverged (or ahead of us), and is waited for again when it posts a consistent merge
+  base (after it truncated it is a lagger of ours); when nobody is excluded any more the
+  split point is cleared (recovered) and its tail segments carry everything again. The
+  vote is taken again on every such status, so a node whose excluded set grew truncates
+  then. The vote is local — each node counts its own excluded set — so two nodes with
+  different views of the split can both keep and wait for each other forever; hence: if
+  a peer is still diverged (or ahead) ``max_peer_lag`` after the first such vote, the
+  node with the larger id of the two truncates (the simulator found this deadlock).
+  And the vote never keeps a post-split entry that *contradicts another node's good
+  prefix*: every status of a split node carries its good prefix (``Status.split_point``
+  and ``split_chain``; a node that is not split posts none, its whole queue is good), and
+  a rejoining peer whose good prefix differs from our queue past our split point (or a
+  diverged tail segment that differs inside the sender's good prefix) makes us truncate
+  whatever the vote. Good prefixes being consistent, such a difference always lies past
+  our split point, and the peer cannot go back before it; without this rule the two
+  wait for each other for ever. The simulator found it (seed 2201640281, Smart, 3
+  masters): n3 ended its split when the excluded n1 came back *behind* it, so the two
+  entries n3 had agreed with n2 during the split became good; a crash kept them from n2,
+  which then split from n3 at an earlier position with n1 and agreed other entries
+  there; n1 and n2 won the vote, and n3, holding them in its good prefix, had nothing to
+  truncate.
+
+*Tail segments while split*: a node that takes post-split entries joins the sender's
+side of the split. To a peer it excludes or counts as rejoining, or to a muted one, a
+split node (SIMPLE or SMART) hands out nothing past its split point: it may take those
+entries back (SIMPLE, or SMART when the vote goes against it), and even a node that
+would keep now may lose a later vote after its excluded set grew. To a peer of its own
+side (neither excluded nor rejoining; read-write or read-only) it sends everything, and
+every tail segment of a split node carries its ``split_point`` and whom it went on
+without (``excluded``: excluded and rejoining peers). The receiver appends entries past
+the sender's split point only if it is split itself (it has a split point and excludes
+somebody, not the sender, and is not restored-and-rejoining); it then takes ``min(its
+split point, its queue length, the sender's split point)`` as split point (persisted
+like any split point) and adds the sender's excluded peers to its own. Otherwise it
+appends only the entries up to the sender's split point: a node that waits for everybody
+— one that truncated at its rejoin, or has not noticed the split yet — re-negotiates
+instead of taking back post-split decisions (the simulator found SIMPLE nodes of one
+side handing a truncated peer its old post-split entries back, over and over); one that
+has not noticed the split yet joins once it excludes the missing peers itself (after
+``max_peer_lag``). So the receiver treats those entries exactly as the sender does: its
+good prefix stops no later than the sender's; at its rejoin it truncates (SIMPLE) or
+votes with (at least) the sender's view of the split (SMART: ``side = n - excluded``
+counts the inherited exclusions; the deadlock breaker and re-votes apply as for any
+split node); after a restart it holds the persisted split point and truncates at its
+first rejoin (the excluded set is not persisted). This lifts a liveness hole that the
+simulator did not catch before it checked progress *during* a split
+(tests/test_partitions.py found it with real processes): a node of the larger side
+that lagged one entry behind a peer at the split (the peer added it with the node's
+status from before the node excluded anyone) used to get no tail past the peer's split
+point, so the two never waited at one merge base again and the larger side stopped for
+the whole split. A muted master never splits, so it still gets nothing past a split
+point until the split heals. (A master from before this rule sends no split with its
+segments, but it never sends past its split point either.)
+
+*Diverged tails.* A node without a split point that receives a diverged status sends
+the peer its entries up to the peer's position (at most ``max_tail``): the peer cannot
+append them (its queue differs somewhere in them, since the chains differ at that
+position) and so learns that it diverged even when its queue is longer than ours — a
+status ahead of us tells us nothing about consistency. Those entries are all in our
+good prefix.
+
+*Why it converges and loses nothing.* A truncating node goes back to its good prefix,
+consistent with every good prefix, and with an empty excluded set it ADDs only with a
+fresh status at its merge base from every peer, so (1) holds again between it and
+everybody; a node further along gives it tail segments, which it appends only if they
+extend its queue. A truncated entry is never lost: it goes back into the incoming queue
+in the same durable transaction (the Ready contract below), so an acknowledged
+transaction is always in the incoming or synchronised queue, and it is re-negotiated
+like any other. Incoming queues at a merge base still only grow (a truncation returns
+to an earlier merge base with every entry synchronised since then back in the incoming
+queue), which is what (1) needs. Transactions keep their ids and timestamps when
+re-negotiated: they are added after transactions with larger timestamps that the other
+side agreed during the split, so **after a split recovery the synchronised queue is no
+longer sorted by timestamp** — (2)'s "timestamps never decrease" holds only between
+split recoveries; agreement and "no acknowledged transaction lost" are what hold
+throughout. That every partition ends this way is not proven here; the simulator
+(tests/sync_sim.py) checks convergence to one queue holding every acknowledged
+transaction after partitions of every shape among 3 and 5 masters, with crashes,
+restarts, loss and reordering.
+"""
+
+from __future__ import annotations
+
+from master_service.sync.messages import Mode, Status, TailSegment, TxMeta
+from master_service.sync.ready import AHEAD as _AHEAD
+from master_service.sync.ready import DIVERGED as _DIVERGED
+from master_service.sync.ready import Activity, SplitRecovery, Tail, Truncation
+from master_service.sync.ready import Entry as _Entry
+
+__all__ = ["SplitRecoverySteps"]
+
+
+class SplitRecoverySteps:
+    """The split-recovery steps of ``SyncNode`` (module docstring); they use the core's
+    state (``_split_point``, ``_excluded``, ``_rejoining``, ``_apart_since`` and the
+    queues) and are called from its steps."""
+
+    def _check_stall(self, now: int) -> None:
+        """Spec, "Missing nodes": no progress for max_peer_lag -> go on without them."""
+        lag = self._timing.max_peer_lag
+        if lag is None or self._stalled_since is None or now - self._stalled_since < lag:
+            return
+        missing = {p for p in self._required()
+                   if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag}
+        if missing:
+            if not self._excluded and self._split_point is None and (
+                    self._mode is not Mode.MUTED):
+                # an exclusion episode starts: our last known good state
+                self._split_point = self.seq
+                self._out.split_point_changed = True
+            self._excluded |= missing
+            self._out.split_changed = True
+        self._stalled_since = now
+
+    def _split(self) -> bool:
+        return self._split_point is not None and self._recovery is not SplitRecovery.NONE
+
+    def _tail_limit(self, peer: str) -> int | None:
+        """While split, a node hands out entries after its split point only to a peer of
+        its own side (read-write or read-only, neither excluded nor rejoining), which
+        joins the split with them (``_join_senders_side``); to the others — excluded,
+        rejoining, muted — never: it may take them back (SIMPLE, or SMART when the vote
+        goes against it), and a node that took them without a split point would keep
+        them."""
+        if not self._split():
+            return None
+        state = self._peers[peer]
+        if (state.mode is not Mode.MUTED and peer not in self._excluded
+                and peer not in self._rejoining):
+            return None
+        return self._split_point
+
+    def _join_senders_side(self, seg: TailSegment,
+                           new: tuple[TxMeta, ...]) -> tuple[TxMeta, ...]:
+        """We are about to append ``new`` (the end of ``seg``) after our queue. Entries
+        past the sender's split point are post-split decisions of its side: we take them
+        only if we are split ourselves (a split point and somebody excluded, the sender
+        not) — then we join its side: its split point (if lower than ours; never above
+        our queue) and whom it went on without — else only those up to its split point
+        (a node that truncated, or that waits for everybody, re-negotiates instead)."""
+        point = seg.split_point
+        if point is None or self._recovery is SplitRecovery.NONE:
+            return new
+        past = self.seq + len(new) - point
+        if past <= 0:
+            return new
+        if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
+                or seg.sender in self._excluded or self._rejoining
+                or point < self._floor):
+            # (a split point before our floor: we forgot entries the sender may take back
+            # — only the retention horizon passes a peer's split point — so we can't
+            # join its side, which could make us truncate there)
+            return new[:max(0, len(new) - past)]
+        point = min(point, self.seq)
+        if point < self._split_point:
+            self._split_point = point
+            self._out.split_point_changed = True
+        joined = {p for p in seg.excluded if p in self._peers} - self._excluded
+        if joined:
+            self._excluded |= joined
+            self._out.split_changed = True
+        return new
+
+    def _split_view(self) -> tuple[int | None, tuple[str, ...]]:
+        """What a tail segment says of our split: the split point and whom we went on
+        without (excluded and rejoining peers), or None and () when not split."""
+        if not self._split():
+            return None, ()
+        return self._split_point, tuple(sorted(self._excluded | self._rejoining))
+
+    def _send_diverged(self, peer: str, seq: int) -> None:
+        """A peer posted a merge base that diverged from our queue at ``seq``: send it our
+        entries up to there, which it cannot append — so it learns that it diverged even
+        when its queue is longer than ours (a status ahead of us tells us nothing) and
+        rejoins. From a split node too, with its split point (the chaos suite found two
+        masters of one side, diverged past the keeper's split point, waiting for each
+        other for ever: the one behind saw the keeper only as ahead of it): a peer that
+        appends the segment later (after truncating) takes nothing past that split point
+        unless it joins our split (``_join_senders_side``)."""
+        start = max(self._floor, seq - self._timing.max_tail)
+        if start >= seq:
+            return  # nothing before our floor to show it (it is reported on our side)
+        point, excluded = self._split_view()
+        self._out.tails.append(Tail(peer, TailSegment(
+            self._id, start, self._txid_at(start),
+            tuple(self._synced[start - self._floor:seq - self._floor]),
+            self._chain_at(start), point, excluded)))
+
+    def _tail_diverged(self, peer: str, now: int, in_good_prefix: bool) -> None:
+        """A tail segment does not extend our queue; ``in_good_prefix``: the first
+        difference lies in the sender's good prefix."""
+        if (self._split_point is not None and self._recovery is not SplitRecovery.NONE
+                and self._peers[peer].mode is not Mode.MUTED):
+            # Good prefixes are consistent, so a difference inside the sender's good
+            # prefix is past our split point: one of our post-split entries contradicts it.
+            self._rejoin(peer, _DIVERGED, now, in_good_prefix)
+
+    @staticmethod
+    def _good_prefix(st: Status) -> tuple[int, str]:
+        """The length and chain of the sender's good prefix, as its status says."""
+        if st.split_point is None:
+            return st.seq, st.chain
+        return st.split_point, st.split_chain
+
+    def _contradicts(self, good: int, chain: str) -> bool:
+        """Does a peer's good prefix (``good`` entries, hash chain ``chain``) contradict
+        our queue? Only past our split point, since good prefixes are consistent; so it
+        means that one of our post-split entries differs from an entry of its good
+        prefix. When its good prefix is longer than our queue we cannot tell from a
+        status (a diverged tail segment tells, ``_on_tail``)."""
+        if self._split_point is None or good <= self._split_point:
+            return False
+        return self._floor <= good <= self.seq and self._chain_at(good) != chain
+
+    def _keeps(self) -> bool:
+        """SMART's majority vote (module docstring, "Split recovery")."""
+        voters = [self._id] + [p for p, s in self._peers.items() if s.mode is not Mode.MUTED]
+        out = {p for p in self._excluded if p in voters}
+        side, n = len(voters) - len(out), len(voters)
+        return 2 * side > n or (2 * side == n and min(voters) not in out)
+
+    def _rejoin(self, peer: str, relation: str, now: int, contradicted: bool) -> None:
+        """A peer of the other side is back (or diverged from us): SIMPLE truncates,
+        SMART truncates unless the vote says we keep our state — and always when one of
+        our post-split entries contradicts the peer's good prefix (``contradicted``)."""
+        if peer not in self._excluded:
+            self._excluded.add(peer)  # it diverged from us: we cannot wait for it
+            self._out.split_changed = True
+        if (self._recovery is SplitRecovery.SMART and self._keeps() and not self._rejoining
+                and not contradicted):
+            if relation not in (_DIVERGED, _AHEAD):
+                return  # consistent with us: waited for again below
+            # Both sides may win their own vote (each counts its own excluded set): if
+            # this peer still diverges after max_peer_lag, the larger id of the two gives in.
+            since = self._apart_since.setdefault(peer, now)
+            patience = self._timing.max_peer_lag or self._timing.idle_interval
+            if now - since < patience or self._id < peer:
+                return
+        self._truncate(now)
+
+    def _truncate(self, now: int) -> None:
+        """Back to the split point: later synchronised entries become incoming again."""
+        point = self._split_point
+        assert point is not None
+        assert not self._out.synchronised, "a truncation comes first in its step"
+        assert point >= self._floor, "never compacted past the split point"
+        removed = self._synced[point - self._floor:]
+        del self._synced[point - self._floor:]
+        del self._chain[point - self._floor + 1:]
+        # the data centre rolls back to the point: what it executed after it does not count
+        self._executed = min(self._executed, point)
+        self._executed_cap = point
+        for tx in removed:
+            del self._synced_pos[tx.txid]
+            missing = self._missing.pop(tx.txid, None)
+            if missing is None:
+                self._insert(_Entry(tx, True, self._sources(tx.origin)))
+            else:
+                entry = _Entry(tx, False, self._sources(tx.origin, *missing.sources,
+                                                        *sorted(self._peers)))
+                self._insert(entry)
+                self._request(entry, now)
+        self._out.truncated = Truncation(point, tuple(removed))
+        self._split_point = None
+        self._out.split_point_changed = True
+        self._rejoining.clear()
+        self._apart_since.clear()
+        if self._excluded:
+            self._excluded.clear()
+            self._out.split_changed = True
+        for p in self._peers.values():
+            p.fresh = False  # statuses collected at our old merge base say nothing now
+        self._stalled_since = now if self._incoming else None
+        if self._activity is Activity.IDLE and self._incoming:
+            self._activity = Activity.BUSY
+            self._out.activity = Activity.BUSY
+        self._deadline = min(self._deadline, now + self._timing.round_timeout)
+        self._post(now)
+
+    def _split_maybe_over(self) -> None:
+        if not self._excluded and not self._rejoining and self._split_point is not None:
+            self._split_point = None  # every excluded peer is back and consistent
+            self._out.split_point_changed = True
