@@ -28,7 +28,8 @@ from master_service.control import Control
 from master_service.jmx.bridge import JmxBridge, preflight
 from master_service.jmx.clusterinfo import ClusterInfo
 from master_service.jmx.jolokia import jolokia_router
-from master_service.sync.driver import SyncDriver, mode_of
+from master_service.sync.driver import SyncDriver
+from master_service.sync.messages import mode_of
 from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog

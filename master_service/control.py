@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from master_service.config import SCHEMA, parse_node_id, update_properties
 from master_service.errors import NoWorkerAvailable
-from master_service.sync.driver import mode_of
+from master_service.sync.messages import mode_of
 from master_service.sync.protocol import SplitRecovery
 from txcluster.properties import BACKUP_NAME_RULE, ConfigError, is_backup_name, parse_url
 
@@ -111,7 +111,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("log-max-size", _on_cluster("log_max_size")),
     Setting("log-max-depth", _on_cluster("log_max_depth_h")),
     Setting("protect-single-worker", _on_cluster("protect_single_worker")),
-    # The sync protocol's mode follows ReadOnly and Mode (driver.mode_of).
+    # The sync protocol's mode follows ReadOnly and Mode (messages.mode_of).
     Setting("read-only", _on_cluster("read_only"), sync="mode"),
     Setting("mode", _on_cluster("mode"), sync="mode"),
     Setting("master-url"),

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import uvicorn
 
 from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, free_port, new_secret, worker_node
@@ -47,3 +52,23 @@ def same_agreed(*queues: list[str | None]) -> bool:
     both still hold the entry."""
     return len({len(q) for q in queues}) <= 1 and all(
         len({e for e in column if e is not None}) <= 1 for column in zip(*queues, strict=True))
+
+
+@contextmanager
+def uvicorn_in_thread(app, **options) -> Iterator[int]:
+    """``app`` served by uvicorn on a free loopback port in a thread of this process
+    (``options``: more uvicorn.Config arguments); yields the port, stops the server."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", **options))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1035,6 +1035,33 @@ def run_simulation(config: SimConfig, **kwargs) -> SimResult:
     return Simulation(config, **kwargs).run()
 
 
+def soak(seconds: float) -> int:
+    """Random seeds, sizes, fault rates, max-peer-lags, split recoveries and LogMaxSizes
+    for ``seconds``; a failure raises SimulationFailure with the command that replays it.
+    Returns how many runs passed."""
+    rng = random.Random()
+    started, runs = time.monotonic(), 0
+    while time.monotonic() - started < seconds:
+        seed, nodes, rate = rng.randrange(2**32), rng.choice([3, 3, 5]), rng.random()
+        lag = rng.choice([None, None, None, 300, 1_000])
+        extra = {}
+        if lag is not None:
+            extra = dict(split_recovery=rng.choice(list(SplitRecovery)),
+                         long_partitions=rng.randint(0, 2), fault_time=6_000)
+        if rng.random() < 0.25:  # a small LogMaxSize: laggers need seeding
+            extra["retention"] = Retention(max_entries=rng.choice([2, 5, 20]))
+        config = SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra)
+        try:
+            run_simulation(config)
+        except SimulationFailure:
+            raise
+        except Exception as exc:  # a crash of the node under test: say how to replay
+            raise SimulationFailure(f"{type(exc).__name__}: {exc}\nreplay: "
+                                    f"{config.replay_command()}") from exc
+        runs += 1
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -1049,27 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a SimConfig field (Python literal)")
     args = parser.parse_args(argv)
     if args.soak:
-        rng = random.Random()
-        started, runs = time.monotonic(), 0
-        while time.monotonic() - started < args.soak:
-            seed, nodes, rate = rng.randrange(2**32), rng.choice([3, 3, 5]), rng.random()
-            lag = rng.choice([None, None, None, 300, 1_000])
-            extra = {}
-            if lag is not None:
-                extra = dict(split_recovery=rng.choice(list(SplitRecovery)),
-                             long_partitions=rng.randint(0, 2), fault_time=6_000)
-            if rng.random() < 0.25:  # a small LogMaxSize: laggers need seeding
-                extra["retention"] = Retention(max_entries=rng.choice([2, 5, 20]))
-            config = SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra)
-            try:
-                run_simulation(config)
-            except SimulationFailure:
-                raise
-            except Exception as exc:  # a crash of the node under test: say how to replay
-                raise SimulationFailure(f"{type(exc).__name__}: {exc}\nreplay: "
-                                        f"{config.replay_command()}") from exc
-            runs += 1
-        print(f"{runs} runs, {time.monotonic() - started:.0f} s, no failure")
+        runs = soak(args.soak)
+        print(f"{runs} runs, {args.soak:.0f} s, no failure")
         return 0
     overrides = {}
     for item in args.set:

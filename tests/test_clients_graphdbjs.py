@@ -22,7 +22,7 @@ import httpx
 import pyoxigraph as ox
 import pytest
 
-from tests.test_clients_jdk import nq, stored
+from tests.test_clients_jdk import namespaces, nq, stored
 
 SCRIPT = Path(__file__).parent / "js" / "graphdb_client.js"
 # `make test` installs graphdb.js here (the venv's own folder: .venv/node/node_modules).
@@ -84,15 +84,6 @@ def reset(cluster, quads: str = "") -> set[ox.Quad]:
         assert r.status_code == 204, r.text
     assert stored(cluster) == nq(quads)
     return nq(quads)
-
-
-def namespaces(cluster) -> dict[str, str]:
-    cluster.wait_in_sync()
-    r = httpx.get(f"{cluster.repo_url}/namespaces", timeout=30,
-                  headers={"accept": "application/sparql-results+json"})
-    assert r.status_code == 200, r.text
-    return {b["prefix"]["value"]: b["namespace"]["value"]
-            for b in r.json()["results"]["bindings"]}
 
 
 # ---- ServerClient ----

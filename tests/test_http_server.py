@@ -11,13 +11,11 @@ the real JDK client through every write endpoint of a cluster.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 
-from tests.procs import free_port
+from tests.procs import uvicorn_in_thread
 from txcluster.http_server import UpgradeIgnoringProtocol
 
 H2C = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
@@ -42,19 +40,8 @@ async def echo_app(scope, receive, send) -> None:
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    config = uvicorn.Config(echo_app, host="127.0.0.1", port=port, http=UpgradeIgnoringProtocol,
-                            log_level="warning", access_log=False)
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield port
-    srv.should_exit = True
-    thread.join(10)
+    with uvicorn_in_thread(echo_app, http=UpgradeIgnoringProtocol, access_log=False) as port:
+        yield port
 
 
 def exchange(port: int, data: bytes | list[bytes], answers: int) -> list[bytes]:

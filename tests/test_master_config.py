@@ -319,22 +319,12 @@ def test_update_replaces_in_place_appends_and_removes_keeping_comments(props):
         "log-max-size": "5000", "worker.2.url": "http://w2:7200", "mode": None,
         "split-recovery": "Simple",
     })
-    assert props.read_text() == """\
-# cluster.properties of m1
-node-id = m1
-master-url=http://m1.example:8080
-repository-id=repo
-
-! where it listens
-listen-address=0.0.0.0:8080
-data-dir=/var/lib/txcluster
-cluster-secret-file=/etc/txcluster/cluster.secret
-# the workers
-worker.1.url=http://w1:7200
-log-max-size=5000
-worker.2.url=http\\://w2\\:7200
-split-recovery=Simple
-"""
+    # the changed key in place (the rest of the file byte for byte), new keys appended,
+    # the removed one gone
+    assert props.read_text() == ORIGINAL.replace("log-max-size = 100\nmode=NORMAL\n", (
+        "log-max-size=5000\n"
+        "worker.2.url=http\\://w2\\:7200\n"
+        "split-recovery=Simple\n"))
     assert config.log_max_size == 5000
     assert config.workers == ("http://w1:7200", "http://w2:7200")
     assert config.mode == "NORMAL"  # removed: back to its default

@@ -30,6 +30,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -139,6 +140,16 @@ class Writers:
         return set(self.acked) | {s for s, _ in self.failed}
 
 
+def _assert_no_write_lost(ukus: UkUs, writers: Writers, before: set[str],
+                          also: Iterable[str] = ()) -> None:
+    """Every worker holds every acknowledged write (and ``also``), and nothing that nobody
+    wrote."""
+    for worker, got in ukus.subjects().items():
+        missing = (set(writers.acked) | set(also)) - got
+        assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
+        assert got <= writers.written | before, f"{worker}: statements nobody wrote"
+
+
 @pytest.fixture(scope="class")
 def ukus(tmp_path_factory, request):
     # a class may ask for other master settings: props = {"split-recovery": "Simple"}
@@ -198,10 +209,7 @@ class TestUkUs:
         took = ukus.wait_converged(timeout=30)
         fps = ukus.fingerprints()
         assert len(set(fps.values())) == 1, fps
-        for worker, subjects in ukus.subjects().items():
-            missing = set(writers.acked) - subjects
-            assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
-            assert subjects <= writers.written | before, f"{worker}: statements nobody wrote"
+        _assert_no_write_lost(ukus, writers, before)
         print(f"adapter up -> converged in {took:.2f}s, {len(writers.acked)} writes, "
               f"all {len(fps)} workers at {next(iter(fps.values()))}")
 
@@ -290,12 +298,8 @@ class TestUkUs:
             assert same_agreed(ukus.agreed("uk2"), final, ukus.agreed("us1")), \
                 "agreed queues differ after recovery"
             assert same_agreed(final[:len(uk_log)], uk_log), "the majority's log did not win"
-            subjects = ukus.subjects()
-            for worker, got in subjects.items():
-                missing = set(writers.acked) - got
-                assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
-                assert not set(us_post_split) - got, f"{worker}: the minority's writes lost"
-                assert got <= writers.written | before, f"{worker}: statements nobody wrote"
+            # the minority's writes during the split are acknowledged writes too
+            _assert_no_write_lost(ukus, writers, before, also=us_post_split)
             fps = ukus.fingerprints()
             assert len(set(fps.values())) == 1, fps
             for name in LAYOUT:
@@ -385,10 +389,7 @@ class TestOneLinkLost:
             took = time.monotonic() - heal_at
             fps = ukus.fingerprints()
             assert len(set(fps.values())) == 1, fps
-            for worker, subjects in ukus.subjects().items():
-                missing = set(writers.acked) - subjects
-                assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
-                assert subjects <= writers.written | before, f"{worker}: statements nobody wrote"
+            _assert_no_write_lost(ukus, writers, before)
         except AssertionError as exc:
             TestUkUs._report_today(ukus, heal_at, writers, [])
             _gap("one-link-is-not-a-split", False, str(exc)[:300], gaps)
@@ -439,10 +440,7 @@ class TestSimpleRecovery:
         took, seen = ukus.wait_recovered(heal_at, RECOVERY_TIMEOUT_S)
         final = ukus.agreed("uk1")
         assert same_agreed(ukus.agreed("uk2"), final, ukus.agreed("us1"))
-        for worker, got in ukus.subjects().items():
-            missing = set(writers.acked) - got
-            assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
-            assert got <= writers.written | before, f"{worker}: statements nobody wrote"
+        _assert_no_write_lost(ukus, writers, before)
         fps = ukus.fingerprints()
         assert len(set(fps.values())) == 1, fps
         assert us_post_split, "us1 acknowledged nothing during the cut"
@@ -465,10 +463,7 @@ class TestSplitAtTheEmptyState:
         assert us_post_split, "us1 acknowledged nothing during the cut"
         took, seen = ukus.wait_recovered(heal_at, RECOVERY_TIMEOUT_S)
         assert same_agreed(ukus.agreed("uk2"), ukus.agreed("uk1"), ukus.agreed("us1"))
-        for worker, got in ukus.subjects().items():
-            missing = set(writers.acked) - got
-            assert not missing, f"{worker} lost acknowledged writes: {sorted(missing)[:5]}"
-            assert got <= writers.written, f"{worker}: statements nobody wrote"
+        _assert_no_write_lost(ukus, writers, set())
         fps = ukus.fingerprints()
         assert len(set(fps.values())) == 1, fps
         logs = {s.name: s.master.log_tail(10**7) for s in ukus.sites.values()}

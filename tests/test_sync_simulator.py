@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from master_service.sync import Mode, SplitRecovery, Status, SyncNode
-from tests.sync_sim import SimConfig, Simulation, SimulationFailure, run_simulation
+from tests.sync_sim import SimConfig, Simulation, SimulationFailure, run_simulation, soak
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 RATES = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
@@ -399,15 +399,6 @@ def test_completing_rounds_with_counters_diverges_after_a_peer_is_excluded():
                     reason="set TXCLUSTER_SYNC_SOAK=<seconds> for a long soak")
 def test_soak():
     seconds = float(os.environ["TXCLUSTER_SYNC_SOAK"])
-    rng = random.Random()
-    started, runs = time.monotonic(), 0
-    while time.monotonic() - started < seconds:
-        seed, nodes, rate = rng.randrange(2**32), rng.choice([3, 3, 5]), rng.random()
-        lag = rng.choice([None, None, None, 300, 1_000])
-        extra = {}
-        if lag is not None:
-            extra = dict(split_recovery=rng.choice(list(SplitRecovery)),
-                         long_partitions=rng.randint(0, 2), fault_time=6_000)
-        run_simulation(SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, **extra))
-        runs += 1
+    started = time.monotonic()
+    runs = soak(seconds)
     print(f"soak: {runs} runs in {time.monotonic() - started:.0f} s, no failure")

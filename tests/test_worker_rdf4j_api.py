@@ -6,14 +6,11 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
-import threading
-import time
 import warnings
 from contextlib import contextmanager
 
 import pyoxigraph as ox
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we have
@@ -21,7 +18,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     from starlette.testclient import TestClient
 
 from rdfcore.changeset import Changeset
-from tests.procs import free_port
+from tests.procs import uvicorn_in_thread
 from txcluster.auth import HmacAuth, NodeAuthorities, Verifier
 from worker_service.api.rdf4j import rdf4j_router
 from worker_service.repository import Repository
@@ -766,20 +763,8 @@ def _store_quads(repo) -> list[ox.Quad]:
 
 @contextmanager
 def serving(app):
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
+    with uvicorn_in_thread(app, lifespan="off") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture

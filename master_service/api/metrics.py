@@ -120,47 +120,46 @@ class _ClusterCollector:
         cluster: Cluster = snap["cluster"]
         c = cluster.counters
 
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            return CounterMetricFamily(name, doc, value=value)
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, value=value)
-
-        yield counter("txcluster_reads_completed", "Reads answered (CompletedReads)",
-                      c.completed_reads)
-        yield counter("txcluster_reads_failed", "Reads that failed (FailedReads)",
-                      c.failed_reads)
-        yield counter("txcluster_writes_completed", "Writes acknowledged (CompletedWrites)",
-                      c.completed_writes)
-        yield counter("txcluster_writes_failed", "Writes refused or failed (FailedWrites)",
-                      c.failed_writes)
-        yield counter("txcluster_write_groups", "Group commits (writes per group = "
-                      "writes_completed / write_groups)", c.write_groups)
-        yield counter("txcluster_read_seconds", "Total time spent answering reads "
-                      "(AverageReadTime = this / reads_completed)", c.read_time_s)
-        yield gauge("txcluster_reads_running", "Reads in progress (RunningReads)",
-                    c.running_reads)
-        yield gauge("txcluster_writes_running", "Writes in progress (RunningWrites)",
-                    c.running_writes)
-        yield gauge("txcluster_writes_pending", "Writes waiting for the write path "
-                    "(PendingWrites)", cluster.pending_writes)
-        yield counter("txcluster_replications", "Full replications (a storage image "
-                      "streamed worker to worker) completed", c.replications)
-        yield counter("txcluster_replication_bytes", "Storage bytes of the source worker, "
-                      "summed over completed full replications", c.replication_bytes)
-        yield counter("txcluster_fingerprint_mismatches", "Workers found with a "
-                      "fingerprint other than the log's or the probe's",
-                      c.fingerprint_mismatches)
-        yield gauge("txcluster_txlog_head_seq", "Sequence number of the newest logged "
-                    "transaction", cluster.head_seq)
-        yield gauge("txcluster_txlog_entries", "Transactions in the synchronised queue "
-                    "(pruned by LogMaxSize / LogMaxDepth)", cluster.head_seq - snap["base_seq"])
-        yield gauge("txcluster_quads", "Quads in the repository at the head of the log "
-                    "(NumberOfTriples)", cluster.head_quads)
-        yield gauge("txcluster_status", "0 available, 1 needs attention / not writable, "
-                    "2 no workers (Status)", cluster.status_code())
-        yield gauge("txcluster_writable", "1 when this master takes writes (IsWritable)",
-                    1 if cluster.writable_reason() is None else 0)
+        # (family, name, help, value): the scalar metrics, with their JMX attribute
+        counter, gauge = CounterMetricFamily, GaugeMetricFamily
+        scalars = [
+            (counter, "txcluster_reads_completed", "Reads answered (CompletedReads)",
+             c.completed_reads),
+            (counter, "txcluster_reads_failed", "Reads that failed (FailedReads)",
+             c.failed_reads),
+            (counter, "txcluster_writes_completed", "Writes acknowledged (CompletedWrites)",
+             c.completed_writes),
+            (counter, "txcluster_writes_failed", "Writes refused or failed (FailedWrites)",
+             c.failed_writes),
+            (counter, "txcluster_write_groups", "Group commits (writes per group = "
+             "writes_completed / write_groups)", c.write_groups),
+            (counter, "txcluster_read_seconds", "Total time spent answering reads "
+             "(AverageReadTime = this / reads_completed)", c.read_time_s),
+            (gauge, "txcluster_reads_running", "Reads in progress (RunningReads)",
+             c.running_reads),
+            (gauge, "txcluster_writes_running", "Writes in progress (RunningWrites)",
+             c.running_writes),
+            (gauge, "txcluster_writes_pending", "Writes waiting for the write path "
+             "(PendingWrites)", cluster.pending_writes),
+            (counter, "txcluster_replications", "Full replications (a storage image "
+             "streamed worker to worker) completed", c.replications),
+            (counter, "txcluster_replication_bytes", "Storage bytes of the source worker, "
+             "summed over completed full replications", c.replication_bytes),
+            (counter, "txcluster_fingerprint_mismatches", "Workers found with a "
+             "fingerprint other than the log's or the probe's", c.fingerprint_mismatches),
+            (gauge, "txcluster_txlog_head_seq", "Sequence number of the newest logged "
+             "transaction", cluster.head_seq),
+            (gauge, "txcluster_txlog_entries", "Transactions in the synchronised queue "
+             "(pruned by LogMaxSize / LogMaxDepth)", cluster.head_seq - snap["base_seq"]),
+            (gauge, "txcluster_quads", "Quads in the repository at the head of the log "
+             "(NumberOfTriples)", cluster.head_quads),
+            (gauge, "txcluster_status", "0 available, 1 needs attention / not writable, "
+             "2 no workers (Status)", cluster.status_code()),
+            (gauge, "txcluster_writable", "1 when this master takes writes (IsWritable)",
+             1 if cluster.writable_reason() is None else 0),
+        ]
+        for family, name, doc, value in scalars:
+            yield family(name, doc, value=value)
 
         counts = GaugeMetricFamily("txcluster_workers", "Workers by status",
                                    labels=["status"])

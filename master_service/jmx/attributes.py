@@ -63,47 +63,50 @@ JAVA_TYPES = (LONG, INT, DOUBLE, BOOLEAN, STRING, STRING_ARRAY, VOID)
 class ManagementError(Exception):
     """A refused request; nothing changed. ``java_class`` is what a JMX client sees
     (wrapped in MBeanException where the JMX interface demands) and Jolokia's
-    ``error_type``; ``status`` is Jolokia's status code."""
+    ``error_type``; ``status`` is Jolokia's status code. Subclasses name both as class
+    keywords."""
 
     java_class = "javax.management.MBeanException"
     status = 500
 
+    def __init_subclass__(cls, java_class: str | None = None, status: int | None = None,
+                          **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if java_class is not None:
+            cls.java_class = java_class
+        if status is not None:
+            cls.status = status
 
-class AttributeNotFound(ManagementError):
-    java_class = "javax.management.AttributeNotFoundException"
-    status = 404
+
+class AttributeNotFound(ManagementError, status=404,
+                        java_class="javax.management.AttributeNotFoundException"):
+    pass
 
 
-class ReadOnlyAttribute(AttributeNotFound):
+class ReadOnlyAttribute(AttributeNotFound, status=400):
     """A write to a read-only attribute (AttributeNotFoundException, as the JMX
     interface allows, with a message that explains)."""
 
-    status = 400
+
+class InvalidAttributeValue(ManagementError, status=400,
+                            java_class="javax.management.InvalidAttributeValueException"):
+    pass
 
 
-class InvalidAttributeValue(ManagementError):
-    java_class = "javax.management.InvalidAttributeValueException"
-    status = 400
+class OperationNotFound(ManagementError, status=404,
+                        java_class="javax.management.ReflectionException"):
+    pass
 
 
-class OperationNotFound(ManagementError):
-    java_class = "javax.management.ReflectionException"
-    status = 404
-
-
-class InvalidArgument(ManagementError):
+class InvalidArgument(ManagementError, status=400,
+                      java_class="java.lang.IllegalArgumentException"):
     """Bad operation arguments (an unknown worker URL, a bad backup name, ...)."""
 
-    java_class = "java.lang.IllegalArgumentException"
-    status = 400
 
-
-class OperationFailed(ManagementError):
+class OperationFailed(ManagementError, status=500,
+                      java_class="java.lang.IllegalStateException"):
     """A valid request the cluster cannot carry out now (no worker for a backup, a
     SplitRecovery change during a split, ...)."""
-
-    java_class = "java.lang.IllegalStateException"
-    status = 500
 
 
 # ---- values ----

@@ -9,64 +9,12 @@ inputs in, Readies persisted through ``txlog/`` and acted on), ``transport.py`` 
 the peers), ``status.py`` (what the admin status shows).
 """
 
+# The package's names are the pure core's values and its one class, as the tests and the
+# simulator use them; the rooms around the core import from their modules.
+from master_service.sync import messages, ready
 from master_service.sync.hlc import HybridLogicalClock
-from master_service.sync.messages import (
-    InvalidMessage,
-    Message,
-    Mode,
-    Status,
-    TailSegment,
-    TxMeta,
-    chain_hash,
-)
+from master_service.sync.messages import *  # noqa: F403
 from master_service.sync.protocol import SyncNode
-from master_service.sync.ready import (
-    Acquire,
-    Activity,
-    Compaction,
-    ExecutedAt,
-    Fetch,
-    Incoming,
-    Inconsistency,
-    PersistentState,
-    Post,
-    Ready,
-    Refused,
-    Relayed,
-    Retention,
-    SplitRecovery,
-    Tail,
-    Timing,
-    Truncation,
-    UnknownPeer,
-)
+from master_service.sync.ready import *  # noqa: F403
 
-__all__ = [
-    "Acquire",
-    "Activity",
-    "Compaction",
-    "ExecutedAt",
-    "Fetch",
-    "HybridLogicalClock",
-    "Incoming",
-    "Inconsistency",
-    "InvalidMessage",
-    "Message",
-    "Mode",
-    "PersistentState",
-    "Post",
-    "Ready",
-    "Refused",
-    "Relayed",
-    "Retention",
-    "SplitRecovery",
-    "Status",
-    "SyncNode",
-    "Tail",
-    "TailSegment",
-    "Timing",
-    "Truncation",
-    "TxMeta",
-    "UnknownPeer",
-    "chain_hash",
-]
+__all__ = ["HybridLogicalClock", "SyncNode", *messages.__all__, *ready.__all__]

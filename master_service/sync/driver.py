@@ -18,10 +18,11 @@ and push to whom (relaying.py), which source a payload is asked from and when
 (acquisition.py), whether a peer's fingerprint diverges from ours (fingerprints.py).
 The driver only tells it the time, what arrived and this data centre's fingerprints.
 
-The *executor* runs agreed transactions (the synchronised queue) in the agreed order on
-this data centre's workers through ``Cluster.execute_agreed`` — probe, control queries,
-changeset logged, forwarded — and answers the client that submitted one here: a client's
-write is acknowledged once it is synchronised and applied on this master's probe worker.
+The execution room (execution.py) runs agreed transactions (the synchronised queue) in
+the agreed order on this data centre's workers through the agreed ordering (ordering.py,
+``Cluster.execute``) — probe, control queries, changeset logged, forwarded — and
+answers the client that submitted one here: a client's write is acknowledged once it is
+synchronised and applied on this master's probe worker.
 A transaction the probe refuses is refused identically in every data centre (same data,
 same order) and moves no fingerprint.
 
@@ -37,12 +38,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import ssl
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -63,7 +62,7 @@ from master_service.sync.ready import (
     UnknownPeer,
     group_commits,
 )
-from master_service.sync.status import Health, driver_status
+from master_service.sync.status import Health, PeerInfo, driver_status
 from master_service.sync.transport import Transport, pushed_payloads, relayed_statuses
 from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
 
@@ -72,27 +71,11 @@ log = logging.getLogger("txcluster.sync")
 # Agreed entries are forgotten in steps of at least this many (compaction.py, Retention).
 COMPACT_BATCH = 64
 
-__all__ = ["SyncDriver", "mode_of"]
-
-
-def mode_of(read_only: bool, mode: str) -> Mode:
-    """The protocol mode of a master from its ReadOnly and Mode attributes."""
-    if mode == "MUTE":
-        return Mode.MUTED
-    return Mode.READ_ONLY if read_only else Mode.READ_WRITE
+__all__ = ["SyncDriver"]
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class PeerInfo:
-    """What the status page shows of a peer."""
-
-    last_heard: float | None = None  # wall clock, seconds
-    seq: int | None = None  # agreed position it posted
-    executed: int | None = None  # its last executed position
 
 
 class SyncDriver:
@@ -133,9 +116,6 @@ class SyncDriver:
         self._fetch_at: int | None = None
         self._fetch_timer: asyncio.TimerHandle | None = None
         self._stopping = False
-        # Per-transaction timings in the log (diagnostics: TXC_SYNC_TRACE=1).
-        self._trace = bool(os.environ.get("TXC_SYNC_TRACE"))
-        self._submitted: dict[str, float] = {}
         self.on_round = on_round  # metrics: called with each round's duration (seconds)
         # Split recovery (docs/design/sync-protocol.md#split-recovery).
         self.split_recovery = split_recovery
@@ -228,8 +208,6 @@ class SyncDriver:
         txid = str(uuid.uuid4())
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters[txid] = fut
-        if self._trace:
-            self._submitted[txid] = time.monotonic()
         pays: list[tuple[TxMeta, list]] = []
         try:
             ready = self._step(lambda now: self.node.submit(
@@ -515,11 +493,6 @@ class SyncDriver:
             self.execution.wake()
             for tx in ready.synchronised:  # agreed: every peer holds it, no more pushes
                 self._own_payloads.pop(tx.txid, None)
-            if self._trace:
-                for tx in ready.synchronised:
-                    if tx.txid in self._waiters:
-                        log.info("trace %s agreed %.1f ms after submit", tx.txid,
-                                  (time.monotonic() - self._submitted.get(tx.txid, 0)) * 1000)
         if ready.activity is not None:
             log.debug("sync: %s", ready.activity.value)
         self.health.note(ready)
@@ -585,9 +558,6 @@ class SyncDriver:
     def _answer(self, answers: dict[str, Any]) -> None:
         """The answers of executed transactions, to the clients that submitted them here."""
         for txid, answer in answers.items():
-            if self._trace and txid in self._submitted:
-                log.info("trace %s executed %.1f ms after submit", txid, (
-                    time.monotonic() - self._submitted.pop(txid)) * 1000)
             fut = self._waiters.pop(txid, None)
             if fut is None or fut.done():
                 continue

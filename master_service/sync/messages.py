@@ -13,6 +13,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+__all__ = ["MAX_INT", "InvalidMessage", "Message", "Mode", "Status", "TailSegment", "TxMeta",
+           "chain_hash", "mode_of"]
+
 
 class InvalidMessage(ValueError):
     """A value that breaks a rule of the protocol; nothing was changed."""
@@ -24,6 +27,13 @@ class Mode(enum.Enum):
     READ_WRITE = "read-write"  # takes client transactions; others wait for it
     READ_ONLY = "read-only"  # refuses client transactions; others still wait for it
     MUTED = "muted"  # refuses client transactions; others do not wait for it
+
+
+def mode_of(read_only: bool, mode: str) -> Mode:
+    """The protocol mode of a master from its ReadOnly and Mode attributes."""
+    if mode == "MUTE":
+        return Mode.MUTED
+    return Mode.READ_ONLY if read_only else Mode.READ_WRITE
 
 
 def _check_id(what: str, value: object) -> None:

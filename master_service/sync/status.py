@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from master_service.sync.messages import Mode
 from master_service.sync.ready import Activity, Ready
 
-__all__ = ["Health", "driver_status"]
+__all__ = ["Health", "PeerInfo", "driver_status"]
 
 log = logging.getLogger("txcluster.sync")
+
+
+@dataclass
+class PeerInfo:
+    """What the status page shows of a peer."""
+
+    last_heard: float | None = None  # wall clock, seconds
+    seq: int | None = None  # agreed position it posted
+    executed: int | None = None  # its last executed position
 
 
 class Health:

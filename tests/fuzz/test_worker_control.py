@@ -71,17 +71,22 @@ def control_call(prop: str, client: httpx.Client, path: str, body: bytes) -> htt
     return r
 
 
+def _body(client, structured, raw: bytes, at_head: bool, use_raw: bool, key: str) -> bytes:
+    """The raw bytes drawn, or the structured body, its positions moved to the worker's
+    head when ``at_head`` (``key``: where the body holds them)."""
+    if use_raw:
+        return raw
+    if at_head:
+        structured = _with_current_seq(structured, state(client)["seq"], key)
+    return json.dumps(structured).encode()
+
+
 @fuzz_settings()
 @given(structured=execute_bodies, raw=control_bodies(execute_bodies), at_head=st.booleans(),
        use_raw=st.booleans())
 def test_execute_bodies(worker, structured, raw, at_head, use_raw):
     _, client = worker
-    if use_raw:
-        body = raw
-    else:
-        if at_head:
-            structured = _with_current_seq(structured, state(client)["seq"], "start_seq")
-        body = json.dumps(structured).encode()
+    body = _body(client, structured, raw, at_head, use_raw, "start_seq")
     before = state(client)
     r = control_call("worker: /cluster/execute", client, "/cluster/execute", body)
     if r.status_code == 200:
@@ -107,12 +112,7 @@ _HELD = '<urn:fuzz:held> <urn:fuzz:p> "x" .\n'
          raw=b"", at_head=True, use_raw=False)
 def test_apply_bodies(worker, structured, raw, at_head, use_raw):
     _, client = worker
-    if use_raw:
-        body = raw
-    else:
-        if at_head:
-            structured = _with_current_seq(structured, state(client)["seq"], "entries")
-        body = json.dumps(structured).encode()
+    body = _body(client, structured, raw, at_head, use_raw, "entries")
     control_call("worker: /cluster/apply", client, "/cluster/apply", body)
 
 

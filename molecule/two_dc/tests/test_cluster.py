@@ -72,6 +72,10 @@ def test_ports_listening(scenario):
             assert host.socket("tcp://0.0.0.0:7299").is_listening  # JMX
 
 
+# (path, owner, group, mode). Secrets are the service user's alone; configuration is
+# root's, readable by the service's group; state directories are the service user's.
+SECRET = ("txcluster", "txcluster", 0o600)
+STATE_DIR = ("txcluster", "txcluster", 0o750)
 COMMON_FILES = [
     ("/etc/txcluster", "root", "txcluster", 0o750),
     ("/opt/txcluster/venv", "root", "root", 0o755),
@@ -79,20 +83,15 @@ COMMON_FILES = [
 WORKER_FILES = [
     ("/etc/txcluster/worker", "root", "txcluster", 0o750),
     ("/etc/txcluster/worker/worker.properties", "root", "txcluster", 0o640),
-    ("/etc/txcluster/worker/cluster.secret", "txcluster", "txcluster", 0o600),
-    ("/etc/txcluster/worker/tls.key", "txcluster", "txcluster", 0o600),
-    ("/var/lib/txcluster/worker", "txcluster", "txcluster", 0o750),
-]
+    ("/var/lib/txcluster/worker", *STATE_DIR),
+] + [(f"/etc/txcluster/worker/{name}", *SECRET) for name in ("cluster.secret", "tls.key")]
 MASTER_FILES = [
     # The master persists admin API changes here (new file + rename): its directory.
-    ("/etc/txcluster/master", "txcluster", "txcluster", 0o750),
+    ("/etc/txcluster/master", *STATE_DIR),
     ("/etc/txcluster/master/cluster.properties", "txcluster", "txcluster", 0o640),
-    ("/etc/txcluster/master/cluster.secret", "txcluster", "txcluster", 0o600),
-    ("/etc/txcluster/master/client-auth", "txcluster", "txcluster", 0o600),
-    ("/etc/txcluster/master/tls.key", "txcluster", "txcluster", 0o600),
-    ("/etc/txcluster/master/jmx.password", "txcluster", "txcluster", 0o600),
-    ("/var/lib/txcluster/master", "txcluster", "txcluster", 0o750),
-]
+    ("/var/lib/txcluster/master", *STATE_DIR),
+] + [(f"/etc/txcluster/master/{name}", *SECRET)
+     for name in ("cluster.secret", "client-auth", "tls.key", "jmx.password")]
 
 
 def test_file_owners_and_modes(scenario):
