@@ -401,7 +401,7 @@ def no_op_status(draw, p: Peering) -> dict:
         return {"sender": "m2", "mode": "read-write", "merge_base": p.agreed[-1]["txid"],
                 "seq": p.n, "counter": p.counter, "chain": p.chains[-1], "queue": []}
     return {"sender": "m2", "mode": "read-write", "merge_base": f"ahead~{draw(_tx_labels)}",
-            "seq": p.n + draw(st.integers(1, 2**62)), "counter": p.counter,
+            "seq": p.n + draw(st.integers(1, 2**62 - 1 - p.n)), "counter": p.counter,
             "chain": draw(_hex), "queue": []}
 
 
@@ -518,7 +518,7 @@ def inconsistent_messages(draw, p: Peering, uid: int) -> Case:
         elif how == "status: other chain":
             chain = f"{uid:08x}" + draw(_hex)[8:]
         elif how == "status: ahead":
-            s, mb, chain, queue = p.n + draw(st.integers(1, 2**62)), fake, draw(_hex), []
+            s, mb, chain, queue = p.n + draw(st.integers(1, 2**62 - 1 - p.n)), fake, draw(_hex), []
         if how in ("status: unknown merge base", "status: other chain"):
             reports.append(("diverged", f"merge base {mb} at seq {s} (chain {chain[:8]})"))
         if how == "status: conflicting transaction":
