@@ -187,11 +187,21 @@ class Control:
     def _check_split_recovery(self, strategy: str) -> None:
         # The strategy is state: it cannot change during a split
         # (docs/design/sync-protocol.md#split-recovery).
+        # Refused here, before anything is persisted, in every state in which the sync
+        # driver would refuse it (SyncDriver.set_split_recovery): split, or recovering
+        # from a split (the data centre going back to the split backup).
         current = self.service.config.split_recovery
-        if (self.service.sync_status() or {}).get("state") == "split" and strategy != current:
+        state = (self.service.sync_status() or {}).get("state")
+        if strategy == current or state not in ("split", "recovering"):
+            return
+        if state == "split":
             raise Unavailable(
                 f"SplitRecovery cannot be changed during a cluster split: the strategy "
                 f"'{current}' stays until the split is recovered; nothing changed")
+        raise Unavailable(
+            f"SplitRecovery cannot be changed while a cluster split is being recovered "
+            f"(this data centre is returning to its split backup): the strategy "
+            f"'{current}' stays until the recovery is done; nothing changed")
 
     def _tell_sync(self, what: str) -> None:
         """The sync driver follows a persisted change (the reloaded config has it)."""

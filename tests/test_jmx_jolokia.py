@@ -188,6 +188,24 @@ def test_split_recovery_cannot_change_during_a_split(tmp_path):
     assert text.startswith("# the operator's comment\n") and "split-recovery=Smart\n" in text
 
 
+def test_split_recovery_cannot_change_while_a_split_is_recovered(tmp_path):
+    # The driver refuses the change during a rollback to the split backup too; the control
+    # plane must refuse it before persisting, not accept it and fail in the background.
+    path = master_config(tmp_path, **{"peer.1.id": "master2",
+                                       "peer.1.url": "http://127.0.0.1:7210"})
+    service = MasterService(MasterConfig.load(path))
+    before = path.read_bytes()
+    service.sync_status = lambda: {"state": "recovering"}  # type: ignore[method-assign]
+    with pytest.raises(OperationFailed, match=r"SplitRecovery cannot be changed while a "
+                       r"cluster split is being recovered .* the strategy 'None' stays until "
+                       r"the recovery is done; nothing changed"):
+        run(service.cluster_info.write("SplitRecovery", "Simple"))
+    assert path.read_bytes() == before
+    assert run(service.cluster_info.read("SplitRecovery")) == "None"
+    # the same value is no change: accepted
+    assert run(service.cluster_info.write("SplitRecovery", "none")) == "None"
+
+
 def test_refused_writes_change_nothing(tmp_path):
     path = master_config(tmp_path)
     service = MasterService(MasterConfig.load(path))
