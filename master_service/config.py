@@ -227,9 +227,11 @@ SCHEMA = Schema(
             description="FullReplicationTimeFactor: speed-up ratio"),
         Key("min-time-to-consider-full-replication-s", parse_int(0), default=600,
             description="MinTimeToConsiderFullReplicationS: minimum absolute time"),
-        Key("log-max-size", parse_int(1), default=100_000,
+        # tx-log-max-size / tx-log-max-depth: the names of the original's documentation
+        # (docs/design/cluster-basics.md#the-logs-limits).
+        Key("log-max-size", parse_int(1), default=100_000, aliases=("tx-log-max-size",),
             description="LogMaxSize: transactions kept in the log"),
-        Key("log-max-depth", parse_int(1), default=168,
+        Key("log-max-depth", parse_int(1), default=168, aliases=("tx-log-max-depth",),
             description="LogMaxDepth: hours transactions are kept in the log (7 days)"),
         Key("read-only", parse_bool, default=False,
             description="ReadOnly: writes only from other masters, not applied to workers"),
@@ -543,5 +545,7 @@ def update_properties(path: str | Path, changes: Mapping[str, str | None]) -> Ma
             raise ConfigError(f"{p}: change refused: " + "; ".join(problems))
         valid.update(values)
 
+    # A key the file spells as its alias is changed under that spelling.
+    changes = SCHEMA.respell(changes, read_properties(p))
     rewrite_properties(p, changes, check)
     return MasterConfig._from_values(p, valid)

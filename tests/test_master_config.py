@@ -188,7 +188,42 @@ def test_a_missing_required_key_is_named(tmp_path, key):
 
 
 def test_an_unknown_key_is_refused(tmp_path):
-    assert "unknown key 'tx-log-max-size'" in refused(write(tmp_path, {"tx-log-max-size": "5"}))
+    assert "unknown key 'tx-log-max-count'" in refused(
+        write(tmp_path, {"tx-log-max-count": "5"}))
+
+
+# The log limits under the names of the original's documentation
+# (docs/design/cluster-basics.md#the-logs-limits).
+def test_the_documented_log_limit_names_are_aliases(tmp_path):
+    path = write(tmp_path, {"tx-log-max-size": "5", "tx-log-max-depth": "24"})
+    config = MasterConfig.load(path)
+    assert (config.log_max_size, config.log_max_depth_hours) == (5, 24)
+    assert check_config(path) == []
+    # both spellings with the same value: fine
+    both = write(tmp_path, {"tx-log-max-size": "5", "log-max-size": "5"}, name="b.properties")
+    assert MasterConfig.load(both).log_max_size == 5
+
+
+def test_two_spellings_with_different_values_are_refused(tmp_path):
+    path = write(tmp_path, {"log-max-size": "10", "tx-log-max-size": "5"})
+    message = ("'log-max-size' and 'tx-log-max-size' are two spellings of the same setting "
+               "with different values ('10' and '5'): keep one of them")
+    assert message in refused(path)
+    assert check_config(path) == [message]
+    assert "invalid value for 'tx-log-max-depth'" in refused(
+        write(tmp_path, {"tx-log-max-depth": "1.5"}, name="d.properties"))
+
+
+def test_a_runtime_change_keeps_the_files_spelling(tmp_path):
+    path = write(tmp_path, {"tx-log-max-size": "5"})
+    config = update_properties(path, {"log-max-size": "7"})
+    assert config.log_max_size == 7 and MasterConfig.load(path) == config
+    lines = path.read_text().splitlines()
+    assert "tx-log-max-size=7" in lines and not any(k.startswith("log-max") for k in lines)
+    both = write(tmp_path, {"tx-log-max-depth": "5", "log-max-depth": "5"}, name="b.properties")
+    assert update_properties(both, {"log-max-depth": "9"}).log_max_depth_hours == 9
+    lines = both.read_text().splitlines()
+    assert "tx-log-max-depth=9" in lines and "log-max-depth=9" in lines
 
 
 def test_a_key_set_twice_is_refused(tmp_path):

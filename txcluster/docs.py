@@ -55,7 +55,8 @@ def _default(key: Key) -> str:
 def _keys_table(schema: Schema) -> list[str]:
     lines = ["| key | default | description |", "| --- | --- | --- |"]
     for key in schema.keys:
-        lines.append(f"| `{key.name}` | {_default(key)} | {_cell(key.description)} |")
+        also = "".join(f"; also spelled `{alias}`" for alias in key.aliases)
+        lines.append(f"| `{key.name}` | {_default(key)} | {_cell(key.description)}{also} |")
     for pattern, _parser in schema.patterns:
         name, doc = PATTERN_DOCS.get(pattern.pattern, (pattern.pattern, ""))
         lines.append(f"| `{name}` | (none) | {_cell(doc)} |")

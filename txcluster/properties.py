@@ -32,6 +32,9 @@ class Key:
     default: Any = None
     required: bool = False
     description: str = ""
+    # Other spellings accepted for the same setting (the original's documented names);
+    # the value is the key's, and two spellings with different values are refused.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,23 @@ class Schema:
 
     def key(self, name: str) -> Key | None:
         return next((k for k in self.keys if k.name == name), None)
+
+    def canonical(self, name: str) -> str:
+        """The key an alias spells (``name`` itself when it is no alias)."""
+        return next((k.name for k in self.keys if name in k.aliases), name)
+
+    def respell(self, changes: Mapping[str, str | None],
+                present: Collection[str]) -> dict[str, str | None]:
+        """``changes`` to keys, written under the spellings a file already uses: a key
+        set as its alias is changed there (and under both spellings when it has both),
+        so that a runtime change never leaves two spellings with different values."""
+        out: dict[str, str | None] = {}
+        for name, value in changes.items():
+            key = self.key(name)
+            spellings = [s for s in (name, *key.aliases) if s in present] if key else []
+            for spelling in spellings or [name]:
+                out[spelling] = value
+        return out
 
     def fields(self, values: Mapping[str, Any], exclude: Collection[str] = ()) -> dict[str, Any]:
         """The values of this schema's keys as keyword arguments of a configuration class
@@ -65,8 +85,10 @@ class Schema:
         """
         values: dict[str, Any] = {}
         problems: list[str] = []
+        spelled: dict[str, str] = {}  # key -> the spelling its value was read under
         for name, text in raw.items():
-            key = self.key(name)
+            canonical = self.canonical(name)
+            key = self.key(canonical)
             parser: Callable[[str], Any] | None = key.parse if key else None
             if parser is None:
                 parser = next((p for rx, p in self.patterns if rx.fullmatch(name)), None)
@@ -74,9 +96,19 @@ class Schema:
                 problems.append(f"unknown key '{name}'")
                 continue
             try:
-                values[name] = parser(text.strip())
+                value = parser(text.strip())
             except (ValueError, TypeError) as exc:
                 problems.append(f"invalid value for '{name}': {exc}")
+                continue
+            other = spelled.get(canonical)
+            if other is not None and values[canonical] != value:
+                problems.append(
+                    f"'{other}' and '{name}' are two spellings of the same setting with "
+                    f"different values ('{raw[other].strip()}' and '{text.strip()}'): keep "
+                    f"one of them")
+                continue
+            values[canonical] = value
+            spelled[canonical] = name
         for key in self.keys:
             if key.name in values:
                 continue
