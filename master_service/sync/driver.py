@@ -48,7 +48,7 @@ from typing import Any
 from master_service.errors import NotWritable, WriteFailed
 from master_service.sync import wire
 from master_service.sync.execution import Execution
-from master_service.sync.messages import InvalidMessage, Mode, TxMeta
+from master_service.sync.messages import InvalidMessage, Mode, TxMeta, applies_agreed
 from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import SyncNode
 from master_service.sync.ready import (
@@ -123,7 +123,7 @@ class SyncDriver:
         # agreed ordering (ordering.py), split backup and rollback; it reports back here.
         self.execution = Execution(
             node_id=node_id, agreement=agreement, ordering=ordering, cluster=cluster,
-            may_execute=lambda: self.mode is not Mode.READ_ONLY,
+            may_execute=lambda: applies_agreed(self.cluster.read_only, self.mode),
             backs_up=lambda: self.split_recovery is not SplitRecovery.NONE,
             on_executed=self._executed, on_answers=self._answer,
             on_rolled_back=self._rolled_back)
@@ -362,7 +362,8 @@ class SyncDriver:
     async def set_mode(self, mode: Mode) -> None:
         """A mode change at runtime is a restart of the protocol core from what it has
         persisted (as after a crash): the core takes its mode at construction."""
-        if mode is self.mode:
+        if mode is self.mode:  # muted, and ReadOnly changed: execution may resume
+            self.execution.wake()
             return
         await self._restart_core(lambda: setattr(self, "mode", mode))
         log.info("sync: %s is now %s", self.node_id, mode.value)

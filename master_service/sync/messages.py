@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["MAX_INT", "InvalidMessage", "Message", "Mode", "Status", "TailSegment", "TxMeta",
-           "chain_hash", "mode_of"]
+           "applies_agreed", "chain_hash", "mode_of"]
 
 
 class InvalidMessage(ValueError):
@@ -34,6 +34,14 @@ def mode_of(read_only: bool, mode: str) -> Mode:
     if mode == "MUTE":
         return Mode.MUTED
     return Mode.READ_ONLY if read_only else Mode.READ_WRITE
+
+
+def applies_agreed(read_only: bool, mode: Mode) -> bool:
+    """Whether a master executes the agreed transactions on its workers: a read-only
+    master applies none, also when muted (ReadOnly=true with Mode=MUTE is muted in the
+    agreement, nobody waits for it, and read-only in execution;
+    docs/design/sync-protocol.md#master-modes)."""
+    return not read_only and mode is not Mode.READ_ONLY
 
 
 def _check_id(what: str, value: object) -> None:
