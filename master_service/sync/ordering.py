@@ -32,10 +32,13 @@ class AgreedOrdering:
         # Agreed positions rolled forward while the driver runs: pos -> (txid, answer),
         # handed to the next ``execute`` instead of executing them again.
         self._rolled_forward: dict[int, tuple[str, Any]] = {}
+        self._pending = 0
 
     @property
     def pending(self) -> int:
-        return 0  # the driver holds what is waiting for agreement
+        """Client writes submitted at this master and not answered yet: waiting for
+        agreement, agreed and waiting for execution, or executing (PendingWrites)."""
+        return self._pending
 
     async def start(self) -> None:
         """Transactions logged but not executed are waiting for agreement, not writes
@@ -48,11 +51,14 @@ class AgreedOrdering:
         if self.submit_to is None:
             raise NotWritable("cluster is not writable: peering is starting")
         counters = self.cluster.counters
+        self._pending += 1
         try:
             result = await self.submit_to(operations)
         except Exception:
             counters.failed_writes += 1
             raise
+        finally:
+            self._pending -= 1
         counters.completed_writes += 1
         return result
 
