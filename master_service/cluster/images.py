@@ -99,7 +99,7 @@ class Images:
             manifest = await w.client.backup(name)
         finally:
             if w.status == WorkerStatus.REPLICATION_SERVER:
-                w.status = WorkerStatus.ON
+                w.status = pool.settled(w)
         record = {"name": name, "created": time.time(), "seq": manifest["seq"],
                   "fingerprint": manifest["fingerprint"], "quads": manifest["quads"],
                   "worker": w.url, "sha256": manifest["sha256"], "bytes": manifest["bytes"],

@@ -172,6 +172,12 @@ class WorkerPool:
     def in_sync(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.status in IN_SYNC]
 
+    @staticmethod
+    def settled(w: Worker) -> WorkerStatus:
+        """The status of an in-sync worker that is not applying anything right now:
+        WAITING_WRITE while forwarded writes are queued for it, else ON."""
+        return WorkerStatus.WAITING_WRITE if w.queue else WorkerStatus.ON
+
     def readable(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.status in READABLE and w.readable]
 

@@ -238,7 +238,8 @@ class Recovery:
     async def _replicate(self, w: Worker) -> bool:
         """Full replication: stream an up-to-date worker's image into ``w``."""
         pool = self.pool
-        sources = [s for s in pool.in_sync() if s.url != w.url and s.status == WorkerStatus.ON]
+        sources = [s for s in pool.in_sync() if s.url != w.url
+                   and s.status in (WorkerStatus.ON, WorkerStatus.WAITING_WRITE)]
         if sources:
             src = min(sources, key=lambda s: pool.router.stats.get(s.url).running
                       if s.url in pool.router.stats else 0)
@@ -260,7 +261,7 @@ class Recovery:
             result = await w.client.pull_image(source_url)
         finally:
             if src and src.status == WorkerStatus.REPLICATION_SERVER:
-                src.status = WorkerStatus.ON
+                src.status = pool.settled(src)
         pool.counters.replications += 1
         pool.counters.replication_bytes += (src.size_bytes or 0) if src else 0
         w.status = WorkerStatus.OUT_OF_SYNC

@@ -244,6 +244,8 @@ class WritePath:
         for w in pool.in_sync():
             if w is not probe:
                 w.queue.extend(wires)
+                if w.status == WorkerStatus.ON:
+                    w.status = WorkerStatus.WAITING_WRITE
                 w.wake.set()
 
     async def _wait_for_probe(self, reason_now: Callable[[], str | None]) -> bool:
@@ -281,7 +283,7 @@ class WritePath:
                 await asyncio.sleep(FORWARD_COALESCE_S)
             while w.queue and w.status in IN_SYNC:
                 batch = w.queue[:REPLAY_BATCH]
-                if w.status == WorkerStatus.ON:
+                if w.status in (WorkerStatus.ON, WorkerStatus.WAITING_WRITE):
                     w.status = WorkerStatus.WRITING
                 started = time.monotonic()
                 try:
@@ -303,4 +305,4 @@ class WritePath:
                     result["quads"]
                 pool.positions_advanced()
                 if w.status == WorkerStatus.WRITING:
-                    w.status = WorkerStatus.ON
+                    w.status = pool.settled(w)
