@@ -123,7 +123,7 @@ class MasterService:
             worker_urls=list(c.workers),
             params=replication.Parameters(
                 c.net_speed_bits_per_sec, c.full_replication_time_factor,
-                c.min_time_to_consider_full_replication_s),
+                c.min_time_to_consider_full_replication_s, c.replication_compression),
             control_queries=list(c.control_queries),
             protect_single_worker=c.protect_single_worker, read_only=c.read_only,
             mode=c.mode, consistency=c.consistency,

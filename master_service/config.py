@@ -229,6 +229,10 @@ SCHEMA = Schema(
             description="MinTimeToConsiderFullReplicationS: minimum absolute time"),
         # tx-log-max-size / tx-log-max-depth: the names of the original's documentation
         # (docs/design/cluster-basics.md#the-logs-limits).
+        # The original's -Dreplication.compression (docs/design/smart-replication.md).
+        Key("replication.compression", parse_bool, default=True,
+            description="snappy-frame the storage images of full replications and backups; "
+            "false: plain tar (any worker reads both)"),
         Key("log-max-size", parse_int(1), default=100_000, aliases=("tx-log-max-size",),
             description="LogMaxSize: transactions kept in the log"),
         Key("log-max-depth", parse_int(1), default=168, aliases=("tx-log-max-depth",),
@@ -407,6 +411,7 @@ class MasterConfig:
     net_speed_bits_per_sec: int
     full_replication_time_factor: float
     min_time_to_consider_full_replication_s: int
+    replication_compression: bool
     log_max_size: int
     log_max_depth_hours: int  # key log-max-depth
     read_only: bool

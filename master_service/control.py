@@ -1,8 +1,9 @@
 """The master's control plane: every runtime change goes through here.
 
-Set mode and read-only, set parameters (smart replication, LogMaxSize / LogMaxDepth,
-ProtectSingleWorker, MaxPeerLag, SplitRecovery, MasterURL), add / remove / drain a
-worker, backup / restore, add / remove a sync peer. Each follows one order:
+Set mode and read-only, set parameters (smart replication, replication compression,
+LogMaxSize / LogMaxDepth, ProtectSingleWorker, MaxPeerLag, SplitRecovery, MasterURL),
+add / remove / drain a worker, backup / restore, add / remove a sync peer. Each follows
+one order:
 
 1. validate: a value is parsed by the parser of its cluster.properties key (so a value
    accepted at runtime is one a restart accepts), and the request is checked against
@@ -108,6 +109,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("full-replication-time-factor", _on_params("full_replication_time_factor")),
     Setting("min-time-to-consider-full-replication-s",
             _on_params("min_time_to_consider_full_replication_s")),
+    Setting("replication.compression", _on_params("compression")),
     Setting("log-max-size", _on_cluster("log_max_size")),
     Setting("log-max-depth", _on_cluster("log_max_depth_h")),
     Setting("protect-single-worker", _on_cluster("protect_single_worker")),

@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -551,6 +552,36 @@ def test_backup_then_restore(cluster_factory):
     r = httpx.post(f"{c.master.url}/admin/backup", json={"name": "../x"}, timeout=30)
     assert r.status_code == 422, r.text
     assert_converged(c)
+
+
+def test_replication_compression_off_gives_plain_images_and_can_be_turned_on(
+        cluster_factory):
+    # replication.compression (docs/design/smart-replication.md#full-replication): the
+    # master's switch, passed on to the worker that writes the image.
+    c = cluster_factory(2, **{"replication.compression": "false"})
+    assert c.update("INSERT DATA { <urn:z:1> <urn:z:p> 1 }").status_code == 204
+    assert_converged(c)
+
+    def backup(name: str) -> Path:
+        r = httpx.post(f"{c.master.url}/admin/backup", json={"name": name}, timeout=60)
+        assert r.status_code == 200, r.text
+        worker = next(w for w in c.workers if w.url == r.json()["worker"])
+        return worker.directory / "data" / "backups" / name / "image.tar.sz"
+
+    assert tarfile.is_tarfile(backup("plain"))
+    r = httpx.post(f"{c.master.url}/admin/restore", json={"name": "plain"}, timeout=120)
+    assert r.status_code == 200 and set(r.json()["workers"].values()) == {"restored"}, r.text
+    assert_converged(c)
+    r = httpx.put(f"{c.master.url}/admin/parameters", json={"replication_compression": "x"},
+                  timeout=10)
+    assert r.status_code == 422, r.text
+    r = httpx.put(f"{c.master.url}/admin/parameters", json={"replication_compression": True},
+                  timeout=10)
+    assert r.status_code == 200, r.text
+    assert read_properties(c.master.config)["replication.compression"] == "true"
+    framed = backup("framed")
+    assert not tarfile.is_tarfile(framed)
+    assert framed.read_bytes().startswith(b"\xff\x06\x00\x00sNaPpY")
 
 
 # ---- a cluster shared by the tests that leave it as they found it (4, 7, 8, 10) ----

@@ -58,6 +58,7 @@ def test_required_keys_only_gives_the_documented_defaults(tmp_path):
     assert config.net_speed_bits_per_sec == 104_857_600
     assert config.full_replication_time_factor == 1.3
     assert config.min_time_to_consider_full_replication_s == 600
+    assert config.replication_compression is True  # smart-replication.md#full-replication
     # docs/design/cluster-basics.md#the-logs-limits:
     # LogMaxSize 100,000 transactions, LogMaxDepth 7 days (in hours)
     assert config.log_max_size == 100_000

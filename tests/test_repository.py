@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import tarfile
 
 import pyoxigraph as ox
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, apply_to
 from worker_service import journal
-from worker_service.image import ImageError
+from worker_service.image import ImageError, sha256_of
 from worker_service.repository import (
     ApplyEntry,
     FingerprintMismatch,
@@ -155,6 +156,25 @@ def test_image_round_trip_gives_identical_state(tmp_path):
     # the new generation is what a restart opens
     dst = reopen(dst)
     assert dst.state() == src.state()
+
+
+def test_an_image_without_compression_is_a_plain_tar_and_installs_alike(tmp_path):
+    # replication.compression=false (docs/design/smart-replication.md#full-replication)
+    src = Repository("r", tmp_path / "src")
+    src.apply(1, "t1", adds(*(q(f"s{i}", str(i)) for i in range(100))))
+    plain = src.create_image(tmp_path / "plain.img", compress=False)
+    framed = src.create_image(tmp_path / "framed.img")
+    assert tarfile.is_tarfile(tmp_path / "plain.img")
+    assert not tarfile.is_tarfile(tmp_path / "framed.img")
+    assert (tmp_path / "framed.img").read_bytes().startswith(b"\xff\x06\x00\x00sNaPpY")
+    assert plain["bytes"] == (tmp_path / "plain.img").stat().st_size
+    for name, manifest in (("plain.img", plain), ("framed.img", framed)):
+        dst = Repository("r", tmp_path / f"dst-{name}")
+        assert dst.install_image(tmp_path / name, manifest["sha256"]) == src.state()
+        assert set(dst.store) == set(src.store)
+    backup = src.backup("nightly", compress=False)
+    assert tarfile.is_tarfile(src.backups_dir() / "nightly" / "image.tar.sz")
+    assert backup["sha256"] == sha256_of(src.backups_dir() / "nightly" / "image.tar.sz")
 
 
 def test_corrupted_image_is_refused_and_changes_nothing(tmp_path):

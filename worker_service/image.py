@@ -1,7 +1,10 @@
 """Storage images: a consistent copy of a worker's storage folder, streamed to another.
 
 An image is ``tar`` of {store checkpoint, state.json}, compressed with the snappy framing
-format (cramjam), the documented format (docs/design/smart-replication.md#full-replication).
+format (cramjam), the documented format (docs/design/smart-replication.md#full-replication),
+unless its master switched replication compression off (``replication.compression``): then
+it is the plain tar. A reader tells the two apart by the framing's stream identifier, so
+images of either form are read everywhere.
 docs/design/dependencies.md#compression-replication-images:
 RocksDB files are already compressed, so the gain is small on a store, but the format is
 the documented one and decompression is cheap. The image is written to a file first so
@@ -27,11 +30,13 @@ class ImageError(ValueError):
     """An image is corrupt, truncated or does not match its checksum."""
 
 
-class _SnappyWriter(io.RawIOBase):
-    """File-like sink that snappy-frames everything written to it into ``out``."""
+class _ImageWriter(io.RawIOBase):
+    """File-like sink that snappy-frames everything written to it into ``out`` (or, with
+    ``compress`` False, copies it), with the SHA-256 and length of what it wrote."""
 
-    def __init__(self, out: io.BufferedWriter) -> None:
+    def __init__(self, out: io.BufferedWriter, compress: bool = True) -> None:
         self._out = out
+        self._compress = compress
         self._buf = bytearray()
         self.digest = hashlib.sha256()
         self.compressed_bytes = 0
@@ -50,7 +55,8 @@ class _SnappyWriter(io.RawIOBase):
             return
         # Each chunk is a complete framed stream; concatenations of framed streams are
         # valid framed streams (the stream identifier may repeat).
-        frame = bytes(cramjam.snappy.compress(bytes(self._buf)))
+        frame = bytes(cramjam.snappy.compress(bytes(self._buf)) if self._compress
+                      else self._buf)
         self._buf.clear()
         self._out.write(frame)
         self.digest.update(frame)
@@ -61,10 +67,12 @@ class _SnappyWriter(io.RawIOBase):
         super().close()
 
 
-def write_image(sources: dict[str, Path], target: Path) -> tuple[str, int]:
-    """Tar ``{name in archive: path}`` into a snappy-framed file; return (sha256, bytes)."""
+def write_image(sources: dict[str, Path], target: Path,
+                compress: bool = True) -> tuple[str, int]:
+    """Tar ``{name in archive: path}`` into a snappy-framed file (a plain tar without
+    ``compress``); return (sha256, bytes)."""
     with open(target, "wb") as out:
-        sink = _SnappyWriter(out)
+        sink = _ImageWriter(out, compress)
         with tarfile.open(fileobj=sink, mode="w|") as tar:
             for name, path in sources.items():
                 tar.add(path, arcname=name)
@@ -132,6 +140,14 @@ class _FrameReader(io.RawIOBase):
         return n
 
 
+def _tar_stream(path: Path) -> io.BufferedIOBase:
+    """The tar inside an image: decompressed if it is snappy-framed (it starts with the
+    framing's stream identifier), else the file itself (compression was off)."""
+    with open(path, "rb") as fh:
+        framed = fh.read(len(_STREAM_ID)) == _STREAM_ID
+    return io.BufferedReader(_FrameReader(path), CHUNK) if framed else open(path, "rb")
+
+
 def extract_image(path: Path, expected_sha256: str, target: Path) -> None:
     """Verify the checksum, then unpack into ``target`` (which must not exist)."""
     actual = sha256_of(path)
@@ -141,7 +157,7 @@ def extract_image(path: Path, expected_sha256: str, target: Path) -> None:
         )
     target.mkdir(parents=True)
     try:
-        with tarfile.open(fileobj=io.BufferedReader(_FrameReader(path), CHUNK), mode="r|") as tar:
+        with _tar_stream(path) as source, tarfile.open(fileobj=source, mode="r|") as tar:
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(target, filter="data")
             else:

@@ -438,7 +438,7 @@ class Repository:
 
     # ---- images, backups ----
 
-    def create_image(self, target: Path) -> dict:
+    def create_image(self, target: Path, compress: bool = True) -> dict:
         """Write an image of the current state to ``target``; return its manifest.
 
         The write lock is held only while pyoxigraph makes its checkpoint (hard links,
@@ -455,8 +455,8 @@ class Repository:
                     snap = self._state
                     state.export_json(work, snap)
                 digest, size = image.write_image(
-                    {"store": work / "store", state.STATE_FILE: work / state.STATE_FILE}, target
-                )
+                    {"store": work / "store", state.STATE_FILE: work / state.STATE_FILE}, target,
+                    compress)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
                 self.activity = previous
@@ -534,13 +534,13 @@ class Repository:
     def backups_dir(self) -> Path:
         return self.data_dir / "backups"
 
-    def backup(self, name: str) -> dict:
+    def backup(self, name: str, compress: bool = True) -> dict:
         """Write a named image; reusing a name replaces that image
         (docs/design/cluster-basics.md#backup-and-restore)."""
         target = self.backups_dir() / name
         work = self.data_dir / "tmp" / f"backup-{uuid.uuid4().hex}"
         work.mkdir(parents=True)
-        manifest = self.create_image(work / "image.tar.sz")
+        manifest = self.create_image(work / "image.tar.sz", compress)
         manifest["name"] = name
         manifest["created"] = time.time()
         state.write_atomically(work / "manifest.json", _json(manifest))

@@ -57,6 +57,12 @@ class ParametersIn(BaseModel):
     log_max_size: int | None = Field(None, ge=1)
     log_max_depth: int | None = Field(None, ge=1, description="hours")
     protect_single_worker: bool | None = None
+    replication_compression: bool | None = Field(
+        None, description="replication.compression: snappy-framed images (true) or plain tar")
+
+
+# A field of ParametersIn is its cluster.properties key with '_' for '-', but for these.
+_PARAMETER_KEYS = {"replication_compression": "replication.compression"}
 
 
 def status_of(cluster: Cluster) -> dict:
@@ -215,6 +221,7 @@ def admin_router(control: Control, guard: AdminGuard) -> APIRouter:
     async def set_parameters(body: ParametersIn, request: Request) -> dict:
         # The body's fields are the cluster.properties keys with '_' for '-'.
         return await change(request, lambda: control.set(
-            {k.replace("_", "-"): v for k, v in body.model_dump(exclude_none=True).items()}))
+            {_PARAMETER_KEYS.get(k, k.replace("_", "-")): v
+             for k, v in body.model_dump(exclude_none=True).items()}))
 
     return router

@@ -96,7 +96,7 @@ class Images:
         w = next((c for c in candidates if c.url != pool.probe), candidates[0])
         w.status = WorkerStatus.REPLICATION_SERVER
         try:
-            manifest = await w.client.backup(name)
+            manifest = await w.client.backup(name, pool.params.compression)
         finally:
             if w.status == WorkerStatus.REPLICATION_SERVER:
                 w.status = pool.settled(w)

@@ -244,6 +244,8 @@ class Recovery:
             src = min(sources, key=lambda s: pool.router.stats.get(s.url).running
                       if s.url in pool.router.stats else 0)
             source_url = f"{src.url}/cluster/image"
+            if not pool.params.compression:
+                source_url += "?compression=false"
         else:
             src = None
             backup = await pool.db(pool.txlog.backup, "default")

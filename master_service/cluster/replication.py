@@ -31,6 +31,8 @@ class Parameters:
     net_speed_bits_per_sec: int = 104_857_600
     full_replication_time_factor: float = 1.3
     min_time_to_consider_full_replication_s: int = 600
+    # replication.compression: images (replication, backups) snappy-framed, or plain tar
+    compression: bool = True
 
 
 @dataclass(frozen=True)

@@ -123,8 +123,9 @@ class WorkerClient:
         return await self._call("POST", "/cluster/image/pull", {"source": source},
                                 timeout=3600)
 
-    async def backup(self, name: str) -> dict:
-        return await self._call("POST", f"/cluster/backups/{name}", timeout=3600)
+    async def backup(self, name: str, compress: bool = True) -> dict:
+        query = "" if compress else "?compression=false"
+        return await self._call("POST", f"/cluster/backups/{name}{query}", timeout=3600)
 
     async def restore(self, name: str | None = None, source: str | None = None) -> dict:
         body = {"source": source} if source else {"name": name}

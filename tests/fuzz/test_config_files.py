@@ -67,7 +67,8 @@ _master_keys = st.sampled_from([
     "request-timeout-s", "client-auth-file", "split-recovery", "jmx.port", "jmx.host",
     "log-level", "worker.1.url", "worker.3.url", "worker.0.url", "worker.x.url",
     "worker..url", "peer.1.id", "peer.1.url", "peer.2.id", "tls-cert-file", "tls-key-file",
-    "tls-ca-file", "advertised-hosts", "unknown-key", "", "worker.1.url ",
+    "tls-ca-file", "advertised-hosts", "unknown-key", "", "worker.1.url ", "tx-log-max-size",
+    "tx-log-max-depth", "replication.compression",
 ])
 _worker_keys = st.sampled_from([
     "repository-id", "data-dir", "listen-address", "cluster-secret-file", "repository-title",

@@ -6,10 +6,11 @@
     POST /cluster/execute            probe: exact changeset + control queries
     POST /cluster/apply              apply a changeset with the expected fingerprint
     POST /cluster/verify             full recomputation of the fingerprint
-    GET  /cluster/image              stream a storage image (tar + snappy framing)
+    GET  /cluster/image              stream a storage image (tar + snappy framing; a plain
+                                     tar with ?compression=false)
     POST /cluster/image/pull         fetch an image from another worker and swap it in
     GET  /cluster/backups            list named images
-    POST /cluster/backups/{name}     write a named image
+    POST /cluster/backups/{name}     write a named image (?compression=false: a plain tar)
     GET  /cluster/backups/{name}     stream a named image
     POST /cluster/restore            {"name": ...} or {"source": url}: install an image
     PUT  /cluster/bulk-load/{id}/parts/{n}, POST|DELETE /cluster/bulk-load/{id}
@@ -102,6 +103,16 @@ def _backup_name(name: str) -> str:
     if not is_backup_name(name):
         raise HTTPException(400, f"'{name}' is not a valid backup name")
     return name
+
+
+def _compression(request: Request) -> bool:
+    """Whether an image this request asks for is snappy-framed: yes unless its master
+    switched replication compression off (?compression=false)."""
+    text = request.query_params.get("compression", "true")
+    if text not in ("true", "false"):
+        raise HTTPException(400, f"query parameter 'compression' must be true or false, "
+                                 f"got '{text}'")
+    return text == "true"
 
 
 def _image_response(path: Path, manifest: dict, cleanup: bool) -> FileResponse:
@@ -230,8 +241,9 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     @router.get("/image")
     async def get_image(request: Request):
         repo = await guard(request)
+        compress = _compression(request)
         path = repo.data_dir / "tmp" / f"image-{uuid.uuid4().hex}.tar.sz"
-        manifest = await run_in_threadpool(repo.create_image, path)
+        manifest = await run_in_threadpool(repo.create_image, path, compress)
         return _image_response(path, manifest, cleanup=True)
 
     async def pull(repo: Repository, source: str) -> dict:
@@ -280,7 +292,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     @router.post("/backups/{name}")
     async def make_backup(name: str, request: Request):
         repo = await guard(request)
-        return await run_in_threadpool(repo.backup, _backup_name(name))
+        return await run_in_threadpool(repo.backup, _backup_name(name), _compression(request))
 
     @router.get("/backups/{name}")
     async def get_backup(name: str, request: Request):
