@@ -385,6 +385,29 @@ def test_smart_loses_the_vote_alone():
     assert node.seq == 1 and node.split_point is None and node.split_suspected == frozenset()
 
 
+@pytest.mark.parametrize("strategy", list(SplitRecovery))
+def test_every_strategy_waits_max_peer_lag_for_a_missing_peer(strategy):
+    """SplitRecovery None goes on without a missing peer no sooner than Simple and Smart:
+    a deliberate difference (docs/design/sync-protocol.md#where-we-differ). Under None
+    what is not delayed is execution after the split is detected: no split backup is
+    waited for (the driver's Execution backs up only under Simple and Smart)."""
+    timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
+                    max_peer_lag=500)
+    node = SyncNode.restore("n1", PersistentState((tx("A", 1),), (), 1), now=0,
+                            peers=["n2", "n3"], timing=timing, split_recovery=strategy)
+    node.tick(0)
+    b = node.submit("B", size=1, digest="d", now=10).incoming[0].tx
+    agreed_at = None
+    for t in range(100, 1_000, 100):
+        node.receive(Status("n2", Mode.READ_WRITE, "A", 1, t, (b,), chain_hash("", "A")),
+                     now=t)
+        node.tick(t)
+        if agreed_at is None and node.seq == 2:
+            agreed_at = t
+    assert node.split_suspected == frozenset({"n3"}) and node.split_point == 1
+    assert agreed_at == 600  # n3 unheard of for max_peer_lag (500) since the start
+
+
 def test_without_split_recovery_nothing_is_truncated():
     node = _split_node(SplitRecovery.NONE)
     chain = chain_hash(chain_hash("", "A"), "X")
