@@ -163,7 +163,10 @@ class SparkCluster:
         self.started.start(
             [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
              "--port", str(self.port), "--webui-port", str(self.web)],
-            self.root / "master.log", _clean_env(SPARK_HOME=str(self.spark_home)))
+            self.root / "master.log", _clean_env(
+                SPARK_HOME=str(self.spark_home),
+                # Its REST submission server would listen on the fixed port 6066.
+                SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false"))
         self.wait(lambda s: s.get("status") == "ALIVE", "master ALIVE")
         # The worker's node: Spark installed elsewhere (a bind mount), no checkout, no
         # virtualenv, no base Python; the ok file says the namespace was as meant.

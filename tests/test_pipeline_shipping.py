@@ -96,3 +96,14 @@ def test_shipment_choices(tmp_path, monkeypatch):
     monkeypatch.setattr(shipping, "cached_env", lambda directory=None: tmp_path / "built.tgz")
     built = shipping.shipment(None, tmp_path)
     assert built.conf["spark.archives"] == f"{tmp_path / 'built.tgz'}#environment"
+
+
+def test_audit_on_a_cluster_needs_a_shared_work_dir():
+    from click.testing import CliRunner
+
+    from txcluster.cli import main
+
+    result = CliRunner().invoke(main, ["audit", "--worker", "http://127.0.0.1:1", "--worker",
+                                       "http://127.0.0.1:2", "--spark-master",
+                                       "spark://127.0.0.1:1"])
+    assert result.exit_code == 2 and "give --work-dir" in result.output

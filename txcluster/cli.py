@@ -360,6 +360,11 @@ def audit_command(workers: tuple[str, ...], work_dir: str | None, out_dir: str |
                   **spark) -> None:
     """Compare two replicas exactly: per-graph fingerprints and the quads that differ.
     Exit 0 when they are identical."""
+    master = spark["spark_master"]
+    if master and not master.startswith("local") and work_dir is None:
+        # Checked again by the job (under spark-submit): here before the exports.
+        _fail(f"on a Spark cluster ({master}) the executors read the replicas' exports: "
+              "give --work-dir on storage that the driver and every Spark node see")
     _run_job(lambda jobs: jobs.AuditConfig(tuple(workers), out_dir, work_dir), "run_audit",
              spark)
 
