@@ -18,6 +18,8 @@ configuration is passed in (``jobs.LoadConfig``, ``jobs.AuditConfig``, ``ParseCo
                   master's new log adopts; waiting for every worker; the check
     jobs.py       the two jobs wired together, and their reports
     session.py    the SparkSession: local[*] by default, any cluster by its URL
+    shipping.py   what a cluster's executors need, shipped: the code zip, a packed Python
+    submit.py     spark-submit's entry point (load, audit)
     progress.py   the progress line (files, lines/quads, rate, ETA)
 
 The proof of a load is the repository fingerprint (rdfcore/fingerprint.py: the

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from rdfcore.fingerprint import MOD, to_hex
 from spark_pipeline import extract, load, rdf, transform
 from spark_pipeline.progress import CountsParam, Progress
+from spark_pipeline.session import is_local
 
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000
@@ -160,10 +161,36 @@ def _output_dir(given: str | None, default_prefix: str) -> Path:
     return path
 
 
+# Outputs are written by the driver from rows Spark returns (toLocalIterator: one
+# partition at a time), never by the executors: on a cluster their filesystem is not the
+# driver's. The layout is Spark's (a directory of part files, JSON lines without nulls).
+
+
+def _write_rows(df: DataFrame, path: Path, line: Callable[[dict], str], suffix: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / f"part-00000{suffix}", "w", encoding="utf-8") as fh:
+        for row in df.toLocalIterator():
+            fh.write(line(row.asDict()) + "\n")
+
+
 def _write_json(df: DataFrame, path: Path) -> None:
-    if path.exists():
-        path.rmdir()  # empty (checked before): Spark wants to create it
-    df.coalesce(1).write.json(str(path))
+    _write_rows(df, path, lambda r: json.dumps({k: v for k, v in r.items() if v is not None},
+                                               ensure_ascii=False), ".json")
+
+
+def _write_text(df: DataFrame, path: Path) -> None:
+    (column,) = df.columns
+    _write_rows(df, path, lambda r: r[column], ".txt")
+
+
+def _shared_work_dir(spark: SparkSession, work_dir: str | None) -> None:
+    """A replica's export is written by the driver and read by the executors: on a
+    cluster it must be on storage both see (the default is the driver's /tmp)."""
+    if work_dir is None and not is_local(spark.sparkContext.master):
+        raise ValueError(
+            f"on a Spark cluster ({spark.sparkContext.master}) the executors read the "
+            "repository's export: give --work-dir on storage that the driver and every "
+            "Spark node see, as the inputs")
 
 
 # ---- txcluster load ----
@@ -241,6 +268,9 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         repository = master.repository(config.repository)
         target = load.initial_target(status) if config.initial else None
         spark = session()
+        _seq, head_fp, head_quads = load.head(status)
+        if target is None and (head_quads, head_fp) != (0, 0):
+            _shared_work_dir(spark, config.work_dir)  # _missing exports the repository
         if spark.sparkContext.uiWebUrl:
             progress.note(f"Spark UI: {spark.sparkContext.uiWebUrl}")
         if target is not None:
@@ -438,6 +468,7 @@ def run_audit(session: Callable[[], SparkSession], config: AuditConfig, progress
             state = extract.export_worker(client, url, path)
             replicas.append(Replica(url, state))
         spark = session()
+        _shared_work_dir(spark, config.work_dir)
         for side in "ab":
             path = Path(work) / f"{side}.nq"
             df = transform.quads(parse_inputs(
@@ -468,8 +499,8 @@ def run_audit(session: Callable[[], SparkSession], config: AuditConfig, progress
             written = out_dir
             out_dir.mkdir(parents=True, exist_ok=True)
             for side in "ab":
-                (diff.filter(F.col("side") == side).select("quad").orderBy("quad")
-                 .coalesce(1).write.text(str(out_dir / f"only-in-{side}")))
+                _write_text(diff.filter(F.col("side") == side).select("quad").orderBy("quad"),
+                            out_dir / f"only-in-{side}")
             (out_dir / "summary.json").write_text(json.dumps({
                 "a": urls[0], "b": urls[1], "only_in_a": only.get("a", 0),
                 "only_in_b": only.get("b", 0), "graphs": graphs,

@@ -1,17 +1,22 @@
 """The SparkSession: local Spark by default, any Spark cluster by its master URL.
 
-Under ``spark-submit`` the session spark-submit configured is used as it is. Executors
-run the Python of this process in local mode (``PYSPARK_PYTHON``); on a cluster they need
-the same packages (txcluster, pyoxigraph, xxhash: e.g. the same virtualenv on every node
-or one shipped with ``--archives``) and the input files at the same paths.
+Under ``spark-submit`` the session spark-submit configured is used as it is (its
+``--archives``/``--py-files``: ``txcluster spark-env`` prints them). Executors run the
+Python of this process in local mode (``PYSPARK_PYTHON``); on a cluster the code and a
+packed Python environment are shipped with the job (``shipping``), and the input files
+must be at the same paths on every node (shared storage).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
+
+from spark_pipeline import shipping
 
 DEFAULT_MASTER = "local[*]"
 
@@ -27,11 +32,33 @@ def local_cores(master: str) -> int:
     return (os.cpu_count() or 1) if first == "*" else max(1, int(first))
 
 
+@contextmanager
+def _executor_python(python: str | None) -> Iterator[None]:
+    """PYSPARK_PYTHON while the context starts: PySpark reads the executors' Python from
+    it then (spark-submit sets it from ``spark.pyspark.python``)."""
+    if python is None:
+        yield
+        return
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
+
+
 def spark_session(master: str | None = None, app_name: str = "txcluster",
-                  ui: bool = True, extra: dict[str, str] | None = None) -> SparkSession:
-    """Start (or join) the SparkSession. ``master`` None: spark-submit's, else local[*]."""
+                  ui: bool = True, extra: dict[str, str] | None = None,
+                  python_env: str | None = None) -> SparkSession:
+    """Start (or join) the SparkSession. ``master`` None: spark-submit's, else local[*].
+    On a cluster master the code and a Python environment are shipped (``python_env``:
+    see ``shipping.shipment``)."""
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
     builder = SparkSession.builder.appName(app_name)
+    shipment: shipping.Shipment | None = None
     if master or not submitted:
         master = master or DEFAULT_MASTER
         builder = builder.master(master)
@@ -52,17 +79,23 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
                        # Persisted results stay in this machine's memory: compressing
                        # them cost more CPU than the rest of the job's shuffle (measured).
                        .config("spark.sql.inMemoryColumnarStorage.compressed", "false"))
+        elif not submitted:
+            shipment = shipping.shipment(python_env)
     conf = {
         "spark.sql.ansi.enabled": "true",  # sums that overflow fail (see fingerprint_sums)
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",  # our own progress line instead
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",  # lines per parse chunk
         "spark.sql.adaptive.enabled": "true",
+        **(shipment.conf if shipment else {}),
         **(extra or {}),
     }
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _executor_python(shipment.python if shipment else None):
+        spark = builder.getOrCreate()
+    for path in shipment.py_files if shipment else ():
+        spark.sparkContext.addPyFile(path)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -72,8 +105,10 @@ class LazySession:
     checks): an already active session is joined and left running, one started here is
     stopped at the end (``with LazySession(master) as start: job(start)``)."""
 
-    def __init__(self, master: str | None = None) -> None:
-        self.master = master
+    def __init__(self, master: str | None = None, app_name: str = "txcluster",
+                 python_env: str | None = None, conf: dict[str, str] | None = None) -> None:
+        self.master, self.app_name = master, app_name
+        self.python_env, self.conf = python_env, conf
         self._spark: SparkSession | None = None
         self._owned = False
 
@@ -81,7 +116,9 @@ class LazySession:
         if self._spark is None:
             active = SparkSession.getActiveSession()
             self._owned = active is None
-            self._spark = active or spark_session(self.master)
+            self._spark = active or spark_session(self.master, self.app_name,
+                                                  extra=self.conf,
+                                                  python_env=self.python_env)
         return self._spark
 
     def __enter__(self) -> LazySession:

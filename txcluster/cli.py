@@ -246,17 +246,37 @@ def down(directory: str) -> None:
 
 def _spark_options(command):
     """Options every pipeline command has."""
+    command = click.option(
+        "--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+        help="a Spark setting (repeatable), e.g. spark.executor.memory=4g")(command)
+    command = click.option(
+        "--python-env", default=None, envvar="TXCLUSTER_PYTHON_ENV", metavar="ARCHIVE|none",
+        help="on a Spark cluster: the Python environment shipped to the executors (default: "
+        "one packed from this interpreter, cached; 'none': the executors' own "
+        "PYSPARK_PYTHON); env TXCLUSTER_PYTHON_ENV")(command)
     command = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
-                           help="temporary files (must be visible to the Spark executors)"
-                           )(command)
+                           help="temporary files (must be visible to the Spark executors: "
+                           "on a cluster, shared storage)")(command)
     return click.option("--spark-master", default=None,
                         help="Spark master URL (default local[*]; under spark-submit, its "
-                        "own)")(command)
+                        "own); on a cluster the code and a Python are shipped "
+                        "(docs/design/pipeline-on-spark.md)")(command)
 
 
-def _run_job(make_config, job: str, spark_master: str | None) -> None:
+def _spark_conf(pairs: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--spark-conf {pair}: expected KEY=VALUE")
+        conf[key.strip()] = value
+    return conf
+
+
+def _run_job(make_config, job: str, spark: dict) -> None:
     """Build the job's configuration, run it (it starts Spark by ``start()`` once its
-    cheap checks passed), print its report; exit 1 unless the report is OK."""
+    cheap checks passed), print its report; exit 1 unless the report is OK. ``spark``:
+    the command's Spark options (see ``_spark_options``)."""
     try:
         from pyspark.errors import PySparkException
 
@@ -271,13 +291,36 @@ def _run_job(make_config, job: str, spark_master: str | None) -> None:
         _fail(str(exc))
     progress = Progress()
     try:
-        with LazySession(spark_master) as start:
+        with LazySession(spark["spark_master"], f"txcluster {job.removeprefix('run_')}",
+                         spark["python_env"], _spark_conf(spark["spark_conf"])) as start:
             report = getattr(jobs, job)(start, config, progress)
     except (*jobs.USER_ERRORS, PySparkException) as exc:
         progress.done()
         _fail(str(exc))
     click.echo(report.summary())
     sys.exit(0 if report.ok else 1)
+
+
+@main.command("spark-env")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="where the archives go (default: the cache, ~/.cache/txcluster)")
+@click.option("--python-env", default=None, metavar="ARCHIVE|none",
+              help="a prepacked environment instead of building one ('none': no "
+              "environment)")
+def spark_env(out_dir: str | None, python_env: str | None) -> None:
+    """Build what Spark executors need to run the pipeline (a zip of its code, a packed
+    Python environment) and print the spark-submit options that ship them (and run the
+    driver with this Python)."""
+    from pathlib import Path
+
+    from spark_pipeline import shipping
+
+    try:
+        shipment = shipping.shipment(python_env, Path(out_dir) if out_dir else None)
+    except ValueError as exc:
+        _fail(str(exc))
+    args = shipment.submit_args(driver_python=sys.executable)
+    click.echo(" ".join(f"{a} {v}" for a, v in zip(args[::2], args[1::2], strict=True)))
 
 
 @main.command("load")
@@ -296,14 +339,14 @@ def _run_job(make_config, job: str, spark_master: str | None) -> None:
 @click.option("--user", default=None, help="user:password when client auth is on")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 def load_command(master_url: str, repository: str | None, graph: str | None, initial: bool,
-                 spark_master: str | None, work_dir: str | None, batch_quads: int,
-                 rejects_dir: str | None, user: str | None, inputs: tuple[str, ...]) -> None:
+                 work_dir: str | None, batch_quads: int, rejects_dir: str | None,
+                 user: str | None, inputs: tuple[str, ...], **spark) -> None:
     """Validate, canonicalise, deduplicate and load RDF files (N-Triples, N-Quads, Turtle,
     TriG, RDF/XML, JSON-LD; .gz/.bz2; directories are walked) on Spark, then check that
     every worker holds the expected fingerprint. Exit 1 on a mismatch."""
     _run_job(lambda jobs: jobs.LoadConfig(
         master_url, tuple(inputs), repository, graph, initial, batch_quads, rejects_dir,
-        work_dir, tuple(user.split(":", 1)) if user else None), "run_load", spark_master)
+        work_dir, tuple(user.split(":", 1)) if user else None), "run_load", spark)
 
 
 @main.command("audit")
@@ -313,12 +356,17 @@ def load_command(master_url: str, repository: str | None, graph: str | None, ini
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="where the differing quads go (default: ./txcluster-audit-<time> when "
               "the replicas differ)")
-def audit_command(workers: tuple[str, ...], spark_master: str | None, work_dir: str | None,
-                  out_dir: str | None) -> None:
+def audit_command(workers: tuple[str, ...], work_dir: str | None, out_dir: str | None,
+                  **spark) -> None:
     """Compare two replicas exactly: per-graph fingerprints and the quads that differ.
     Exit 0 when they are identical."""
+    master = spark["spark_master"]
+    if master and not master.startswith("local") and work_dir is None:
+        # Checked again by the job (under spark-submit): here before the exports.
+        _fail(f"on a Spark cluster ({master}) the executors read the replicas' exports: "
+              "give --work-dir on storage that the driver and every Spark node see")
     _run_job(lambda jobs: jobs.AuditConfig(tuple(workers), out_dir, work_dir), "run_audit",
-             spark_master)
+             spark)
 
 if __name__ == "__main__":
     main()
