@@ -34,7 +34,7 @@ from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from rdf4j_protocol.routes import QueryHotPath
+from rdf4j_protocol.routes import HotPaths
 from rdf4j_protocol.transactions import TransactionRegistry
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
@@ -210,9 +210,9 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,
                                           lambda: service.config))
-    # Queries past the framework's routing (routes.QueryHotPath), inside the latency
+    # Queries and updates past the framework's routing (routes.HotPaths), inside the latency
     # measurement (the middleware added last is the outermost).
-    app.add_middleware(QueryHotPath, endpoint=rdf4j_api.query_endpoint)  # type: ignore[attr-defined]
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
     app.add_middleware(LatencyMiddleware, histogram=service.metrics.request_seconds)
     return app
 

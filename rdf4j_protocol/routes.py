@@ -359,38 +359,43 @@ def rdf4j_routes(backend: Backend, transactions: TransactionRegistry) -> APIRout
     for path, endpoint, methods in routes:
         router.add_route(path, handler(endpoint), methods=methods,
                          name=f"{backend.route_prefix}_{endpoint.__name__}")
-    # The same wrapped endpoint, for QueryHotPath (below): the route table stays one.
-    router.query_endpoint = handler(query)  # type: ignore[attr-defined]
+    # The same wrapped endpoints, for HotPaths (below): the route table stays one.
+    router.hot_endpoints = {  # type: ignore[attr-defined]
+        "": handler(query), "/statements": handler(statements)}
     return router
 
 
-QUERY_PATH_PREFIX = "/repositories/"
+REPOSITORY_PREFIX = "/repositories/"
 
 
-class QueryHotPath:
-    """ASGI middleware: ``GET|POST /repositories/{id}`` (the query endpoint) straight to
-    its endpoint in the route table, past the framework's routing; every other request to
-    the application as before.
+class HotPaths:
+    """ASGI middleware: a repository's query endpoint (``/repositories/{id}``) and its
+    statements (``/repositories/{id}/statements``: SPARQL updates and RDF uploads)
+    straight to their endpoints in the route table, past the framework's routing; every
+    other request to the application as before.
 
     Why: routing a request through FastAPI's router cost about 250 us of CPU on this
-    machine, five times what pyoxigraph takes to answer a point SELECT
-    (bench/bench_anchor.py). The endpoint is the one ``rdf4j_routes`` mounts, with the
-    same error handling, negotiation and auth; a path that is not exactly
-    ``/repositories/<id>`` (a trailing slash, a sub-resource) and every other method
-    (HEAD, OPTIONS) take the framework's route as before."""
+    machine, five times what pyoxigraph takes to answer a point SELECT. ``endpoints``
+    (suffix after the repository id -> endpoint) are the ones ``rdf4j_routes`` mounts,
+    with the same path checks, error handling, negotiation and auth; methods the route
+    table does not serve there (HEAD, OPTIONS), and any other path, take the framework's
+    route as before."""
 
-    def __init__(self, app: Any, endpoint: Endpoint) -> None:
+    METHODS = {"": ("GET", "POST"), "/statements": ("GET", "POST", "PUT", "DELETE")}
+
+    def __init__(self, app: Any, endpoints: dict[str, Endpoint]) -> None:
         self.app = app
-        self.endpoint = endpoint
+        self.endpoints = endpoints
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["method"] in ("GET", "POST"):
-            path: str = scope["path"]
-            if path.startswith(QUERY_PATH_PREFIX):
-                repo_id = path[len(QUERY_PATH_PREFIX):]
-                if repo_id and "/" not in repo_id:
-                    scope["path_params"] = {"repo_id": repo_id}
-                    response = await self.endpoint(Request(scope, receive))
-                    await response(scope, receive, send)
-                    return
+        if scope["type"] == "http" and scope["path"].startswith(REPOSITORY_PREFIX):
+            repo_id, slash, rest = scope["path"][len(REPOSITORY_PREFIX):].partition("/")
+            suffix = slash + rest  # "" or "/statements"; "/" (a trailing slash) is not hot
+            endpoint = self.endpoints.get(suffix)
+            if (endpoint is not None and repo_id
+                    and scope["method"] in self.METHODS[suffix]):
+                scope["path_params"] = {"repo_id": repo_id}
+                response = await endpoint(Request(scope, receive))
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)

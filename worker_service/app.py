@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from rdf4j_protocol.routes import QueryHotPath
+from rdf4j_protocol.routes import HotPaths
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
@@ -55,7 +55,7 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                        tags=["cluster-control"])
     rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_api, tags=["rdf4j"])
-    app.add_middleware(QueryHotPath, endpoint=rdf4j_api.query_endpoint)  # type: ignore[attr-defined]
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
     return app
 
 
