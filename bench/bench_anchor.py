@@ -57,6 +57,12 @@ POINT = "SELECT ?o WHERE {{ <{ex}s{k}> <{ex}p3> ?o }}"
 # run prints the anchor's own single-query time. The engine does the work, not the HTTP
 # path, so the txcluster master should add next to nothing.
 ENGINE = f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s <{EX}p0> ?o . ?s ?p2 ?o2 }}"
+# Connections of the engine-bound runs, on both sides: a worker evaluates at most
+# max-concurrent-queries (default 4) such queries at once and refuses more with a 503
+# (worker_service/query_isolation.py), which Oxigraph does not; and with 2 cores, more
+# than a few concurrent engine-bound queries only queue.
+ENGINE_CONNECTIONS = 4
+DRAIN_S = 1.0  # pause after each wrk run (WrkRunner.parallel)
 TRIPLES_PER_WRITE = 10
 LOAD_BATCH = 20_000  # triples per load transaction (the `txcluster load` default)
 
@@ -152,6 +158,10 @@ class Wrk:
                         p.kill()
                         p.wait()
             parts = [result_of(f"{label} ({phase})", conns, out) for conns, out in outs]
+            # wrk stops at its deadline with requests in flight; the server finishes them
+            # (an engine-bound query keeps its query-process slot until its client's
+            # going is noticed): let them drain so that the next phase starts idle.
+            time.sleep(DRAIN_S)
         # Parallel processes: the sum of each one's own rate (durations differ a little);
         # the latency shown is the first process's (a single run: its own).
         total = WrkResult(label, sum(p.connections for p in parts), sum(p.ok for p in parts),
@@ -424,7 +434,7 @@ def main() -> None:
             ox_point = wrk.run("oxigraph serve: point SELECT", "read", ox_url,
                                point_target("/query", n_subjects), read, conns)
             ox_engine = wrk.run("oxigraph serve: engine-bound", "read", ox_url,
-                                engine_target("/query"), read, conns)
+                                engine_target("/query"), read, min(conns, ENGINE_CONNECTIONS))
             ox_write = wrk.run("oxigraph serve: INSERT DATA", "write", ox_url, ("/update",),
                                update, conns)
 
@@ -443,7 +453,7 @@ def main() -> None:
             via = wrk.run("master (same worker): point SELECT", "read", master,
                           point_target(path, n_subjects), read + auth, conns)
             engine = wrk.run("master: engine-bound", "read", master, engine_target(path),
-                             read + auth, conns)
+                             read + auth, min(conns, ENGINE_CONNECTIONS))
 
         print("== txcluster up --masters 1 --workers 3 (writes)")
         with cluster(root, 1, 3) as info:
