@@ -22,9 +22,12 @@ W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # libapache-jena-java: Apache Jena 4 as a client of the master (tests/test_clients_jena.py).
 # nodejs: graphdb.js as a client of the master (tests/test_clients_graphdbjs.py); Debian's
 # npm too when the machine's nodejs has none (deps-debian).
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs
+# wrk: the C load generator of bench/bench_anchor.py (make bench-anchor), so that the client
+# is not what is measured (tests/test_bench_anchor.py runs its Lua script when present).
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs wrk
 
-.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench docs clean fuzz chaos
+.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor docs clean \
+	fuzz chaos
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -107,8 +110,14 @@ TOPOLOGY ?= single-dc
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos --rounds $(ROUNDS) --seed $(SEED) --topology $(TOPOLOGY)
 
-bench: $(STAMP)
+# deps-debian: wrk for bench_anchor (the `oxigraph serve` anchor comes with the dev extra).
+bench: $(STAMP) deps-debian
 	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m bench.$$m || exit 1; done
+
+# Issue 18's table alone: txcluster against `oxigraph serve`, same run, wrk as the client
+# (bench/README.md). ARGS passes options, e.g. make bench-anchor ARGS='--seconds 30'.
+bench-anchor: $(STAMP) deps-debian
+	$(BIN)/python -m bench.bench_anchor $(ARGS)
 
 # The generated references in docs/reference/ (tests/test_docs.py checks them).
 docs: $(STAMP)

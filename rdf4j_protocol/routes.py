@@ -359,4 +359,43 @@ def rdf4j_routes(backend: Backend, transactions: TransactionRegistry) -> APIRout
     for path, endpoint, methods in routes:
         router.add_route(path, handler(endpoint), methods=methods,
                          name=f"{backend.route_prefix}_{endpoint.__name__}")
+    # The same wrapped endpoints, for HotPaths (below): the route table stays one.
+    router.hot_endpoints = {  # type: ignore[attr-defined]
+        "": handler(query), "/statements": handler(statements)}
     return router
+
+
+REPOSITORY_PREFIX = "/repositories/"
+
+
+class HotPaths:
+    """ASGI middleware: a repository's query endpoint (``/repositories/{id}``) and its
+    statements (``/repositories/{id}/statements``: SPARQL updates and RDF uploads)
+    straight to their endpoints in the route table, past the framework's routing; every
+    other request to the application as before.
+
+    Why: routing a request through FastAPI's router cost about 250 us of CPU on this
+    machine, five times what pyoxigraph takes to answer a point SELECT. ``endpoints``
+    (suffix after the repository id -> endpoint) are the ones ``rdf4j_routes`` mounts,
+    with the same path checks, error handling, negotiation and auth; methods the route
+    table does not serve there (HEAD, OPTIONS), and any other path, take the framework's
+    route as before."""
+
+    METHODS = {"": ("GET", "POST"), "/statements": ("GET", "POST", "PUT", "DELETE")}
+
+    def __init__(self, app: Any, endpoints: dict[str, Endpoint]) -> None:
+        self.app = app
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(REPOSITORY_PREFIX):
+            repo_id, slash, rest = scope["path"][len(REPOSITORY_PREFIX):].partition("/")
+            suffix = slash + rest  # "" or "/statements"; "/" (a trailing slash) is not hot
+            endpoint = self.endpoints.get(suffix)
+            if (endpoint is not None and repo_id
+                    and scope["method"] in self.METHODS[suffix]):
+                scope["path_params"] = {"repo_id": repo_id}
+                response = await endpoint(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -17,7 +17,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from rdf4j_protocol.routes import Backend, rdf4j_routes, text
+from rdf4j_protocol.routes import Backend, HotPaths, rdf4j_routes, text
 from rdf4j_protocol.transactions import TransactionRegistry
 
 R = "/repositories/repo"
@@ -90,9 +90,13 @@ class Recording(Backend):
         self.ended.append(txid)
 
 
-def client(backend: Backend) -> TestClient:
+def client(backend: Backend, hot: bool = True) -> TestClient:
+    """The route table as both node kinds mount it: with its hot paths (``hot``)."""
     app = FastAPI()
-    app.include_router(rdf4j_routes(backend, TransactionRegistry()))
+    router = rdf4j_routes(backend, TransactionRegistry())
+    app.include_router(router)
+    if hot:
+        app.add_middleware(HotPaths, endpoints=router.hot_endpoints)
     return TestClient(app)
 
 
@@ -155,3 +159,41 @@ def test_a_transaction_with_a_read_and_a_commit():
     assert [op["type"] for op in b.written[0]] == ["add"]
     assert b.ended == [tx.rsplit("/", 1)[1]]
     assert c.put(f"{tx}?action=PING").status_code == 404  # forgotten once committed
+
+
+@pytest.mark.parametrize("method,path", [
+    ("GET", R), ("POST", R), ("GET", f"{R}?query=ASK{{}}"), ("HEAD", R), ("OPTIONS", R),
+    ("GET", f"{R}/"), ("GET", "/repositories/other"), ("GET", "/repositories/"),
+    ("GET", f"{R}/statements"), ("POST", f"{R}/statements"), ("DELETE", f"{R}/statements"),
+    ("PUT", f"{R}/statements"), ("GET", f"{R}/statements/"), ("GET", f"{R}%0A"),
+    ("GET", f"{R}%0A/statements"), ("GET", f"{R}/size"), ("PATCH", f"{R}/statements"),
+])
+def test_the_hot_paths_answer_as_the_route_table(method, path):
+    """HotPaths only skips the framework's routing: status, body and content type are
+    the routed request's, for the hot paths and for what must not be taken as one."""
+    headers = {"content-type": "application/n-triples"}
+    body = b"<http://e/s> <http://e/p> <http://e/o> ." if method in ("POST", "PUT") else None
+    answers = []
+    for hot in (True, False):
+        r = client(Recording(), hot=hot).request(method, path, content=body, headers=headers,
+                                                follow_redirects=False)
+        answers.append((r.status_code, r.text, r.headers.get("content-type")))
+    assert answers[0] == answers[1]
+
+
+def test_the_hot_paths_skip_the_router():
+    app = FastAPI()
+    router = rdf4j_routes(Recording(), TransactionRegistry())
+    app.include_router(router)
+    routed: list[str] = []
+
+    @app.middleware("http")
+    async def count(request, call_next):  # runs only for what reaches the router's side
+        routed.append(request.url.path)
+        return await call_next(request)
+
+    app.add_middleware(HotPaths, endpoints=router.hot_endpoints)
+    c = TestClient(app)
+    assert c.get(R).text == "query" and c.get(f"{R}/statements").text == "statements"
+    assert c.get(f"{R}/size").text == "size"
+    assert routed == [f"{R}/size"]

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from rdf4j_protocol.routes import HotPaths
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
@@ -37,7 +38,8 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
         rdf4j_api.query_processes.kill_all()  # type: ignore[attr-defined]
 
     app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
-                  "for reads, cluster-control API for its master.", lifespan=lifespan)
+                  "for reads, cluster-control API for its master.", lifespan=lifespan,
+                  telemetry=http_server.FASTAPI_TELEMETRY)
     verifier = Verifier(secret, node)
     app.state.repository = repo
 
@@ -53,6 +55,7 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                        tags=["cluster-control"])
     rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_api, tags=["rdf4j"])
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
     return app
 
 

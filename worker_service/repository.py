@@ -205,6 +205,12 @@ class Repository:
         with self._lock.read():
             yield self.store
 
+    @contextmanager
+    def reading_now(self) -> Iterator[ox.Store | None]:
+        """``reading()`` if the lock is free now, else None at once (no wait)."""
+        with self._lock.read_now() as taken:
+            yield self.store if taken else None
+
     @property
     def namespaces(self) -> dict[str, str]:
         return dict(self._state.namespaces)

@@ -36,6 +36,23 @@ class RWLock:
                     self._cond.notify_all()
 
     @contextmanager
+    def read_now(self) -> Iterator[bool]:
+        """The read lock if it is free now (no writer holds it or waits for it): yields
+        whether it was taken. Never waits for a writer, so the event loop may call it."""
+        with self._cond:
+            taken = not self._writer and not self._waiting_writers
+            if taken:
+                self._readers += 1
+        try:
+            yield taken
+        finally:
+            if taken:
+                with self._cond:
+                    self._readers -= 1
+                    if not self._readers:
+                        self._cond.notify_all()
+
+    @contextmanager
     def write(self) -> Iterator[None]:
         with self._cond:
             self._waiting_writers += 1

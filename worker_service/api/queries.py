@@ -135,19 +135,53 @@ def _start_query(store: ox.Store, q: QueryRequest, repo_id: str) -> Any:
         raise ProtocolError(400, f"query cannot be evaluated: {exc}") from None
 
 
+# How long a provably cheap query may run on the event loop (run_inline) before it is
+# given up and run again in the thread pool. A point query takes ~50 us; the hop to a
+# pool thread and back cost ~300 us under load on this 2-core machine (GIL handoffs),
+# which made it the largest part of a point query's answer (bench/bench_anchor.py).
+INLINE_BUDGET_S = 0.002
+
+
+def run_inline(repo: Any, q: QueryRequest, accept: str | None,
+               timeout_s: float | None) -> Response | None:
+    """A provably cheap query on the calling (event loop) thread, if the repository's
+    read lock is free now and the answer is written within INLINE_BUDGET_S; None
+    otherwise (nothing was answered: run it in the thread pool, ``_run_query``). A query
+    only reads, so giving one up and running it again changes nothing; the loop is never
+    held for longer than the budget and one result chunk."""
+    budget = INLINE_BUDGET_S if timeout_s is None else min(INLINE_BUDGET_S, timeout_s)
+    with repo.reading_now() as store:
+        if store is None:  # a writer holds or waits for the lock: never wait on the loop
+            return None
+        started = _start_query(store, q, repo.id)
+    try:
+        return _run_query(repo, q, accept, budget, started=started)
+    except _GivenUp:
+        return None
+
+
+class _GivenUp(Exception):
+    """run_inline's budget passed (not the query's timeout)."""
+
+
 def _run_query(repo: Any, q: QueryRequest, accept: str | None,
-               timeout_s: float | None) -> Response:
+               timeout_s: float | None, started: Any = None) -> Response:
     """Start, evaluate and serialise a query, all in the calling (pool) thread; stopped
-    (TimedOut) when ``timeout_s`` has passed at a write of its results.
+    (TimedOut) when ``timeout_s`` has passed at a write of its results. ``started``: a
+    query run_inline started, whose ``timeout_s`` is its budget (_GivenUp, not TimedOut).
 
     pyoxigraph's result iterators are "unsendable": they must be used and dropped by the
     thread that created them. So the format is negotiated before the query starts, and
     no exception leaves this function while a frame still holds a result (an exception's
     traceback would keep it alive until another thread collects it)."""
+    inline = started is not None
     neg = _negotiate_first(q, accept)
-    with repo.reading() as store:
-        result = _start_query(store, q, repo.id)
-    failure: ProtocolError | None = None
+    if started is None:
+        with repo.reading() as store:
+            result = _start_query(store, q, repo.id)
+    else:
+        result, started = started, None
+    failure: Exception | None = None
     try:
         neg = neg or _negotiate_for(result, accept)
         if isinstance(result, ox.QueryBoolean):
@@ -161,7 +195,7 @@ def _run_query(repo: Any, q: QueryRequest, accept: str | None,
     except ProtocolError as exc:
         failure = ProtocolError(exc.status, exc.message)
     except QueryTimeout:
-        failure = TimedOut(timeout_s or 0.0)
+        failure = _GivenUp() if inline else TimedOut(timeout_s or 0.0)
     except (OSError, RuntimeError, ValueError) as exc:
         failure = ProtocolError(500, f"query evaluation failed: {exc}")
     # Out of the except blocks: the exception and its frames are gone; drop the result
