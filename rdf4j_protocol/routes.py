@@ -356,16 +356,22 @@ def rdf4j_routes(backend: Backend, transactions: TransactionRegistry) -> APIRout
         ("/repositories/{repo_id}/transactions/{txid}", transaction, ["PUT", "POST", "DELETE"]),
         *backend.extra_routes(),
     ]
+    # HotPaths (below) takes the hot routes' own wrapped endpoints and methods from this
+    # table: the route table stays one.
+    hot: dict[str, tuple[Endpoint, tuple[str, ...]]] = {}
     for path, endpoint, methods in routes:
-        router.add_route(path, handler(endpoint), methods=methods,
+        wrapped = handler(endpoint)
+        router.add_route(path, wrapped, methods=methods,
                          name=f"{backend.route_prefix}_{endpoint.__name__}")
-    # The same wrapped endpoints, for HotPaths (below): the route table stays one.
-    router.hot_endpoints = {  # type: ignore[attr-defined]
-        "": handler(query), "/statements": handler(statements)}
+        if path in HOT_ROUTES:
+            hot[HOT_ROUTES[path]] = (wrapped, tuple(methods))
+    router.hot_endpoints = hot  # type: ignore[attr-defined]
     return router
 
 
 REPOSITORY_PREFIX = "/repositories/"
+# Route path -> its suffix after the repository id, for the routes HotPaths serves.
+HOT_ROUTES = {"/repositories/{repo_id}": "", "/repositories/{repo_id}/statements": "/statements"}
 
 
 class HotPaths:
@@ -376,14 +382,13 @@ class HotPaths:
 
     Why: routing a request through FastAPI's router cost about 250 us of CPU on this
     machine, five times what pyoxigraph takes to answer a point SELECT. ``endpoints``
-    (suffix after the repository id -> endpoint) are the ones ``rdf4j_routes`` mounts,
-    with the same path checks, error handling, negotiation and auth; methods the route
-    table does not serve there (HEAD, OPTIONS), and any other path, take the framework's
-    route as before."""
+    (suffix after the repository id -> (endpoint, methods)) are the ones ``rdf4j_routes``
+    mounts, with the route table's methods and the same path checks, error handling,
+    negotiation and auth; other methods (HEAD, OPTIONS) and any other path take the
+    framework's route as before."""
 
-    METHODS = {"": ("GET", "POST"), "/statements": ("GET", "POST", "PUT", "DELETE")}
-
-    def __init__(self, app: Any, endpoints: dict[str, Endpoint]) -> None:
+    def __init__(self, app: Any,
+                 endpoints: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> None:
         self.app = app
         self.endpoints = endpoints
 
@@ -391,9 +396,8 @@ class HotPaths:
         if scope["type"] == "http" and scope["path"].startswith(REPOSITORY_PREFIX):
             repo_id, slash, rest = scope["path"][len(REPOSITORY_PREFIX):].partition("/")
             suffix = slash + rest  # "" or "/statements"; "/" (a trailing slash) is not hot
-            endpoint = self.endpoints.get(suffix)
-            if (endpoint is not None and repo_id
-                    and scope["method"] in self.METHODS[suffix]):
+            endpoint, methods = self.endpoints.get(suffix, (None, ()))
+            if endpoint is not None and repo_id and scope["method"] in methods:
                 scope["path_params"] = {"repo_id": repo_id}
                 response = await endpoint(Request(scope, receive))
                 await response(scope, receive, send)

@@ -171,12 +171,18 @@ def master_config(tmp_path: Path, **extra: str) -> Path:
     return path
 
 
-def test_split_recovery_cannot_change_during_a_split(tmp_path):
+def peered_master(tmp_path, sync_state: str) -> tuple[MasterService, Path]:
+    """A master with one peer whose sync status says ``sync_state``; its config file."""
     path = master_config(tmp_path, **{"peer.1.id": "master2",
                                        "peer.1.url": "http://127.0.0.1:7210"})
     service = MasterService(MasterConfig.load(path))
+    service.sync_status = lambda: {"state": sync_state}  # type: ignore[method-assign]
+    return service, path
+
+
+def test_split_recovery_cannot_change_during_a_split(tmp_path):
+    service, path = peered_master(tmp_path, "split")
     before = path.read_bytes()
-    service.sync_status = lambda: {"state": "split"}  # type: ignore[method-assign]
     with pytest.raises(OperationFailed, match="SplitRecovery cannot be changed during a "
                        "cluster split: the strategy 'None' stays"):
         run(service.cluster_info.write("SplitRecovery", "Smart"))
@@ -191,11 +197,8 @@ def test_split_recovery_cannot_change_during_a_split(tmp_path):
 def test_split_recovery_cannot_change_while_a_split_is_recovered(tmp_path):
     # The driver refuses the change during a rollback to the split backup too; the control
     # plane must refuse it before persisting, not accept it and fail in the background.
-    path = master_config(tmp_path, **{"peer.1.id": "master2",
-                                       "peer.1.url": "http://127.0.0.1:7210"})
-    service = MasterService(MasterConfig.load(path))
+    service, path = peered_master(tmp_path, "recovering")
     before = path.read_bytes()
-    service.sync_status = lambda: {"state": "recovering"}  # type: ignore[method-assign]
     with pytest.raises(OperationFailed, match=r"SplitRecovery cannot be changed while a "
                        r"cluster split is being recovered .* the strategy 'None' stays until "
                        r"the recovery is done; nothing changed"):
