@@ -1,16 +1,20 @@
 """The statuses a master gives an in-sync worker as writes are forwarded to it
 (docs/design/cluster-basics.md#worker-statuses): ON, WAITING_WRITE while a write is
 queued for it, WRITING while it applies one. The write path's forwarder against a worker
-client that answers when the test says so; no servers."""
+client that answers when the test says so; no servers. Last, a health check whose answer
+is overtaken by a forward, against real worker processes."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from master_service.cluster import replication
+from master_service.cluster.core import Cluster
 from master_service.cluster.pool import Worker, WorkerPool
-from master_service.cluster.statuses import READABLE, WorkerStatus
+from master_service.cluster.statuses import IN_SYNC, READABLE, WorkerStatus
 from master_service.cluster.write_path import WritePath
+from master_service.txlog.log import TxLog
 
 
 class HeldClient:
@@ -77,3 +81,60 @@ def test_a_forward_that_ends_with_writes_queued_leaves_it_waiting_write():
     assert WorkerPool.settled(w) is WorkerStatus.ON
     w.queue.append({"seq": 3})
     assert WorkerPool.settled(w) is WorkerStatus.WAITING_WRITE
+
+
+def test_a_health_answer_overtaken_by_a_forward_is_not_a_worker_going_back_in_time(
+        worker_factory, secret, tmp_path):
+    """The health check asks a worker its state; before that answer is read, a forward
+    to the same worker is applied and answered (two connections: their answers arrive in
+    any order under load). The answer then names an older position than the one the
+    master now knows. The worker did not go back in time: it stays in rotation, and with
+    two workers and protect-single-worker the cluster stays writable. (Before, it was
+    taken out as "went back in time" and writes were refused until it was replayed.)"""
+    workers = [worker_factory(f"w{i}") for i in (1, 2)]
+
+    async def until(condition, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "condition not reached"
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> None:
+        with TxLog.open(tmp_path / "txlog.db") as txlog:
+            cluster = Cluster(node_id="m1", txlog=txlog, secret=secret[1],
+                              worker_urls=[w.url for w in workers],
+                              params=replication.Parameters(), control_queries=[])
+            await cluster.start()
+            try:
+                await until(lambda: all(w.status == WorkerStatus.ON
+                                        for w in cluster.workers.values()))
+                insert = [{"type": "update",
+                           "update": "INSERT DATA { <urn:late:s> <urn:late:p> 1 }"}]
+                await cluster.write(insert)
+                await until(lambda: cluster.probe is not None)
+                [other] = [w for w in cluster.workers.values() if w.url != cluster.probe]
+                await until(lambda: other.seq == cluster.head_seq and not other.queue)
+                real_state = other.client.state
+
+                async def overtaken_state(timeout: float = 5.0) -> dict:
+                    answer = await real_state(timeout)
+                    # The answer is on its way; meanwhile a write is forwarded to
+                    # this worker and its answer read first.
+                    await cluster.write([{"type": "update",
+                                          "update": "INSERT DATA { <urn:late:s> <urn:late:p> 2 }"}])
+                    await until(lambda: other.seq == cluster.head_seq and not other.queue)
+                    return answer
+
+                other.client.state = overtaken_state
+                before = other.seq
+                await cluster.poll(other)
+                assert other.seq == before + 1
+                assert other.status in IN_SYNC, (other.status, other.last_error)
+                assert cluster.writable_reason() is None
+                del other.client.state
+                await cluster.poll(other)  # a fresh answer agrees with the log
+                assert other.status in IN_SYNC and other.seq == cluster.head_seq
+            finally:
+                await cluster.stop()
+
+    asyncio.run(scenario())

@@ -75,6 +75,10 @@ class Recovery:
         pool = self.pool
         if w.url == pool.bulk_load_target or w.url in pool.restoring:
             return  # its state changes on purpose; commit_bulk_load or restore takes it over
+        # The position known when the question is asked: a forward may finish (and move
+        # w.seq) while the answer is on its way, and an answer taken before that apply is
+        # then older than w.seq without the worker having gone anywhere.
+        asked_at = w.seq
         try:
             st = await w.client.state()
         except (WorkerUnavailable, WorkerRefused) as exc:
@@ -89,7 +93,7 @@ class Recovery:
                     st["fingerprint"] != pool.head_fingerprint:
                 pool.counters.fingerprint_mismatches += 1
                 pool.disable(w, WorkerStatus.OUT_OF_SYNC, "fingerprint differs from the log")
-            elif st["seq"] < w.seq or st["status"] == "OUT_OF_SYNC":
+            elif st["seq"] < asked_at or st["status"] == "OUT_OF_SYNC":
                 pool.disable(w, WorkerStatus.OUT_OF_SYNC, "worker went back in time")
             else:
                 return
