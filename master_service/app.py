@@ -7,7 +7,9 @@ recovery) and log pruning by LogMaxSize / LogMaxDepth.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from contextlib import asynccontextmanager
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -18,6 +20,7 @@ from master_service.api.client import ClientAuth, client_router
 from master_service.api.guard import AdminGuard
 from master_service.api.metrics import LatencyMiddleware, MasterMetrics, metrics_router
 from master_service.api.peer import peer_router
+from master_service.api.seeding import seeding_router
 from master_service.api.status_page import status_page_router
 from master_service.api.sync_admin import sync_admin_router
 from master_service.cluster import replication
@@ -32,6 +35,7 @@ from master_service.sync.driver import SyncDriver
 from master_service.sync.messages import mode_of
 from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import SplitRecovery, Timing
+from master_service.sync.seeding import SeedImages, Seeding, SeedingFailed
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from rdf4j_protocol.routes import HotPaths
@@ -41,6 +45,9 @@ from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
 from txcluster.properties import ConfigError
 
 log = logging.getLogger("txcluster.master")
+
+# After a failed seeding, a data centre that still needs seeding tries again this late.
+SEED_RETRY_S = 30.0
 
 
 class MasterService:
@@ -56,6 +63,8 @@ class MasterService:
             config.host, config.port, (url_authority(config.master_url),
                                        *config.advertised_hosts))
         self.peer_verifier = Verifier(self.peer_secret, self.peer_authorities)
+        # A worker of this data centre pulling a seed image from it (api/seeding.py).
+        self.cluster_verifier = Verifier(self.secret, self.peer_authorities)
         # One TLS context for every server this master calls: workers and peers.
         self.client_tls = tls.client_context(config.tls_ca_file)
         self.txlog: TxLog | None = None
@@ -66,6 +75,11 @@ class MasterService:
         # group commit (cluster/local_ordering.py).
         self.ordering: AgreedOrdering | None = None
         self.log_thread: LogThread | None = None  # every call to the txlog's SQLite
+        # Seeding (sync/seeding.py): the donor's images for peers, and this data centre's
+        # own seeding from a peer.
+        self.seed_images: SeedImages | None = None
+        self.seeding: Seeding | None = None
+        self._seed_task: asyncio.Task | None = None
         self.scheduler: AsyncIOScheduler | None = None
         # The open RDF4J transactions of the client API (their pending operations).
         self.transactions = TransactionRegistry(config.transaction_idle_timeout_s)
@@ -79,6 +93,17 @@ class MasterService:
         self.control = Control(self)
 
     def sync_status(self) -> dict | None:
+        status = self._sync_status()
+        progress = self.seeding.progress if self.seeding is not None else None
+        if progress is not None:
+            if status is None:  # seeding before peering: nothing agreed yet
+                status = {"node_id": self.config.node_id, "state": "seeding", "peers": []}
+            elif self.seeding is not None and self.seeding.running:
+                status["state"] = "seeding"
+            status["seeding"] = dict(progress)
+        return status
+
+    def _sync_status(self) -> dict | None:
         """The peering state for status pages and JMX, None when this master has no peers.
 
         Keys: node_id, mode ("read-write" | "read-only" | "muted"), state ("connected" |
@@ -103,6 +128,7 @@ class MasterService:
             secret=self.peer_secret, agreement=self.agreement, cluster=self.cluster,
             scheduler=self.scheduler, request_timeout=c.request_timeout_s,
             data_centre=c.data_centre, on_round=self.metrics.sync_round,
+            on_needs_seeding=self._needs_seeding,
             split_recovery=SplitRecovery(c.split_recovery), tls=self.client_tls,
             ordering=self.ordering,
             timing=Timing(round_timeout=c.sync_round_timeout_ms,
@@ -111,6 +137,67 @@ class MasterService:
                           else int(c.max_peer_lag_s * 1000)))
         await self.sync.start()
         self.ordering.submit_to = self.sync.submit
+
+    def _needs_seeding(self) -> None:
+        """The driver found that no peer can bring this data centre up to date by replay
+        any more: seed it from the peer that executed the most (once at a time; a
+        refusal, e.g. transactions waiting for agreement, is logged and retried)."""
+        if self.sync is None or (self._seed_task and not self._seed_task.done()):
+            return
+        progress = self.seeding.progress if self.seeding is not None else None
+        if progress and progress["phase"] == "failed" and \
+                time.time() - progress["finished"] < SEED_RETRY_S:
+            return  # the next needs_seeding after a failure waits a while
+        donor = self.sync.node.seed_donor()
+        url = dict(self.config.peers).get(donor) if donor else None
+        if url is not None:
+            log.warning("this data centre needs seeding: seeding it from %s", donor)
+            self._seed_task = asyncio.create_task(self._seed(donor, url), name="seeding")
+
+    async def seed_from(self, peer: str) -> dict:
+        """Seed this data centre from peer ``peer`` (admin API; sync-seed-from at the
+        first start): in the background, progress in sync_status()["seeding"]. KeyError:
+        not a peer; SeedingFailed: one is running already."""
+        url = dict(self.config.peers).get(peer)
+        if url is None:
+            raise KeyError(f"'{peer}' is not a sync peer of {self.config.node_id}")
+        assert self.seeding is not None
+        if self.seeding.running or (self._seed_task and not self._seed_task.done()):
+            raise SeedingFailed("a seeding is already running")
+        self._seed_task = asyncio.create_task(self._seed(peer, url), name="seeding")
+        await asyncio.sleep(0)  # running from here on
+        return dict(self.seeding.progress or {})
+
+    async def _seed(self, peer: str, url: str, retry_s: float = 0.0) -> None:
+        """Peering stops (writes are refused: "peering is starting"), the data centre is
+        seeded, peering starts again from the seeded floor. ``retry_s``: ask again after
+        that long until it works (the first start of a joining data centre); 0: once."""
+        assert self.seeding is not None and self.agreement is not None
+        if self.sync is not None:
+            if self.ordering is not None:
+                self.ordering.submit_to = None
+            await self.sync.stop()
+            self.sync = None
+        while True:
+            try:
+                await self.seeding.run(peer, url)
+                failed = False
+                break
+            except SeedingFailed:
+                failed = True
+                if not retry_s:
+                    break
+                await asyncio.sleep(retry_s)
+        # A data centre that never peered does not start at its own state: it has none
+        # that its peers agreed on (docs/design/sync-protocol.md#seeding-a-data-centre).
+        if self.agreement.enabled:
+            await self._start_sync()
+            if failed:  # still needing seeding then: ask again later (_needs_seeding)
+                asyncio.get_running_loop().call_later(SEED_RETRY_S + 1, self._retry_seeding)
+
+    def _retry_seeding(self) -> None:
+        if self.sync is not None and self.sync.health.needs_seeding:
+            self._needs_seeding()
 
     async def start(self) -> None:
         c = self.config
@@ -148,7 +235,17 @@ class MasterService:
         self.scheduler.add_job(self.cluster.prune, "interval", seconds=60, id="prune",
                                max_instances=1, coalesce=True)
         self.scheduler.start()
-        if peered:
+        self.seed_images = SeedImages(self.cluster, self.agreement, lambda: self.sync,
+                                      lambda: self.cluster.params.compression)
+        self.seeding = Seeding(
+            cluster=self.cluster, agreement=self.agreement, secret=self.peer_secret,
+            node_id=c.node_id, master_url=c.master_url, data_dir=c.data_dir,
+            request_timeout=c.request_timeout_s, tls=self.client_tls)
+        if peered and c.sync_seed_from and not self.agreement.enabled:
+            url = dict(c.peers)[c.sync_seed_from]
+            self._seed_task = asyncio.create_task(
+                self._seed(c.sync_seed_from, url, retry_s=5.0), name="seeding")
+        elif peered:
             await self._start_sync()
         if c.jmx_port is not None:
             self.jmx = JmxBridge(self.cluster_info, c, asyncio.get_running_loop())
@@ -159,6 +256,12 @@ class MasterService:
             log.info("signed peer requests are taken for %s", self.peer_authorities.describe())
 
     async def stop(self) -> None:
+        if self._seed_task is not None:
+            self._seed_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._seed_task
+        if self.seeding is not None:
+            await self.seeding.close()
         if self.sync:
             await self.sync.stop()
         if self.jmx:
@@ -205,6 +308,9 @@ def create_app(service: MasterService) -> FastAPI:
     rdf4j_api = client_router(cluster, c.repository_id, auth, service.transactions)
     app.include_router(rdf4j_api, tags=["rdf4j"])
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
+    app.include_router(seeding_router(
+        lambda: service.seed_images if service.sync is not None else None,
+        lambda: service.seeding, service.peer_verifier, service.cluster_verifier))
     app.include_router(sync_admin_router(service, guard))
     app.include_router(jolokia_router(lambda: service.cluster_info, guard))
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))

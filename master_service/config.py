@@ -276,6 +276,10 @@ SCHEMA = Schema(
             "other Host is refused"),
         Key("sync-round-timeout-ms", parse_int(1), default=300,
             description="a busy sync round ends here if some peer did not post"),
+        Key("sync-seed-from", parse_node_id,
+            description="a peer's node-id: a master that never peered seeds its data centre "
+            "from that peer's worker image before it starts peering (a data centre that "
+            "joins a cluster holding data: docs/design/sync-protocol.md#seeding-a-data-centre)"),
         Key("sync-idle-interval-ms", parse_int(1), default=1000,
             description="rounds while nothing is unsynchronised (spec: 1 s to 1 min)"),
         # MaxPeerLag (docs/design/sync-protocol.md#maxpeerlag-and-the-split). The default is below
@@ -378,6 +382,9 @@ def _cross_key_problems(values: dict[str, Any]) -> list[str]:
     for name, url in urls.values():
         if master_url is not None and _url_identity(url) == _url_identity(master_url):
             problems.append(f"'{name}' is this master's own master-url '{url}'")
+    seed_from = values.get("sync-seed-from")
+    if seed_from is not None and seed_from not in {i for _, i in ids.values()}:
+        problems.append(f"'sync-seed-from' is '{seed_from}', which no peer.<n>.id names")
     return problems
 
 
@@ -434,6 +441,7 @@ class MasterConfig:
     advertised_hosts: tuple[str, ...] = ()
     sync_round_timeout_ms: int = 300
     sync_idle_interval_ms: int = 1000
+    sync_seed_from: str | None = None
     max_peer_lag_s: float | None = None
     jmx_password_file: Path | None = None
     jmx_access_file: Path | None = None

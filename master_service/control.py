@@ -314,3 +314,17 @@ class Control:
         self._persist(config.remove_peer_changes(peer_id))
         if self.service.sync is not None:
             await self.service.sync.remove_peer(peer_id)
+
+    async def seed(self, peer_id: str) -> dict:
+        """Seed this data centre from a peer's worker image (master_service/sync/seeding.py):
+        started in the background; the progress it returns goes on in GET /admin/sync."""
+        from master_service.sync.seeding import SeedingFailed
+
+        if self.service.seeding is None:
+            raise Unavailable("the master is still starting")
+        try:
+            return await self.service.seed_from(peer_id)
+        except KeyError as exc:
+            raise NotFound(str(exc.args[0])) from None
+        except SeedingFailed as exc:
+            raise Conflict(str(exc)) from None

@@ -503,6 +503,12 @@ class Simulation:
         for tx in image:
             chain = chain_hash(chain, tx.txid)
         newest = max(t.timestamp for t in image)
+        # The donor's core gives the real master's seed point (seeding.py): the same.
+        point = donor.node.seed_point(pos)
+        if point is not None and point != (image[-1].txid, chain, max(
+                newest, donor.durable.floor_newest)):
+            self.fail(f"{donor.name}'s seed point at {pos} is {point}, its queue says "
+                      f"{(image[-1].txid, chain, newest)}")
         ids = {t.txid for t in image}
         sn.durable = Durable(
             counter=max(d.counter, newest), synced=image, synced_ids=ids,

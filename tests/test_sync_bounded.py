@@ -19,6 +19,7 @@ from master_service.sync import (
     Activity,
     InvalidMessage,
     Mode,
+    PersistentState,
     Ready,
     Retention,
     SplitRecovery,
@@ -199,6 +200,63 @@ def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_f
     net.rounds(3)
     assert nodes["n1"].seq == nodes["n2"].seq == 7  # not waiting for n3
     assert "C" not in {t.txid for t in nodes["n1"].synchronised}
+
+
+def test_a_donor_keeps_what_follows_a_seed_point_until_the_seeded_node_posts():
+    """Seeding (master_service/sync/seeding.py): n3 is seeded from n1's image of position
+    4 while n1 and n2 go on and forget what both executed. n1 keeps what follows 4 for
+    n3 (n2 does not: it was not asked), so once n3 is restored from the seed point and
+    added, it catches up from n1 by replay; then every node forgets up to the end."""
+    nodes = cluster(names=("n1", "n2"))
+    net = Net(nodes)
+    net.rounds(1)
+    for i in range(4):
+        net.submit("n1", f"T{i}")
+    net.rounds(3)
+    net.execute("n1")
+    net.execute("n2")
+    net.rounds(2)
+    assert {n.floor for n in nodes.values()} == {4}
+    txid, chain, newest = nodes["n1"].seed_point(4)
+    assert txid == "T3" and nodes["n1"].seed_point(3) is None  # before the floor
+    net.take("n1", nodes["n1"].hold_for_seeding("n3", 4, until=net.now + 60_000,
+                                                now=net.now))
+    for i in range(4, 8):
+        net.submit("n2", f"T{i}")
+    net.rounds(3)
+    net.execute("n1")
+    net.execute("n2")
+    net.rounds(2)
+    assert (nodes["n1"].floor, nodes["n2"].floor) == (4, 8)
+    state = PersistentState(counter=newest, floor=4, floor_txid=txid, floor_chain=chain,
+                            floor_newest=newest)
+    nodes["n3"] = SyncNode.restore("n3", state, now=net.now, peers=["n1", "n2"],
+                                   timing=TIMING, retention=Retention(), executed=4)
+    net.payloads["n3"] = set()
+    for name in ("n1", "n2"):
+        net.take(name, nodes[name].add_peer("n3", now=net.now))
+    net.rounds(4)
+    assert nodes["n3"].seq == 8 and not nodes["n3"].needs_seeding
+    assert [t.txid for t in nodes["n3"].synchronised] == [f"T{i}" for i in range(4, 8)]
+    net.execute("n3")
+    net.rounds(3)
+    assert {n.floor for n in nodes.values()} == {8}
+
+
+def test_a_seed_hold_expires():
+    nodes = cluster(names=("n1", "n2"))
+    net = Net(nodes)
+    net.rounds(1)
+    net.take("n1", nodes["n1"].hold_for_seeding("n3", 0, until=net.now + 5_000, now=net.now))
+    for i in range(3):
+        net.submit("n1", f"T{i}")
+    net.rounds(3)
+    net.execute("n1")
+    net.execute("n2")
+    net.rounds(1)
+    assert nodes["n1"].floor == 0 and nodes["n2"].floor == 3
+    net.rounds(6)  # past the lease: nobody is coming
+    assert nodes["n1"].floor == 3
 
 
 def test_a_late_status_from_before_the_floor_is_not_a_peer_behind_the_horizon():

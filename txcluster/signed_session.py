@@ -19,8 +19,11 @@ keep httpx and txcluster.auth.HmacAuth.)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import aiohttp
 from yarl import URL
@@ -84,23 +87,39 @@ class SignedSession:
                        content_type: str | None = None, timeout: float | None = None
                        ) -> tuple[int, dict[str, str], bytes]:
         """As ``request``, with the answer's headers (lower-case names)."""
+        # No timeout given: the session's (an explicit None would mean none at all).
+        options = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
+        async with self._signed(method, url, body, content_type, {}, options) as resp:
+            return (resp.status, {k.lower(): v for k, v in resp.headers.items()},
+                    await resp.read())
+
+    def stream(self, url: str, headers: Mapping[str, str], read_timeout: float
+               ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """A signed GET whose answer the caller reads as it arrives (a worker image):
+        no total timeout, ``read_timeout`` between two reads."""
+        return self._signed("GET", url, b"", None, headers, {"timeout": aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout, sock_read=read_timeout)})
+
+    @contextlib.asynccontextmanager
+    async def _signed(self, method: str, url: str, body: bytes, content_type: str | None,
+                      extra: Mapping[str, str], options: dict[str, Any]
+                      ) -> AsyncIterator[aiohttp.ClientResponse]:
         # yarl quotes what needs it and keeps existing %-escapes; the receiver checks the
         # path as it decodes it, so that is what is signed (txcluster.auth.signed_target).
         target = URL(url)
         host = host_header(url)
-        headers = {"authorization": sign_for(self._secret, method, host,
+        headers = {**extra,
+                   "authorization": sign_for(self._secret, method, host,
                                              signed_target(target.raw_path,
                                                            target.raw_query_string), body),
                    "host": host}
         if content_type is not None:
             headers["content-type"] = content_type
-        # No timeout given: the session's (an explicit None would mean none at all).
-        options = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
         try:
             async with self.session.request(method, target, data=body or None,
                                             headers=headers, **options) as resp:
-                answer = (resp.status, {k.lower(): v for k, v in resp.headers.items()},
-                          await resp.read())
+                self._untrusted.discard(f"{target.scheme}://{host}")
+                yield resp
         except aiohttp.ClientConnectorCertificateError as exc:
             origin = f"{target.scheme}://{host}"
             reason = getattr(exc.certificate_error, "verify_message", None) or \
@@ -113,5 +132,3 @@ class SignedSession:
                 log.error("TLS: %s; nothing is sent to it until it presents one that is",
                           refused)
             raise refused from None
-        self._untrusted.discard(f"{target.scheme}://{host}")
-        return answer

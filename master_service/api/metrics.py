@@ -33,7 +33,7 @@ from master_service.cluster.statuses import WorkerStatus
 # Latency buckets from a point read on loopback (~1 ms) to a large update (minutes).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0, 60.0, 300.0)
-SYNC_STATES = ("connected", "waiting", "split", "recovering")
+SYNC_STATES = ("connected", "waiting", "split", "recovering", "seeding")
 
 
 def request_kind(method: str, path: str) -> str | None:
@@ -196,6 +196,14 @@ class _ClusterCollector:
             for p in sync.get("peers", []):
                 reachable.add_metric([p["id"]], 1 if p.get("reachable") else 0)
             yield reachable
+            if (seeding := sync.get("seeding")) is not None:
+                # Seeding from a peer's image (sync/seeding.py): bytes fetched of the total.
+                yield gauge("txcluster_seed_bytes", "Bytes of the seed image downloaded",
+                            seeding.get("bytes") or 0)
+                yield gauge("txcluster_seed_bytes_total", "Size of the seed image",
+                            seeding.get("total") or 0)
+                yield gauge("txcluster_seed_position", "Agreed position the seed image "
+                            "stands for", seeding.get("position") or 0)
 
 
 def metrics_router(cluster_provider: Callable[[], Cluster], auth: ClientAuth,

@@ -5,6 +5,8 @@
                                             held: those after the floor (GET /admin/sync)
     POST   /admin/sync/peers                addSyncPeer {id, url}: persisted, at once
     DELETE /admin/sync/peers/{id}           removeSyncPeer
+    POST   /admin/sync/seed                 {peer}: seed this data centre from that peer's
+                                            worker image (progress: GET /admin/sync)
 
 Same guard as the rest of the admin API (client-auth-file: read role to look, write role
 to change). Peers are added and removed by the control plane (master_service/control.py):
@@ -25,6 +27,11 @@ from master_service.api.guard import AdminGuard, refusal_as_http
 class PeerIn(BaseModel):
     id: str = Field(description="the peer master's node-id")
     url: str = Field(description="the peer master's master-url")
+
+
+class SeedIn(BaseModel):
+    peer: str = Field(description="the node-id of the peer whose worker image seeds this "
+                      "data centre")
 
 
 NOT_PEERED = "this master has no sync peers (peer.<n>.id)"
@@ -69,5 +76,13 @@ def sync_admin_router(service: Any, guard: AdminGuard) -> APIRouter:
         with refusal_as_http():
             await service.control.remove_peer(peer_id)
         return service.sync_status() or {}
+
+    @router.post("/seed", status_code=202,
+                 summary="Seed this data centre from a peer's worker image")
+    async def seed(body: SeedIn, request: Request) -> dict:
+        guard.require(request, write=True)
+        with refusal_as_http():
+            progress = await service.control.seed(body.peer)
+        return {"seeding": progress}
 
     return router

@@ -8,6 +8,7 @@ that module for the measurement). Reads share its connection pool, unsigned.
 
 from __future__ import annotations
 
+import contextlib
 import json as jsonlib
 import ssl
 from typing import Any
@@ -126,6 +127,13 @@ class WorkerClient:
     async def backup(self, name: str, compress: bool = True) -> dict:
         query = "" if compress else "?compression=false"
         return await self._call("POST", f"/cluster/backups/{name}{query}", timeout=3600)
+
+    def backup_stream(self, name: str, start: int = 0
+                      ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """A named image as it arrives, from byte ``start`` on (a peer seeding from this
+        data centre resumes a cut download: master_service/sync/seeding.py)."""
+        headers = {"range": f"bytes={start}-"} if start else {}
+        return self._http.stream(f"{self.url}/cluster/backups/{name}", headers, self.timeout)
 
     async def restore(self, name: str | None = None, source: str | None = None) -> dict:
         body = {"source": source} if source else {"name": name}

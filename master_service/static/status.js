@@ -32,6 +32,14 @@ function kv(pairs) {
 const short = (fp) => (fp ? fp.slice(0, 12) + "…" : "—");
 const ago = (s) => (s === null || s === undefined ? "never" : `${s.toFixed(1)} s ago`);
 
+// Seeding from a peer's image (master_service/sync/seeding.py): phase, bytes, position.
+function seedingText(s) {
+  const mb = (n) => (n / 1048576).toFixed(1);
+  const size = s.total ? ` ${mb(s.bytes)} of ${mb(s.total)} MB` : "";
+  const at = s.position === null || s.position === undefined ? "" : ` at agreed position ${s.position}`;
+  return `from ${s.peer}: ${s.phase}${size}${at}` + (s.error ? ` (${s.error})` : "");
+}
+
 function masterCard(d) {
   const st = d.status, sync = d.sync;
   const mode = st.mode + (st.read_only ? ", read-only" : "");
@@ -49,6 +57,7 @@ function masterCard(d) {
     ["missing peers", sync && sync.missing_peers && sync.missing_peers.length
       ? sync.missing_peers.join(", ") : null],
     ["sync failure", sync && sync.failed ? String(sync.failed) : null],
+    ["seeding", sync && sync.seeding ? seedingText(sync.seeding) : null],
     ["log head", `seq ${st.head.seq}`],
     ["fingerprint", short(st.head.fingerprint)],
     ["quads", st.head.quads],

@@ -56,7 +56,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from master_service.sync.messages import Status, TailSegment, chain_hash
-from master_service.sync.ready import Compaction, SplitRecovery
+from master_service.sync.ready import Compaction, Ready, SplitRecovery
+from master_service.sync.ready import check_time as _check_time
 
 __all__ = ["CompactionSteps"]
 
@@ -98,6 +99,12 @@ class CompactionSteps:
                 target = self._floor  # not heard since we started: it may need anything
                 break
             target = min(target, self._stable(peer.latest))
+        for name, (pos, until) in list(self._seed_holds.items()):
+            holder = self._peers.get(name)
+            if now >= until or (holder is not None and holder.latest is not None):
+                del self._seed_holds[name]  # expired, or its own status governs now
+            else:
+                target = min(target, pos)
         r = self._retention
         if r.max_entries is not None:
             target = max(target, self.seq - r.max_entries)
@@ -124,6 +131,37 @@ class CompactionSteps:
             self._out.split_point_changed = True
         self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
                                          self._forgotten_ts)
+
+    def seed_point(self, pos: int) -> tuple[str | None, str, int] | None:
+        """What a node seeded from our image of agreed position ``pos`` starts from as
+        its floor: (id of the entry at ``pos``, hash chain up to it, newest timestamp up
+        to it); None when ``pos`` is before our floor or past our queue. The simulator's
+        ``seed`` builds the same from the donor's queue."""
+        if not self._floor <= pos <= self.seq:
+            return None
+        newest = max((tx.timestamp for tx in self._synced[:pos - self._floor]),
+                     default=0)
+        return self._txid_at(pos), self._chain_at(pos), max(newest, self._forgotten_ts)
+
+    def seed_donor(self) -> str | None:
+        """The peer to seed from when we need seeding: the one that executed the most,
+        of those whose latest status is past our position (None: nobody is)."""
+        ahead = [(st.executed, name) for name, p in self._peers.items()
+                 if (st := p.latest) is not None and st.executed > self.seq]
+        return max(ahead)[1] if ahead else None
+
+    def hold_for_seeding(self, requester: str, pos: int, *, until: int, now: int) -> Ready:
+        """A data centre seeded from our image of ``pos`` catches up from us by replay
+        once its peers add it: what follows ``pos`` is not forgotten, on anybody's
+        account, before ``until`` or before ``requester`` is our peer and posted (its
+        own status governs from then on). The horizon (LogMaxSize / LogMaxDepth) still
+        applies. Held in memory: a donor restarted meanwhile may leave the new data
+        centre needing seeding again."""
+        _check_time(now)
+        if pos < self._floor:
+            raise ValueError(f"position {pos} is before our floor {self._floor}")
+        self._seed_holds[requester] = (pos, until)
+        return self._finish(now)
 
     def _from_floor(self, seg: TailSegment) -> TailSegment | None:
         """A tail segment that starts before our floor, cut to start at our floor (None

@@ -85,6 +85,7 @@ class SyncDriver:
                  agreement: AgreementLog, cluster: Any, scheduler: Any, timing: Timing,
                  request_timeout: float = 30.0, data_centre: str | None = None,
                  on_round: Callable[[float], None] | None = None,
+                 on_needs_seeding: Callable[[], None] | None = None,
                  split_recovery: SplitRecovery = SplitRecovery.NONE,
                  tls: ssl.SSLContext | None = None,
                  ordering: AgreedOrdering | None = None) -> None:
@@ -117,6 +118,7 @@ class SyncDriver:
         self._fetch_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         self.on_round = on_round  # metrics: called with each round's duration (seconds)
+        self.on_needs_seeding = on_needs_seeding
         # Split recovery (docs/design/sync-protocol.md#split-recovery).
         self.split_recovery = split_recovery
         # The execution room (execution.py): agreed transactions executed through the
@@ -343,6 +345,12 @@ class SyncDriver:
 
     # ------------------------------------------------------------------ membership, mode
 
+    def hold_for_seeding(self, requester: str, pos: int, lease_ms: int) -> None:
+        """A data centre seeds from our image of ``pos`` (seeding.py): keep what
+        follows it for ``lease_ms``, or until it is our peer and posted."""
+        self._step(lambda now: self.node.hold_for_seeding(requester, pos, until=now + lease_ms,
+                                                          now=now))
+
     async def add_peer(self, peer: str, url: str) -> None:
         if peer in self.peers:
             raise ValueError(f"'{peer}' is already a sync peer")
@@ -497,6 +505,8 @@ class SyncDriver:
         if ready.activity is not None:
             log.debug("sync: %s", ready.activity.value)
         self.health.note(ready)
+        if ready.needs_seeding and self.on_needs_seeding is not None:
+            self.on_needs_seeding()  # the master seeds its data centre (seeding.py)
         if ready.split_point_changed:
             self.execution.split_point_moved(ready.split_point)
         if ready.truncated is not None:

@@ -13,8 +13,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-__all__ = ["MAX_INT", "InvalidMessage", "Message", "Mode", "Status", "TailSegment", "TxMeta",
-           "applies_agreed", "chain_hash", "mode_of"]
+__all__ = ["MAX_INT", "InvalidMessage", "Message", "Mode", "SeedPoint", "Status", "TailSegment",
+           "TxMeta", "applies_agreed", "chain_hash", "mode_of"]
 
 
 class InvalidMessage(ValueError):
@@ -244,3 +244,44 @@ class TailSegment:
 
 
 Message = Status | TailSegment
+
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_IMAGE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+@dataclass(frozen=True)
+class SeedPoint:
+    """What a peer's worker image stands for (seeding, master_service/sync/seeding.py):
+    the donor's agreed position ``pos`` with the id of the entry there, the hash chain up
+    to it and the newest timestamp up to it (the seeded node's floor: compaction.py), and
+    the data centre state after it (its log's seq, fingerprint, quads) that the image
+    holds; ``name``, ``sha256`` and ``bytes`` identify the image to fetch."""
+
+    name: str
+    pos: int
+    txid: str | None
+    chain: str
+    newest: int
+    seq: int
+    fingerprint: str
+    quads: int
+    sha256: str
+    bytes: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _IMAGE_NAME.fullmatch(self.name):
+            raise InvalidMessage(f"image name must be 1 to 100 letters, digits or . _ -, "
+                                 f"got {self.name!r}")
+        for what in ("pos", "newest", "seq", "quads", "bytes"):
+            _check_int(what, getattr(self, what))
+        if (self.pos == 0) != (self.txid is None):
+            raise InvalidMessage(f"txid must be given exactly when pos > 0, got {self.txid!r}")
+        if self.txid is not None:
+            _check_txid("txid", self.txid)
+        _check_chain(self.pos, self.chain)
+        if not isinstance(self.fingerprint, str) or not _HEX32.fullmatch(self.fingerprint):
+            raise InvalidMessage(f"fingerprint must be 32 hex digits, got {self.fingerprint!r}")
+        if not isinstance(self.sha256, str) or not _HEX64.fullmatch(self.sha256):
+            raise InvalidMessage(f"sha256 must be 64 hex digits, got {self.sha256!r}")

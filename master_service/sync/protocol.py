@@ -201,6 +201,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._executed = executed
         self._executed_cap: int | None = None
         self._beyond: set[str] = set()  # peers whose statuses are behind our floor
+        self._seed_holds: dict[str, tuple[int, int]] = {}  # compaction.py: hold_for_seeding
         self._seeding = False  # needs_seeding, as last reported
         self._incoming: dict[str, _Entry] = {}
         self._order: list[tuple[int, str]] = []  # keys of _incoming, sorted

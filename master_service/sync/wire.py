@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
+from master_service.sync.messages import (
+    InvalidMessage,
+    Mode,
+    SeedPoint,
+    Status,
+    TailSegment,
+    TxMeta,
+)
 
 
 def tx_to_json(tx: TxMeta) -> dict[str, Any]:
@@ -91,3 +98,17 @@ def _strs(value: Any, what: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise InvalidMessage(f"{what} must be a JSON array")
     return tuple(value)  # TailSegment checks that each is a non-empty string
+
+
+SEED_FIELDS = ("name", "pos", "txid", "chain", "newest", "seq", "fingerprint", "quads",
+               "sha256", "bytes")
+
+
+def seed_to_json(point: SeedPoint) -> dict[str, Any]:
+    return {k: getattr(point, k) for k in SEED_FIELDS}
+
+
+def seed_from_json(value: Any) -> SeedPoint:
+    obj = _obj(value, "seed point")
+    return SeedPoint(*(obj.get("txid") if k == "txid" else _field(obj, k, "seed point")
+                       for k in SEED_FIELDS))

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from master_service.sync.messages import TxMeta
+from master_service.sync.messages import SeedPoint, TxMeta
 from master_service.sync.protocol import Compaction, Incoming, PersistentState
 from master_service.txlog.log import State, TxLog, TxLogError
 
@@ -323,6 +323,70 @@ class AgreementLog:
         db.conn.executemany(
             "update transactions set status = 'pending', seq = null, error = null "
             "where txid = ?", [(t,) for t in dropped])
+
+    # ---- seeding (master_service/sync/seeding.py) ----
+
+    def position_of(self, seq: int, fingerprint: str) -> int | None:
+        """The last agreed position after which this data centre was at (seq,
+        fingerprint): what a worker image at that state stands for. None when the state
+        is not one the agreed queue still knows (then no seed is made of it)."""
+        with self.txlog.atomic() as db:
+            rows = [r["pos"] for r in db.query(
+                "select pos from sync_agreed where fingerprint = ? order by pos desc",
+                [fingerprint])]
+        for pos in rows:  # a refused transaction leaves the state as it was: the last
+            if self.state_at(pos) == (seq, fingerprint):
+                return pos
+        floor, _, _, at_floor = self.floor()
+        if at_floor is not None and (at_floor.seq, at_floor.fingerprint) == (seq, fingerprint):
+            return floor
+        base = self.base()
+        if not floor and (base.seq, base.fingerprint) == (seq, fingerprint):
+            return 0
+        return None
+
+    def seeded(self, point: SeedPoint, state: State) -> None:
+        """This data centre's workers now hold a peer's image of agreed position
+        ``point.pos`` (data-centre state ``state``): in ONE SQLite transaction the agreed
+        queue is forgotten up to it as a compaction would (the floor: id, hash chain,
+        newest timestamp, state), entries after it leave too (peers send them again), any
+        split or owed rollback is over, and the data centre's log starts over at
+        ``state`` (TxLog.rebase).
+
+        Incoming transactions that sort at or before the entry at ``point.pos`` (by
+        timestamp, then id) leave the incoming queue with their payloads: the agreed
+        queue is the sorted sequence of all transactions (protocol.py, rule (2)), so they
+        were agreed at or before that position and the image holds them; posted again,
+        they would be agreed twice. The others stay and are negotiated as before."""
+        with self.txlog.atomic() as db:
+            if point.txid is not None:
+                done = [(r["txid"],) for r in db.query(
+                    "select txid from sync_incoming where timestamp < ? or "
+                    "(timestamp = ? and txid <= ?)", [point.newest, point.newest, point.txid])]
+                db.conn.executemany("delete from sync_incoming where txid = ?", done)
+                db.conn.executemany("delete from transactions where txid = ?", done)
+            db.execute("delete from transactions where txid in "
+                       "(select txid from sync_agreed where pos <= ?)", [point.pos])
+            db.execute("delete from sync_agreed")
+            self.txlog.rebase(state)
+            at = {"seq": state.seq, "fingerprint": state.fingerprint, "quads": state.quads}
+            if point.pos == 0 or self._meta("sync_base_seq") is None:
+                # Position 0 is the donor's peering base: the state the image holds.
+                db["meta"].upsert_all([{"key": f"sync_base_{k}", "value": str(v)}
+                                       for k, v in at.items()], pk="key")
+            db.execute("delete from meta where key in ('sync_floor', 'sync_rollback_to', "
+                       "'sync_split_point', 'sync_split_backup', 'sync_split_backup_pos')")
+            if point.pos:
+                db["meta"].upsert_all(
+                    [{"key": "sync_floor", "value": str(point.pos)},
+                     {"key": "sync_floor_txid", "value": point.txid},
+                     {"key": "sync_floor_chain", "value": point.chain},
+                     {"key": "sync_floor_newest", "value": str(point.newest)},
+                     *({"key": f"sync_floor_{k}", "value": str(v)} for k, v in at.items())],
+                    pk="key")
+            mark = max(self._counter_mark, point.newest + COUNTER_LEASE)
+            db["meta"].upsert({"key": "sync_counter", "value": str(mark)}, pk="key")
+        self._counter_mark = mark
 
     # ---- payloads ----
 

@@ -461,6 +461,17 @@ class TxLog:
             self._set_base(state)
 
     @_locked
+    def rebase(self, state: State) -> None:
+        """Seeding (master_service/sync/seeding.py): the workers got a peer's image, so
+        the log forgets its whole queue and starts over at the image's state; pending
+        transactions (payloads not executed yet) stay pending."""
+        with self._db.atomic():
+            self._db.execute("delete from transactions where status != 'pending'")
+            self._db.execute("delete from sync_queue")
+            self._set_base(state)
+            self._mark_history()
+
+    @_locked
     def prune(self, max_size: int, max_depth_hours: float, now: float) -> int:
         """Apply LogMaxSize and LogMaxDepth; returns the number of sync entries dropped.
 

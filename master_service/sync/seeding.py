@@ -1,0 +1,306 @@
+"""Seeding a data centre from a peer's worker image
+(docs/design/sync-protocol.md#seeding-a-data-centre).
+
+A master whose peers no longer hold what it needs (new, empty, wiped, or behind every
+peer's floor: ``SyncNode.needs_seeding``) starts over from a peer's state instead of
+replaying the agreed queue. Both sides are here; the HTTP routes are in
+``master_service/api/seeding.py``.
+
+*The donor* (``SeedImages``). ``POST /peer/seed``: one of its in-sync workers (not the
+probe, when another can) writes a named image ``seed-<requester>``; the image pairs the
+store with the worker's exact state, which is the state after some agreed position P of
+the data centre's agreed queue (``AgreementLog.position_of``: in a peered data centre
+every transaction is an agreed one). With the core's seed point at P (the id of the entry
+there, the hash chain up to it, the newest timestamp up to it) that makes the
+``SeedPoint``. ``GET /peer/seed/<name>`` streams the image (a Range request resumes it).
+
+*The recipient* (``Seeding``). With its sync driver stopped (writes are refused
+meanwhile): asks the donor for a seed point; downloads the image into
+``<data-dir>/seeding/`` — a cut download is resumed from the bytes it has, and the
+SHA-256 is checked at the end; has one worker pull it from this master (``GET
+/cluster/seed-image/<name>``, the cluster credential, as a worker pulls from a worker) and
+checks that the worker now holds the point's state; then, in one SQLite transaction, the
+agreed queue is forgotten up to P as a compaction would (the floor) and the data
+centre's log starts over at the image's state (``AgreementLog.seeded``). The other
+workers are then replicated from that worker by the usual recovery, and peering resumes
+from P: peers send what was agreed after it. Progress (phase, bytes, total) is on the
+status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
+
+Transactions of the incoming queue that sort at or before the seed point were agreed at
+or before it (the agreed queue is the sorted sequence of all transactions): the image
+holds them, so they leave the queue; the others are negotiated as before
+(``AgreementLog.seeded``). A master that dies while seeding keeps what it downloaded and
+resumes that download when it seeds again (sync-seed-from at its restart, the admin
+call, or ``needs_seeding``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from master_service.cluster.statuses import WorkerStatus
+from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
+from master_service.sync import wire
+from master_service.sync.messages import InvalidMessage, SeedPoint
+from master_service.txlog.agreement import AgreementLog
+from master_service.txlog.log import State, TxLogError
+from txcluster.signed_session import SignedSession
+
+log = logging.getLogger("txcluster.sync")
+
+__all__ = ["SeedImages", "Seeding", "SeedingFailed", "image_name"]
+
+CHUNK = 1 << 20
+# Attempts of one download: each resumes where the last one was cut.
+DOWNLOAD_ATTEMPTS = 8
+# How long a donor keeps the agreed entries after a seed point for the data centre it
+# seeded, until that one is its peer and posted (SyncNode.hold_for_seeding): time enough
+# to download and install a large image and be added as a peer.
+SEED_HOLD_MS = 3_600_000
+
+
+class SeedingFailed(Exception):
+    """Seeding could not be done; the message says why. Nothing was installed."""
+
+
+def image_name(requester: str) -> str:
+    """The donor's image for a requester: one per requester (a new seed replaces it)."""
+    return "seed-" + "".join(c if c.isalnum() or c in "._-" else "_" for c in requester)[:90]
+
+
+class SeedImages:
+    """The donor's side (module docstring)."""
+
+    def __init__(self, cluster: Any, agreement: AgreementLog,
+                 driver: Callable[[], Any | None], compression: Callable[[], bool]) -> None:
+        self.cluster, self.agreement = cluster, agreement
+        self._driver = driver  # the running SyncDriver, None when this master does not peer
+        self._compression = compression
+        self._holders: dict[str, Any] = {}  # image name -> the worker holding it
+
+    async def make(self, requester: str) -> SeedPoint:
+        driver = self._driver()
+        if driver is None:
+            raise SeedingFailed("this master does not peer: it has no agreed state to seed "
+                                "from")
+        pool = self.cluster
+        candidates = [w for w in pool.in_sync() if w.readable] or pool.in_sync()
+        if not candidates:
+            raise SeedingFailed("no worker of this data centre is in sync")
+        # Not the probe when another can: writes go on undisturbed.
+        w = next((c for c in candidates if c.url != pool.probe), candidates[0])
+        name = image_name(requester)
+        try:
+            manifest = await w.client.backup(name, self._compression())
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            raise SeedingFailed(f"worker {w.url} could not write an image: {exc}") from None
+        seq, fp = manifest["seq"], manifest["fingerprint"]
+        pos = await pool.db(self.agreement.position_of, seq, fp)
+        point = None if pos is None else driver.node.seed_point(pos)
+        if point is None:
+            raise SeedingFailed(f"the image of {w.url} (seq {seq}) is at no agreed position "
+                                f"this master still holds; ask again")
+        txid, chain, newest = point
+        # The requester catches up from us once its peers add it: keep what follows.
+        driver.hold_for_seeding(requester, pos, SEED_HOLD_MS)
+        self._holders[name] = w
+        log.info("sync: image '%s' of %s for %s stands for agreed position %d (%d quads)",
+                 name, w.url, requester, pos, manifest["quads"])
+        return SeedPoint(name, pos, txid, chain, newest, seq, fp, manifest["quads"],
+                         manifest["sha256"], manifest["bytes"])
+
+    def open(self, name: str, start: int
+             ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """The image as the worker holding it streams it, from byte ``start``."""
+        w = self._holders.get(name)
+        if w is None:
+            raise KeyError(f"no seed image named '{name}' here (made by POST /peer/seed)")
+        return w.client.backup_stream(name, start)
+
+
+class Seeding:
+    """The recipient's side (module docstring). ``progress`` is what the status page,
+    ``GET /admin/sync`` and /metrics show; None before the first seeding."""
+
+    def __init__(self, *, cluster: Any, agreement: AgreementLog, secret: bytes,
+                 node_id: str, master_url: str, data_dir: Path, request_timeout: float,
+                 tls: Any = None) -> None:
+        self.cluster, self.agreement = cluster, agreement
+        self.node_id, self.master_url = node_id, master_url.rstrip("/")
+        self.dir = data_dir / "seeding"
+        self.request_timeout = request_timeout
+        self._http = SignedSession(secret, tls=tls, timeout=request_timeout)
+        self.progress: dict[str, Any] | None = None
+        self.running = False
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    def image_path(self, name: str) -> Path | None:
+        """A downloaded, checked image (what a worker pulls; its SHA-256 is in
+        ``<name>.image.sha256`` beside it), or None."""
+        path = self.dir / f"{name}.image"
+        return path if path.is_file() and path.with_suffix(".image.sha256").is_file() \
+            else None
+
+    def _phase(self, phase: str, **more: Any) -> None:
+        assert self.progress is not None
+        self.progress.update(phase=phase, **more)
+        log.info("sync: seeding from %s: %s", self.progress["peer"], phase)
+
+    async def run(self, peer: str, url: str) -> SeedPoint:
+        """Seed this data centre from ``peer`` (module docstring). The caller stopped
+        the sync driver and starts it again afterwards."""
+        if self.running:
+            raise SeedingFailed("a seeding is already running")
+        self.running = True
+        self.progress = {"peer": peer, "phase": "asking", "bytes": 0, "total": None,
+                         "position": None, "started": time.time(), "finished": None,
+                         "resumed": 0, "error": None}
+        try:
+            point = await self._ask(url.rstrip("/"))
+            self.progress.update(position=point.pos, total=point.bytes)
+            await self._download(url.rstrip("/"), point)
+            await self._install(point)
+            self._phase("done", finished=time.time())
+            return point
+        except SeedingFailed as exc:
+            self.progress.update(phase="failed", error=str(exc), finished=time.time())
+            log.error("sync: seeding from %s failed: %s", peer, exc)
+            raise
+        finally:
+            self.running = False
+
+    async def _ask(self, url: str) -> SeedPoint:
+        body = json.dumps({"peer": self.node_id}).encode()
+        try:
+            status, content = await self._http.request(
+                "POST", f"{url}/peer/seed", body, "application/json", timeout=3600)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise SeedingFailed(f"{url} did not answer: {type(exc).__name__}: {exc}") \
+                from None
+        if status != 200:
+            raise SeedingFailed(f"{url} refused a seed ({status}): "
+                                f"{content.decode(errors='replace')[:300]}")
+        try:
+            return wire.seed_from_json(json.loads(content))
+        except (ValueError, InvalidMessage) as exc:
+            raise SeedingFailed(f"{url} answered a malformed seed point: {exc}") from None
+
+    async def _download(self, url: str, point: SeedPoint) -> None:
+        """Into <dir>/<name>.part, resumed after a cut; <name>.image once checked."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        done = self.dir / f"{point.name}.image"
+        part = self.dir / f"{point.name}.part"
+        tag = self.dir / f"{point.name}.part.sha256"  # which image the .part belongs to
+        if tag.is_file() and tag.read_text() != point.sha256:
+            part.unlink(missing_ok=True)  # another image of the same name: start again
+        tag.write_text(point.sha256)
+        done.unlink(missing_ok=True)
+        self._phase("downloading")
+        last_error = ""
+        for attempt in range(DOWNLOAD_ATTEMPTS + 1):
+            have = part.stat().st_size if part.exists() else 0
+            self.progress["bytes"] = have
+            if have >= point.bytes:
+                break
+            if attempt == DOWNLOAD_ATTEMPTS:
+                raise SeedingFailed(f"download of '{point.name}' kept failing: {last_error}")
+            if have:
+                self.progress["resumed"] += 1
+                await asyncio.sleep(min(0.5 * 2 ** attempt, 10))
+            try:
+                await self._fetch(url, point, part, have)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("sync: download of %s cut at %d of %d bytes (%s); resuming",
+                            point.name, part.stat().st_size if part.exists() else 0,
+                            point.bytes, last_error)
+        digest = await asyncio.to_thread(_sha256, part)
+        if digest != point.sha256:
+            part.unlink(missing_ok=True)
+            raise SeedingFailed(f"the downloaded image's SHA-256 {digest} is not the "
+                                f"announced {point.sha256}")
+        part.rename(done)
+        tag.rename(self.dir / f"{point.name}.image.sha256")
+
+    async def _fetch(self, url: str, point: SeedPoint, part: Path, have: int) -> None:
+        target = f"{url}/peer/seed/{point.name}?peer={self.node_id}"
+        headers = {"range": f"bytes={have}-"} if have else {}
+        async with self._http.stream(target, headers, self.request_timeout) as resp:
+            if resp.status not in (200, 206):
+                text = (await resp.read()).decode(errors="replace")[:300]
+                raise SeedingFailed(f"{url} answered {resp.status} for the image: {text}")
+            if have and resp.status == 200:
+                have = 0  # the range was not honoured: the whole image again
+            with open(part, "r+b" if have else "wb") as fh:
+                fh.seek(have)
+                fh.truncate()
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    fh.write(chunk)
+                    self.progress["bytes"] = fh.tell()
+
+    async def _install(self, point: SeedPoint) -> None:
+        pool = self.cluster
+        self._phase("installing")
+        source = f"{self.master_url}/cluster/seed-image/{point.name}"
+        workers = list(pool.workers.values())
+        # Until the log is rebased, a worker's new state is unknown to it: the health
+        # check leaves them alone (as during a restore).
+        pool.restoring = set(pool.workers)
+        chosen, problems = None, []
+        try:
+            for w in workers:
+                pool.disable(w, WorkerStatus.REPLICATION_CLIENT, "seeding from a peer's image")
+            for w in workers:
+                try:
+                    res = await w.client.pull_image(source)
+                except (WorkerUnavailable, WorkerRefused) as exc:
+                    problems.append(f"{w.url}: {exc}")
+                    continue
+                if (res["seq"], res["fingerprint"], res["quads"]) != \
+                        (point.seq, point.fingerprint, point.quads):
+                    problems.append(f"{w.url} installed seq {res['seq']} ({res['fingerprint']})"
+                                    f", not the image's seq {point.seq} ({point.fingerprint})")
+                    continue
+                chosen = w
+                break
+            if chosen is None:
+                raise SeedingFailed("no worker installed the image: " + "; ".join(problems))
+            state = State(point.seq, point.fingerprint, point.quads)
+            try:
+                await pool.db(self.agreement.seeded, point, state)
+            except TxLogError as exc:
+                raise SeedingFailed(str(exc)) from None
+            pool.set_head(point.seq, point.fingerprint, point.quads)
+            chosen.seq, chosen.fingerprint, chosen.quads = point.seq, point.fingerprint, \
+                point.quads
+        finally:
+            for w in workers:
+                if w.status == WorkerStatus.REPLICATION_CLIENT:
+                    w.status = WorkerStatus.OUT_OF_SYNC  # recovered: replayed or replicated
+            pool.restoring = set()
+        pool.note(f"seeded from a peer's image at agreed position {point.pos} "
+                  f"(seq {point.seq}, {point.quads} quads) on {chosen.url}")
+        self._phase("replicating")
+        await pool.poll_all()
+        for leftover in (f"{point.name}.image", f"{point.name}.image.sha256"):
+            (self.dir / leftover).unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()

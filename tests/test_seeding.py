@@ -1,0 +1,220 @@
+"""Seeding a data centre from a peer's worker image (issue 16 item 2;
+master_service/sync/seeding.py, docs/design/sync-protocol.md#seeding-a-data-centre).
+
+Real processes on loopback: two peered data centres hold data and have forgotten the
+start of their agreed queue (every one executed it); a third data centre, started with
+``sync-seed-from``, seeds itself from one of them — through a TCP relay that cuts the
+first image download half-way, so the download resumes — and is then added as a peer by
+the others at runtime. Its workers end up identical to theirs, a write through it reaches
+the others, and no acknowledged write is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import LocalCluster
+from tests.procs import free_port
+from tests.test_sync_peering import DataCentres, Writers, insert
+
+pytestmark = pytest.mark.slow
+
+
+class CuttingRelay:
+    """A TCP relay to ``port`` that closes the first connection carrying more than
+    ``cut_after`` bytes back to the client (a cut in the middle of an image download);
+    the others pass untouched. Threads; ``close`` stops it."""
+
+    def __init__(self, listen: int, port: int, cut_after: int) -> None:
+        self.target, self.cut_after = port, cut_after
+        self.cuts = 0
+        self.server = socket.create_server(("127.0.0.1", listen))
+        self.port = listen
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:  # the master behind is gone (teardown)
+                client.close()
+                continue
+            threading.Thread(target=self._pipe, args=(client, upstream, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True),
+                             daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, downstream: bool) -> None:
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+                sent += len(data)
+                if downstream and self.cuts == 0 and sent > self.cut_after:
+                    self.cuts += 1
+                    break
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)  # wakes the other direction's recv at once
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def close(self) -> None:
+        self._closing = True
+        self.server.close()
+
+
+def sync_of(dc: LocalCluster) -> dict:
+    r = httpx.get(f"{dc.master.url}/admin/sync", timeout=10)
+    r.raise_for_status()
+    return r.json()
+
+
+def wait_until(condition, what: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = condition()
+            if last:
+                return last
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"not {what} after {timeout}s: {last}")
+
+
+def test_a_new_data_centre_is_seeded_from_a_peer_and_joins_at_runtime(tmp_path):
+    relay_port = free_port()
+    old = DataCentres(tmp_path / "old", n=2, workers=2, extra={
+        # m1 also answers signed requests sent to the relay's address
+        0: {"advertised-hosts": f"127.0.0.1:{relay_port}"}})
+    m1, m2 = old.dcs
+    m1_port = int(m1.master.url.rsplit(":", 1)[1])
+    relay = None
+    new = None
+    try:
+        old.start()
+        # Data enough for an image of a few hundred kB, and a floor past position 0.
+        for batch in range(4):
+            triples = " ".join(f'<urn:seed:s{batch}-{i}> <urn:seed:p> "{"v" * 40}{i}" .'
+                               for i in range(2500))
+            r = m1.update(f"INSERT DATA {{ {triples} }}", timeout=60)
+            assert r.status_code == 204, r.text
+        with Writers([("a", m1), ("b", m2)], per_thread=40) as writers:
+            pass
+        assert not writers.failed, writers.failed[:3]
+        old.wait_converged()
+        wait_until(lambda: all(sync_of(dc)["floor"] > 0 for dc in old.dcs),
+                   "the agreed queue forgotten up to a floor")
+
+        relay = CuttingRelay(relay_port, m1_port, cut_after=200_000)
+        new = LocalCluster(
+            tmp_path / "dc3", old.secret, 2, master_port=free_port(), node_id="m3",
+            **{"data-centre": "dc3", "sync-idle-interval-ms": "300",
+               "peer.1.id": "m1", "peer.1.url": f"http://127.0.0.1:{relay.port}",
+               "peer.2.id": "m2", "peer.2.url": m2.master.url,
+               "sync-seed-from": "m1"})
+        for w in new.workers:
+            w.start(wait=False)
+        for w in new.workers:
+            w.wait_ready()
+        new.master.start()
+        # While writes go on at the old data centres.
+        with Writers([("c", m1), ("d", m2)]) as during:
+            seeded = wait_until(lambda: (s := sync_of(new)).get("seeding", {}).get(
+                "phase") == "done" and s, "seeded")
+        assert seeded["seeding"]["phase"] == "done", seeded
+        assert relay.cuts == 1 and seeded["seeding"]["resumed"] >= 1, seeded["seeding"]
+        assert seeded["seeding"]["bytes"] == seeded["seeding"]["total"] > 200_000
+        assert seeded["floor"] == seeded["seeding"]["position"] > 0, seeded
+        metrics = httpx.get(f"{new.master.url}/metrics", timeout=10).text
+        values = dict(line.split(" ", 1) for line in metrics.splitlines()
+                      if line.startswith("txcluster_seed_"))
+        assert float(values["txcluster_seed_bytes"]) == seeded["seeding"]["total"], values
+        assert float(values["txcluster_seed_position"]) == seeded["floor"], values
+        # The others add it at runtime; it catches up by replay from its floor.
+        for dc in old.dcs:
+            r = httpx.post(f"{dc.master.url}/admin/sync/peers",
+                           json={"id": "m3", "url": new.master.url}, timeout=10)
+            assert r.status_code == 200, r.text
+        old.dcs.append(new)
+        assert insert(new, "urn:txc:through-m3").status_code == 204
+        assert insert(m1, "urn:txc:through-m1").status_code == 204
+        old.wait_converged(timeout=120)
+        acked = writers.acked | during.acked | {"urn:txc:through-m3", "urn:txc:through-m1"}
+        for url, subjects in old.subjects_on_every_worker().items():
+            assert subjects == acked, url
+        assert len(set(old.fingerprints().values())) == 1
+        for dc in old.dcs:
+            st = sync_of(dc)
+            assert st["state"] == "connected" and not st["divergences"], st
+            assert all(p["fingerprint_match"] is not False for p in st["peers"]), st
+        rows = new.select("SELECT (COUNT(*) AS ?n) WHERE { ?s <urn:seed:p> ?o }")
+        assert rows == [{"n": "10000"}]
+    finally:
+        if relay is not None:
+            relay.close()
+        if new is not None and new not in old.dcs:
+            new.stop_all()
+        old.stop_all()
+
+
+def test_a_wiped_data_centre_behind_every_floor_seeds_itself_while_the_others_write(
+        tmp_path):
+    """One data centre loses everything (master log and workers) while the others go on
+    writing past their horizon (log-max-size 20): when it comes back empty no peer can
+    replay to it; it needs seeding, seeds itself from the peer that executed the most —
+    while the others keep writing — and converges with them."""
+    import shutil
+
+    limits = {"log-max-size": "20", "max-peer-lag-s": "2"}
+    dcs = DataCentres(tmp_path, n=3, workers=2, extra={i: dict(limits) for i in range(3)})
+    try:
+        dcs.start()
+        m1, m2, m3 = dcs.dcs
+        with Writers([("a", m1), ("b", m2), ("c", m3)], per_thread=20) as before:
+            pass
+        assert not before.failed, before.failed[:3]
+        dcs.wait_converged()
+        for node in m3.nodes:
+            node.kill9()
+            shutil.rmtree(Path(node.properties["data-dir"]))
+        with Writers([("d", m1), ("e", m2)], per_thread=40) as lost:
+            pass
+        wait_until(lambda: all(sync_of(dc)["floor"] > 60 for dc in (m1, m2)),
+                   "the others forgot past the wiped data centre's position")
+        for w in m3.workers:
+            w.start(wait=False)
+        for w in m3.workers:
+            w.wait_ready()
+        m3.master.start()
+        with Writers([("f", m1), ("g", m2)]) as during:
+            seeded = wait_until(lambda: (s := sync_of(m3)).get("seeding", {}).get(
+                "phase") == "done" and s, "seeded")
+        assert seeded["seeding"]["peer"] in ("m1", "m2"), seeded
+        assert insert(m3, "urn:txc:after-wipe").status_code == 204
+        dcs.wait_converged(timeout=120)
+        acked = before.acked | lost.acked | during.acked | {"urn:txc:after-wipe"}
+        for url, subjects in dcs.subjects_on_every_worker().items():
+            assert subjects == acked, url
+        assert len(set(dcs.fingerprints().values())) == 1
+        for dc in dcs.dcs:
+            st = sync_of(dc)
+            assert not st["needs_seeding"] and not st["beyond_horizon"], st
+    finally:
+        dcs.stop_all()
