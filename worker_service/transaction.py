@@ -6,12 +6,14 @@ against the store's current state (read-only), journaled, then applied with
 requires of the operations of one request (docs/design/write-path.md#exact-changesets). Only the
 probe worker computes; the others apply the same changeset, so NOW(), RAND(), UUID(), STRUUID(),
 BNODE() and template blank nodes leave every worker identical: the WHERE part of an update is
-evaluated exactly once, on the probe worker.
+evaluated exactly once, on the probe worker. Across data centres, each executing an agreed
+transaction on its own probe, those values come from the transaction (determinism.py).
 
     transaction.py     the errors a transaction can fail with; fresh blank nodes
     steps.py           a step and its exact changeset against the current state
     operations.py      the operations of a transaction, each a list of steps
     update_parsing.py  a SPARQL 1.1 Update request as steps (pyoxigraph's grammar)
+    determinism.py     NOW(), RAND(), UUID(), STRUUID(), BNODE() drawn from the transaction
     wire_parsing.py    a transaction's operations from the JSON wire form a master sends
 """
 
