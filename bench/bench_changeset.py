@@ -66,7 +66,7 @@ def main() -> None:
     store.bulk_extend(
         ox.Quad(ox.NamedNode(f"http://example.org/s{i}"), ox.NamedNode("http://example.org/p"),
                 ox.Literal(f"value {i}")) for i in range(args.quads))
-    minter = BlankNodeMinter(1, "bench")
+    minter = BlankNodeMinter("bench")
 
     def compute(make: Callable[[], dict]) -> Callable[[], object]:
         def run() -> object:

@@ -123,6 +123,12 @@ class SimConfig:
     # the fault schedule it had before.
     carry: bool = False
     request_timeout: int = 2_000  # an ask lost on the way fails after this
+    # Execution draws a value the agreed transaction does not carry (the data centre's own
+    # clock for NOW(), its own RAND(): the specification's known issue, as before issue 16
+    # item 5): then the same agreed position has other fingerprints in other data centres.
+    # Off: a data centre's result is a function of the agreed (txid, timestamp) alone, as
+    # worker_service/determinism.py makes it.
+    local_entropy: bool = False
 
     @classmethod
     def derive(cls, seed: int, nodes: int = 3, fault_rate: float = 0.5,
@@ -759,10 +765,14 @@ class Simulation:
 
     def fingerprint(self, sn: SimNode, pos: int) -> str:
         """The data centre's fingerprint after executing the first ``pos`` agreed
-        entries: a function of what it executed, in order."""
+        entries: a function of what it executed, in order, each execution's result a
+        function of what the agreed transaction carries to the probe (txid, timestamp:
+        worker_service/determinism.py) — plus the data centre's own entropy with
+        ``local_entropy``."""
         fp = "0" * 32
+        local = f"@{sn.name}" if self.cfg.local_entropy else ""
         for tx in sn.durable.synced[:pos]:
-            fp = chain_hash(fp, tx.txid)
+            fp = chain_hash(fp, f"{tx.txid}@{tx.timestamp}{local}")
         return fp
 
     def carry(self, sn: SimNode, post: Post) -> Carried:

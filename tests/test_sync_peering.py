@@ -206,6 +206,41 @@ def test_a_write_through_one_master_is_readable_through_every_other(three_dcs):
         assert rows, dc.master.url
 
 
+NON_DETERMINISTIC = """PREFIX ex: <urn:txc:nd:>
+INSERT {{ ?x ex:at ?now ; ex:rand ?r ; ex:uuid ?u ; ex:struuid ?s ; ex:bnode ?b ;
+          ex:named ?k ; ex:tree [ ex:leaf ?x ] }}
+WHERE {{ VALUES ?x {{ ex:{tag}-1 ex:{tag}-2 }}
+         BIND(NOW() AS ?now) BIND(RAND() AS ?r) BIND(UUID() AS ?u) BIND(STRUUID() AS ?s)
+         BIND(BNODE() AS ?b) BIND(BNODE("k") AS ?k) }} ;
+INSERT DATA {{ _:a ex:data-of "{tag}" . _:a ex:next [ ex:n 1 ] }}"""
+
+
+def test_non_deterministic_updates_give_one_state_in_every_data_centre(three_dcs):
+    """Issue 16 item 5: each data centre executes every agreed transaction on its own
+    probe; NOW(), RAND(), UUID(), STRUUID(), BNODE() and fresh blank nodes take their
+    values from the agreed transaction (its txid and timestamp), so all six workers end
+    with one fingerprint and no data centre reports a divergence."""
+    dcs = three_dcs
+    for round_ in range(3):
+        for i, dc in enumerate(dcs.dcs):
+            r = dc.update(NON_DETERMINISTIC.format(tag=f"m{i + 1}r{round_}"))
+            assert r.status_code == 204, r.text
+    dcs.wait_converged()
+    fingerprints = dcs.fingerprints()
+    assert len(fingerprints) == 6 and len(set(fingerprints.values())) == 1, fingerprints
+    for dc in dcs.dcs:
+        st = dcs.sync(dc)
+        assert st["state"] == "connected" and not st["divergences"], st
+        assert all(p["fingerprint_match"] is not False for p in st["peers"]), st
+    # The values are really drawn (not constants): one per solution, and the same on every
+    # worker of every data centre.
+    query = "SELECT ?x ?r ?u WHERE { ?x <urn:txc:nd:rand> ?r ; <urn:txc:nd:uuid> ?u }"
+    views = [sorted(map(str, dc.select(query, base=w.url))) for dc in dcs.dcs
+             for w in dc.workers]
+    assert len(views[0]) == 18 and all(v == views[0] for v in views)
+    assert len({row["r"] for row in dcs.dcs[0].select(query)}) == 18
+
+
 def _signed_post(url: str, path: str, body: dict, secret: bytes) -> httpx.Response:
     data = json.dumps(body).encode()
     return httpx.post(url + path, content=data, timeout=10, headers={

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -58,6 +59,23 @@ def test_what_the_driver_carries_as_the_core_decides(seed, fault_rate, nodes):
 def test_what_the_driver_carries_through_splits(seed, fault_rate, strategy):
     run_simulation(SimConfig.derive(seed, 3, fault_rate, carry=True, max_peer_lag=800,
                                     long_partitions=1, split_recovery=strategy))
+
+
+def test_execution_that_draws_local_values_is_caught_by_the_fingerprint_comparison():
+    """The check that keeps issue 16 item 5 honest: a data centre whose execution draws a
+    value the agreed transaction does not carry (its own NOW(), RAND()) reaches another
+    fingerprint at the same agreed position, which the carried fingerprint comparison
+    reports as an inconsistency without a split (a failure); with execution a function of
+    the agreed transaction (the default, as the workers execute) no seed reports one."""
+    caught = 0
+    for seed in range(6):
+        config = SimConfig.derive(seed, 3, 0.0, carry=True)
+        run_simulation(config)
+        try:
+            run_simulation(replace(config, local_entropy=True))
+        except SimulationFailure as exc:
+            caught += "inconsistency without a split" in str(exc)
+    assert caught == 6
 
 
 def test_carried_decisions_happen():

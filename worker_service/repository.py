@@ -19,6 +19,7 @@ agrees with it (fingerprint.py).
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from rdfcore.changeset import Changeset, apply_to
 from worker_service import image, journal, state
 from worker_service.rwlock import RWLock
 from worker_service.state import WorkerState
+from worker_service.transaction import BlankNodeMinter
 
 log = logging.getLogger("txcluster.worker")
 
@@ -257,16 +259,18 @@ class Repository:
             )
 
     def execute(self, seq: int | None, txid: str, operations: Sequence,
-                control_queries: Sequence[str] = ()) -> ExecuteResult:
+                control_queries: Sequence[str] = (), timestamp_ms: int | None = None
+                ) -> ExecuteResult:
         """Probe execution of one transaction; raises its error (see execute_batch)."""
         with self._lock.write():
             first = self._state.seq + 1 if seq is None else seq
-            [outcome] = self._execute_locked(first, [(txid, operations)], control_queries)
+            [outcome] = self._execute_locked(first, [(txid, operations, timestamp_ms)],
+                                             control_queries)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def execute_batch(self, start_seq: int, transactions: Sequence[tuple[str, Sequence]],
+    def execute_batch(self, start_seq: int, transactions: Sequence[tuple],
                       control_queries: Sequence[str] = ()) -> list[ExecuteResult | Exception]:
         """Probe execution of a group of transactions (the master's group commit).
 
@@ -276,15 +280,14 @@ class Repository:
         successful ones get consecutive sequence numbers from ``start_seq``. One journal
         and one state write cover the whole group. A transaction given as an exception
         instead of its operations (refused by the caller before anything ran, e.g. a
-        syntax error) is that refusal, in its place. Every outcome is kept in the
-        executed journal (journal.Executed) once the group is committed."""
+        syntax error) is that refusal, in its place. A transaction is (txid, operations[,
+        timestamp_ms]); its fresh values come from it alone, never from seq (determinism.py).
+        Every outcome is kept in the executed journal once the group is committed."""
         with self._lock.write():
             return self._execute_locked(start_seq, transactions, control_queries)
 
-    def _execute_locked(self, start_seq: int, transactions: Sequence[tuple[str, Sequence]],
+    def _execute_locked(self, start_seq: int, transactions: Sequence[tuple],
                         control_queries: Sequence[str]) -> list[ExecuteResult | Exception]:
-        from worker_service.transaction import BlankNodeMinter
-
         self._check_next(start_seq)
         current = self._state
         outcomes: list[ExecuteResult | Exception] = []
@@ -292,14 +295,14 @@ class Repository:
         self._journal.begin({"seq": start_seq, "txid": transactions[0][0] if transactions
                              else None, "mode": journal.UNDO})
         try:
-            for txid, operations in transactions:
+            for txid, operations, *when in transactions:
                 if isinstance(operations, Exception):
                     outcomes.append(operations)
                     executed.append(_refusal(txid, current.seq, operations))
                     continue
                 started = time.perf_counter()
                 seq = current.seq + 1
-                minter = BlankNodeMinter(seq, txid)
+                minter = BlankNodeMinter(txid, when[0] if when else None)
                 namespaces = dict(current.namespaces)
                 steps: list[Changeset] = []
                 total = Changeset()
@@ -565,8 +568,6 @@ def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:
 
 
 def _json(data: dict) -> bytes:
-    import json
-
     return json.dumps(data, indent=2).encode()
 
 

@@ -18,6 +18,7 @@ import pyoxigraph as ox
 
 from rdfcore.canonical import GraphName
 from rdfcore.changeset import Changeset
+from worker_service import determinism
 from worker_service import sparql_text as st
 from worker_service.transaction import BlankNodeMinter, UpdateExecutionError
 
@@ -218,18 +219,27 @@ class ModifyStep(Step):
     default_graph: ox.NamedNode | None
     delete: Template
     insert: Template
+    # NOW(), RAND(), UUID(), STRUUID(), BNODE() in ``query`` (determinism.find_calls, at
+    # parse time): empty for almost every update, which then runs as it is.
+    calls: tuple[determinism.Call, ...] = ()
 
     def changeset(self, store: ox.Store, minter: BlankNodeMinter,
                   namespaces: Mapping[str, str]) -> Changeset:
         deleted: set[ox.Quad] = set()
         inserted: set[ox.Quad] = set()
+        query, options = self.query, {}
+        if self.calls:
+            # Their values come from the transaction (txid, timestamp), so every data
+            # centre executing it computes the same changeset (determinism.py).
+            query = determinism.rewrite(query, self.calls, minter.timestamp_ms or 0)
+            functions = determinism.custom_functions(self.calls, minter)
+            if functions:
+                options["custom_functions"] = functions
+        if self.default_graph is not None:
+            options["default_graph"] = self.default_graph
         try:
-            # The WHERE part is evaluated exactly once, here (NOW(), RAND(), BNODE()...).
-            if self.default_graph is None:
-                result = store.query(self.query, base_iri=self.base_iri)
-            else:
-                result = store.query(self.query, base_iri=self.base_iri,
-                                     default_graph=self.default_graph)
+            # The WHERE part is evaluated exactly once, here, on the probe worker.
+            result = store.query(query, base_iri=self.base_iri, **options)
             index = {v.value: i for i, v in enumerate(result.variables)}  # type: ignore[union-attr]
             delete, insert = _plan(self.delete, index), _plan(self.insert, index)
             has_delete, has_insert = any(delete), any(insert)

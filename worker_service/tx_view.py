@@ -61,6 +61,7 @@ class TransactionView:
     # view (forget -> _drop) with this lock still held.
     lock: threading.RLock = field(default_factory=threading.RLock)
     quads: int = 0
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     # The repository-like face the read code uses (worker_service/api/rdf4j.py).
     @property
@@ -175,7 +176,9 @@ class TransactionViews:
         from worker_service.transaction import BlankNodeMinter
         from worker_service.wire_parsing import parse_operations
 
-        minter = BlankNodeMinter(view.base_seq + 1, f"view-{view.txid}-{len(view.applied)}")
+        # The view's own clock reading: NOW() stays one value while the view lives (the
+        # commit, later, gets the transaction's agreed timestamp).
+        minter = BlankNodeMinter(f"view-{view.txid}-{len(view.applied)}", view.created_ms)
         for op in parse_operations(operations):
             for step in op.steps():
                 cs = step.changeset(view.store, minter, view.namespaces)

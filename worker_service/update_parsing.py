@@ -38,6 +38,7 @@ from typing import Any
 
 import pyoxigraph as ox
 
+from worker_service import determinism
 from worker_service import sparql_text as st
 from worker_service.operations import UpdateOperation
 from worker_service.steps import (
@@ -260,7 +261,8 @@ def _sparql_step(op: st.ParsedOperation, base_iri: str | None) -> Step:
             if op.delete else ()
         insert = _compile_template(prologue, op.insert, base_iri, template_graph) \
             if op.insert else ()
-        return ModifyStep(query, base_iri, None if op.using else with_graph, delete, insert)
+        return ModifyStep(query, base_iri, None if op.using else with_graph, delete, insert,
+                          determinism.find_calls(query))
     if op.kind in (st.CLEAR, st.DROP):
         assert op.target is not None
         graph = _resolve_iris(prologue, base_iri, [op.graph])[0] if op.graph else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class _Pending:
     txid: str
     operations: list[dict]
     future: asyncio.Future
+    timestamp: int  # ms since the epoch, at submission: NOW() of this transaction
 
 
 class LocalOrdering:
@@ -76,7 +78,8 @@ class LocalOrdering:
 
     async def submit(self, operations: list[dict]) -> dict:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(str(uuid.uuid4()), operations, fut))
+        self._pending.append(_Pending(str(uuid.uuid4()), operations, fut,
+                                      int(time.time() * 1000)))
         self._wake.set()
         return await fut
 
@@ -115,7 +118,8 @@ class LocalOrdering:
         """(log thread) The group's transactions, their changesets and refusals, in one
         durable commit."""
         self.pool.txlog.record_group(
-            [(p.txid, now, self.pool.node_id, p.operations) for p in outcome.group],
+            [(p.txid, p.timestamp / 1000.0, self.pool.node_id, p.operations)
+             for p in outcome.group],
             outcome.entries, outcome.failures)
 
     async def _commit_group(self, group: Sequence[_Pending]) -> None:

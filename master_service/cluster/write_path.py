@@ -44,6 +44,11 @@ FORWARD_COALESCE_S = 0.003
 class Transaction(Protocol):
     txid: str
     operations: list[dict]
+    # Milliseconds since the epoch: the agreed timestamp of a peered master's transaction,
+    # the submission time of a single master's. The probe evaluates NOW() as it and draws
+    # RAND/UUID/blank nodes from the txid, so executing it again anywhere gives the same
+    # changeset (worker_service/determinism.py, docs/design/write-path.md).
+    timestamp: int
 
 
 @dataclass
@@ -165,7 +170,8 @@ class WritePath:
             fingerprint, quads = pool.head_fingerprint, pool.head_quads
             if not group:
                 return Outcome(group, [], [], [], fingerprint, quads)
-            txs = [{"txid": t.txid, "operations": t.operations} for t in group]
+            txs = [{"txid": t.txid, "operations": t.operations, "timestamp": t.timestamp}
+                   for t in group]
             probe, response, started = await self._execute_on_probe(txs, admit)
             pool.count_task(probe, time.monotonic() - started, len(group))
             pool.counters.write_groups += 1

@@ -63,6 +63,7 @@ class Agreed:
     pos: int
     txid: str
     operations: list[dict[str, Any]]
+    timestamp: int  # the agreed one (ms, TxMeta.timestamp): NOW() in every data centre
 
 
 class AgreementLog:
@@ -430,12 +431,14 @@ class AgreementLog:
         out: list[Agreed] = []
         with self.txlog.atomic() as db:
             for r in db.query(
-                    "select a.pos, a.txid, t.operations from sync_agreed a left join "
+                    "select a.pos, a.txid, a.timestamp, t.operations from sync_agreed a "
+                    "left join "
                     "transactions t on t.txid = a.txid where a.pos > ? order by a.pos "
                     "limit ?", [after_pos, limit]):
                 if r["operations"] is None or r["pos"] != after_pos + len(out) + 1:
                     break
-                out.append(Agreed(r["pos"], r["txid"], json.loads(r["operations"])))
+                out.append(Agreed(r["pos"], r["txid"], json.loads(r["operations"]),
+                                  r["timestamp"]))
         return out
 
     def record_executed(self, done: Sequence[tuple[int, str, str, int]],

@@ -144,8 +144,11 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     @router.post("/execute")
     async def execute(request: Request):
         """Probe execution of a group of transactions: {"start_seq": n, "transactions":
-        [{"txid", "operations"}], "control_queries": [ASK...]}. Each transaction succeeds
-        (with its seq, exact changeset and fingerprint after) or fails alone."""
+        [{"txid", "operations", "timestamp"}], "control_queries": [ASK...]}. Each
+        transaction succeeds (with its seq, exact changeset and fingerprint after) or fails
+        alone. ``timestamp`` (optional, integer milliseconds since the epoch): the
+        transaction's agreed timestamp, NOW()'s value; without it (an older master) this
+        worker's clock is used (worker_service/determinism.py)."""
         repo = await guard(request)
         from worker_service.transaction import TransactionError
         from worker_service.wire_parsing import parse_operations
@@ -160,12 +163,16 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         for i, tx in enumerate(txs):
             if not isinstance(tx, dict) or not isinstance(tx.get("txid"), str):
                 raise HTTPException(400, f"transaction {i} needs a string 'txid'")
+            when = tx.get("timestamp")
+            if when is not None and (type(when) is not int or not 0 <= when < 2**62):
+                raise HTTPException(400, f"transaction {i}: 'timestamp' must be integer "
+                                         f"milliseconds since the epoch, got {when!r}")
             try:
-                parsed.append((tx["txid"], parse_operations(tx.get("operations"))))
+                parsed.append((tx["txid"], parse_operations(tx.get("operations")), when))
             except TransactionError as exc:
                 # Refused before anything runs, the others go on; passed in its place so
                 # that the executed journal keeps the refusal in order.
-                parsed.append((tx["txid"], exc))
+                parsed.append((tx["txid"], exc, when))
         try:
             outcomes = await run_in_threadpool(repo.execute_batch, start_seq, parsed, controls)
         except WorkerError as exc:
