@@ -9,8 +9,9 @@ since the file changed, restart the master. So the role owns only its keys:
 
   owned     set in place (or appended) when their value differs; null or an empty
             string removes the key (no key of cluster.properties takes an empty value)
-  initial   runtime keys (mode, read-only, parameters...): written only when absent, so
-            the inventory gives their first value and the running master owns them after
+  initial   runtime keys (mode, read-only, parameters...): written only when absent (an
+            empty value: none), so the inventory gives their first value and the running
+            master owns them after
   workers   worker URLs the inventory expects: added as worker.<max n + 1>.url when no
             worker.<n>.url has the same host:port; one with another scheme (TLS switched
             on) is updated in place. Workers added at runtime are left alone.
@@ -195,7 +196,8 @@ def merge(text: str | None, owned: dict, initial: dict, workers: list[str],
         else:
             put(key, str(value))
     for key, value in initial.items():
-        if value is not None and find(key) is None:
+        # empty: no first value (sync-seed-from outside playbooks/add_peer.yml)
+        if value is not None and value != "" and find(key) is None:
             put(key, str(value))
 
     gone = {_authority(u) for u in removed_workers}
