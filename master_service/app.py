@@ -80,6 +80,7 @@ class MasterService:
         self.seed_images: SeedImages | None = None
         self.seeding: Seeding | None = None
         self._seed_task: asyncio.Task | None = None
+        self._peering_lock = asyncio.Lock()
         self.scheduler: AsyncIOScheduler | None = None
         # The open RDF4J transactions of the client API (their pending operations).
         self.transactions = TransactionRegistry(config.transaction_idle_timeout_s)
@@ -137,6 +138,14 @@ class MasterService:
                           else int(c.max_peer_lag_s * 1000)))
         await self.sync.start()
         self.ordering.submit_to = self.sync.submit
+
+    async def start_peering(self) -> None:
+        """Peer from now on, with the configured peers or none yet (a seed request to a
+        master that never peered: api/seeding.py)."""
+        async with self._peering_lock:  # two seed requests at once: one driver
+            if self.sync is None and self.cluster is not None and \
+                    not (self._seed_task and not self._seed_task.done()):
+                await self._start_sync()
 
     def _needs_seeding(self) -> None:
         """The driver found that no peer can bring this data centre up to date by replay
@@ -310,7 +319,8 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
     app.include_router(seeding_router(
         lambda: service.seed_images if service.sync is not None else None,
-        lambda: service.seeding, service.peer_verifier, service.cluster_verifier))
+        lambda: service.seeding, service.peer_verifier, service.cluster_verifier,
+        service.start_peering))
     app.include_router(sync_admin_router(service, guard))
     app.include_router(jolokia_router(lambda: service.cluster_info, guard))
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))

@@ -218,3 +218,67 @@ def test_a_wiped_data_centre_behind_every_floor_seeds_itself_while_the_others_wr
             assert not st["needs_seeding"] and not st["beyond_horizon"], st
     finally:
         dcs.stop_all()
+
+
+def test_txcluster_up_join_adds_a_data_centre_to_a_loaded_cluster(tmp_path):
+    """`txcluster up --dir NEW --join EXISTING`, as an operator runs it, on a one-master
+    cluster holding data (it never peered): the new data centre is seeded from it and
+    both peer; their workers are identical, a write through either reaches the other.
+    `txcluster down --dir NEW` takes it out of the old master's peers and stops it."""
+    import json
+    import subprocess
+    import sys
+
+    from txcluster import local
+
+    cli = [sys.executable, "-m", "txcluster.cli"]
+    old, new = tmp_path / "old", tmp_path / "new"
+    try:
+        r = subprocess.run([*cli, "up", "--dir", str(old), "--workers", "2", "--sample-data"],
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        first = json.loads((old / "cluster.json").read_text())["masters"][0]
+        repo = f"{first['url']}/repositories/repo"
+        w = httpx.post(f"{repo}/statements", content=b'INSERT DATA { <urn:j:1> <urn:p> "a" }',
+                       headers={"content-type": "application/sparql-update"}, timeout=30)
+        assert w.status_code == 204, w.text
+        r = subprocess.run([*cli, "up", "--dir", str(new), "--join", str(old),
+                            "--workers", "2"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        joined = json.loads((new / "cluster.json").read_text())
+        [m2] = joined["masters"]
+        assert m2["id"] == "master2" and joined["joined"] == str(old.resolve())
+        assert [p["id"] for p in sync_of_url(first["url"])["peers"]] == ["master2"]
+        for url, text in ((m2["url"], "b"), (first["url"], "c")):
+            w = httpx.post(f"{url}/repositories/repo/statements",
+                           content=f'INSERT DATA {{ <urn:j:{text}> <urn:p> "{text}" }}'.encode(),
+                           headers={"content-type": "application/sparql-update"}, timeout=30)
+            assert w.status_code == 204, w.text
+        workers = [x["url"] for x in json.loads((old / "cluster.json").read_text())["workers"]]
+        workers += [x["url"] for x in joined["workers"]]
+
+        def states() -> set:
+            return {(h["seq"], h["fingerprint"]) for h in
+                    (httpx.get(f"{u}/health", timeout=10).json() for u in workers)}
+
+        wait_until(lambda: len(states()) == 1, "every worker of both data centres identical",
+                   timeout=60)
+        sizes = {httpx.get(f"{u}/repositories/repo/size", timeout=10).text for u in workers}
+        assert len(sizes) == 1 and int(sizes.pop()) > 3  # the sample data and the 3 writes
+        r = subprocess.run([*cli, "down", "--dir", str(new)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert sync_of_url(first["url"])["peers"] == []
+        w = httpx.post(f"{repo}/statements", content=b'INSERT DATA { <urn:j:d> <urn:p> "d" }',
+                       headers={"content-type": "application/sparql-update"}, timeout=30)
+        assert w.status_code == 204, w.text  # nobody to wait for
+    finally:
+        for d in (new, old):
+            if (d / "cluster.json").exists():
+                local.down(d)
+
+
+def sync_of_url(url: str) -> dict:
+    r = httpx.get(f"{url}/admin/sync", timeout=10)
+    r.raise_for_status()
+    return r.json()

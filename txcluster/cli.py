@@ -208,17 +208,27 @@ def wait_sync(master_url: str, user: str | None, timeout: float) -> None:
 @click.option("--sample-data", is_flag=True, help="load the bundled sample data and query it")
 @click.option("--jmx", is_flag=True, help="remote JMX on every master, each on a port of its "
               "own (needs the `jmx` extra and Java)")
+@click.option("--join", "join", default=None, type=click.Path(file_okay=False),
+              metavar="EXISTING", help="start one more data centre (a master and --workers "
+              "workers) for the cluster running in EXISTING: it is seeded from a master "
+              "there and becomes a sync peer of every master of it")
 def up(directory: str, masters: int, workers: int, base_port: int | None, repository: str,
-       sample_data: bool, jmx: bool) -> None:
+       sample_data: bool, jmx: bool, join: str | None) -> None:
     """Start a local cluster on loopback in the background; write DIR/cluster.json."""
     from pathlib import Path
+
+    import httpx
 
     from txcluster import local
 
     try:
-        info = local.up(Path(directory), masters=masters, workers=workers,
-                        base_port=base_port, repository_id=repository, jmx=jmx)
-    except (RuntimeError, TimeoutError, FileExistsError) as exc:
+        if join is not None:
+            info = local.join(Path(directory), Path(join), workers=workers)
+        else:
+            info = local.up(Path(directory), masters=masters, workers=workers,
+                            base_port=base_port, repository_id=repository, jmx=jmx)
+    except (RuntimeError, TimeoutError, FileExistsError, FileNotFoundError,
+            httpx.HTTPError) as exc:
         _fail(str(exc))
     click.echo(local.describe(info))
     if sample_data:

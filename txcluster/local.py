@@ -8,6 +8,7 @@ written to DIR/cluster.json and `down` stops exactly those PIDs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -188,8 +189,15 @@ def read_cluster(directory: Path) -> dict:
 
 
 def down(directory: Path) -> list[int]:
-    """Stop every process listed in DIR/cluster.json, by PID."""
+    """Stop every process listed in DIR/cluster.json, by PID. A data centre that joined
+    another cluster (``join``) leaves the peers of its masters first, so that they do not
+    wait for it."""
     info = read_cluster(directory)
+    if info.get("joined"):
+        for m in info["masters"]:
+            for peer in m.get("peers", []):
+                with contextlib.suppress(httpx.HTTPError):
+                    httpx.delete(f"{peer['url']}/admin/sync/peers/{m['id']}", timeout=10)
     stopped = []
     nodes = [*info.get("masters", []), *info.get("workers", [])]
     for node in nodes:
@@ -296,6 +304,96 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
         _wait_writable([m["url"] for m in info["masters"]])
     (directory / "cluster.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def join(directory: Path, existing: Path, workers: int = 3, timeout: float = 3600) -> dict:
+    """One more data centre on this machine for the cluster running in ``existing``: a
+    master and ``workers`` workers, started in ``directory``. Its master peers with every
+    master of that cluster (those in EXISTING/cluster.json and the peers they report),
+    seeds its data centre from the first one's worker image (sync-seed-from), and once
+    seeded is added as a sync peer to each of them at runtime (persisted; no restart).
+    Writes DIR/cluster.json with ``joined``: ``down`` removes it from their peers again."""
+    directory, existing = directory.resolve(), existing.resolve()
+    old = read_cluster(existing)
+    if not old["masters"]:
+        raise RuntimeError(f"the cluster in {existing} has no master to join")
+    if (directory / "cluster.json").exists() and any(
+            NodeProcess(n["kind"], Path(n["dir"]), {}, 0, pid=n["pid"]).alive()
+            for n in [*read_cluster(directory)["masters"], *read_cluster(directory)["workers"]]):
+        raise FileExistsError(f"a cluster is already running in {directory}")
+    peers: dict[str, str] = {}  # node id -> url: the masters and the peers they know
+    for m in old["masters"]:
+        peers[m["id"]] = m["url"]
+        r = httpx.get(f"{m['url']}/admin/sync", timeout=10)
+        if r.status_code == 200:
+            peers.update({p["id"]: p["url"] for p in r.json()["peers"]})
+    n = 1 + max((int(i[6:]) for i in peers if i.startswith("master") and i[6:].isdigit()),
+                default=0)
+    node_id, dc = f"master{n}", f"dc{n}"
+    secret_file = Path(old["secret_file"])
+    started: list[NodeProcess] = []
+    info: dict = {"repository": old["repository"], "secret_file": str(secret_file),
+                  "joined": str(existing), "masters": [], "workers": []}
+    try:
+        ws = []
+        for i in range(workers):
+            node = worker_node(directory / dc / f"worker{i + 1}", secret_file,
+                               old["repository"], free_port())
+            node.write_config()
+            node.start(wait=False, detach=True)
+            started.append(node)
+            ws.append(node)
+        for node in ws:
+            node.wait_ready()
+            info["workers"].append({"kind": "worker", "url": node.url, "pid": node.pid,
+                                    "dir": str(node.directory),
+                                    "data_dir": node.properties["data-dir"],
+                                    "config": str(node.config), "master": node_id,
+                                    "data_centre": dc})
+        props = {"data-centre": dc, "sync-seed-from": old["masters"][0]["id"]}
+        for k, (peer, url) in enumerate(sorted(peers.items()), 1):
+            props[f"peer.{k}.id"], props[f"peer.{k}.url"] = peer, url
+        master = master_node(directory / dc / "master", secret_file, node_id,
+                             [w.url for w in ws], old["repository"], free_port(), **props)
+        master.write_config()
+        master.start(detach=True)
+        started.append(master)
+        _wait_seeded(master.url, timeout)
+        for url in peers.values():
+            r = httpx.post(f"{url}/admin/sync/peers", json={"id": node_id, "url": master.url},
+                           timeout=30)
+            if r.status_code != 200:
+                raise RuntimeError(f"{url} did not add {node_id} as a peer: "
+                                   f"{r.status_code} {r.text}")
+        info["masters"].append({"kind": "master", "id": node_id, "url": master.url,
+                                "pid": master.pid, "dir": str(master.directory),
+                                "config": str(master.config),
+                                "data_dir": master.properties["data-dir"],
+                                "data_centre": dc,
+                                "peers": [{"id": p, "url": u} for p, u in peers.items()],
+                                "jolokia_url": f"{master.url}/jolokia"})
+    except BaseException:
+        for node in started:
+            node.stop()
+        raise
+    _wait_writable([master.url])
+    (directory / "cluster.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def _wait_seeded(url: str, timeout: float) -> None:
+    """Until the master at ``url`` reports its seeding done (GET /admin/sync)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = httpx.get(f"{url}/admin/sync", timeout=5).json().get("seeding")
+            if last and last.get("phase") == "done":
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"master {url} was not seeded after {timeout}s (last: {last})")
 
 
 def _peering(m: int, master_ports: list[int]) -> dict[str, str]:

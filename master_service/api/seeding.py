@@ -8,7 +8,9 @@
 The peer routes take the peer credential, like every peer call, but not only from
 configured peers: a data centre that is about to join is seeded before the others add it
 as a peer (it must not take part in agreement before it holds their state), and the
-credential is the cluster's membership. Refusals are 403 and logged; a donor that cannot
+credential is the cluster's membership. A master that never peered starts peering when
+asked for a seed (alone until peers are added: its writes are agreed by itself), so that
+its state is an agreed position. Refusals are 403 and logged; a donor that cannot
 make a seed now answers 503 with the reason (the recipient asks again).
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
@@ -39,7 +41,8 @@ PASSED_ON = ("content-length", "content-range", "x-image-sha256", "x-image-seq",
 
 def seeding_router(images: Callable[[], SeedImages | None],
                    seeding: Callable[[], Seeding | None], peer_verifier: Verifier,
-                   cluster_verifier: Verifier) -> APIRouter:
+                   cluster_verifier: Verifier,
+                   start_peering: Callable[[], Awaitable[None]]) -> APIRouter:
     router = APIRouter(tags=["peer"])
 
     def donor() -> SeedImages:
@@ -59,6 +62,12 @@ def seeding_router(images: Callable[[], SeedImages | None],
         if not isinstance(requester, str) or not _NODE_ID.fullmatch(requester):
             raise HTTPException(400, "the body must be {\"peer\": <node id of the "
                                      "requesting master>}")
+        s = seeding()
+        if s is not None and s.running:
+            raise HTTPException(503, "this data centre is being seeded itself")
+        # A master that never peered starts peering (with no peer yet: its writes are
+        # agreed alone) so that its state is an agreed position a joiner can start from.
+        await start_peering()
         try:
             point = await donor().make(requester)
         except SeedingFailed as exc:
