@@ -30,6 +30,8 @@ ROUNDS = {
 MULTI_DC_ROUNDS = {
     201: ["kill-master", "lose-link"],
     202: ["partition-dc", "lossy-link", "kill-worker"],
+    # a data centre wiped while the others write re-seeds itself (issue 16)
+    203: ["wipe-dc"],
 }
 
 

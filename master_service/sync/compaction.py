@@ -144,10 +144,13 @@ class CompactionSteps:
         return self._txid_at(pos), self._chain_at(pos), max(newest, self._forgotten_ts)
 
     def seed_donor(self) -> str | None:
-        """The peer to seed from when we need seeding: the one that executed the most,
-        of those whose latest status is past our position (None: nobody is)."""
+        """The peer to seed from when we need seeding: the one that executed the most, of
+        those that executed past us (None: nobody did). Past what we *executed*: a node
+        may hold agreed entries whose payloads every peer forgot (it needs seeding then
+        too, ``_check_seeding``)."""
+        mine = self._posted_executed()
         ahead = [(st.executed, name) for name, p in self._peers.items()
-                 if (st := p.latest) is not None and st.executed > self.seq]
+                 if (st := p.latest) is not None and st.executed > mine]
         return max(ahead)[1] if ahead else None
 
     def hold_for_seeding(self, requester: str, pos: int, *, until: int, now: int) -> Ready:

@@ -13,6 +13,7 @@ the skip and its reason instead of injecting it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -166,6 +167,30 @@ def kill_master_during_backup(r: Round) -> None:
     r.event("kill -9", f"{r.label(master)} "
                        f"(backup answered: {outcome[0] if outcome else 'nothing'})")
     _restart_master(r, master)
+
+
+@fault("wipe-dc", needs=("multi-dc",))
+def wipe_dc(r: Round) -> None:
+    """One master and its workers (a txcluster data centre) killed -9 and their data
+    wiped — transaction log, agreed queue, stores — while the others write; restarted
+    empty after a random delay. Its peers forgot what every master executed (and the
+    round's log-max-size horizon more): it needs seeding, seeds itself from the peer that
+    executed the most (master_service/sync/seeding.py) and must converge with nothing
+    acknowledged lost (what it acknowledged was agreed, so its peers hold it)."""
+    site = r.pick(r.sites)
+    nodes = [site.master, *site.workers]
+    for node in nodes:
+        node.kill9()
+    for node in nodes:
+        shutil.rmtree(Path(node.properties["data-dir"]), ignore_errors=True)
+    r.event("kill -9 + wipe", f"{site.name}: master and {len(site.workers)} workers")
+    _pause(r, 1.0, 4.0)  # the others go on writing meanwhile
+    for w in site.workers:
+        w.start(wait=False)
+    for w in site.workers:
+        w.wait_ready()
+    site.master.start()
+    r.healed("restart", f"{site.name} empty")
 
 
 # ---------------------------------------------------------------- network (multi-dc lab)

@@ -157,10 +157,16 @@ def master_properties(seed: int, faults: list[str]) -> dict[str, str]:
     """Master settings of a round. Smart replication's absolute floor at 0 makes the
     master copy whole images instead of replaying the log for a worker that is behind
     (the small logs of a round replay in well under the default 600 s): drawn from the
-    seed, and always so when the round kills the master during a replication."""
+    seed, and always so when the round kills the master during a replication. A round
+    that wipes a data centre keeps a short horizon (log-max-size 50)."""
     rng = random.Random(f"config-{seed}")
     full = "kill-master-during-replication" in faults or rng.random() < 0.5
-    return {"min-time-to-consider-full-replication-s": "0" if full else "600"}
+    props = {"min-time-to-consider-full-replication-s": "0" if full else "600"}
+    if "wipe-dc" in faults:
+        # A short horizon: the peers forget past the wiped data centre's position, so it
+        # must seed instead of replaying from position 1.
+        props["log-max-size"] = "50"
+    return props
 
 
 def run_round(seed: int, faults: list[str] | None = None, root: Path | None = None,
