@@ -29,9 +29,9 @@ status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
 Transactions of the incoming queue that sort at or before the seed point were agreed at
 or before it (the agreed queue is the sorted sequence of all transactions): the image
 holds them, so they leave the queue; the others are negotiated as before
-(``AgreementLog.seeded``). A master that dies while seeding keeps what it downloaded and
-resumes that download when it seeds again (sync-seed-from at its restart, the admin
-call, or ``needs_seeding``).
+(``AgreementLog.seeded``). A cut download resumes within one seeding; a master that dies
+while seeding seeds again from a new image when it restarts (sync-seed-from, the admin
+call, or ``needs_seeding``): nothing was installed before the image was whole.
 """
 
 from __future__ import annotations
