@@ -75,11 +75,25 @@ class TaskFailure(RuntimeError):
         super().__init__(f"{FAILURE_MARK}{file}, {lines}: {type(cause).__name__}: {text}")
 
 
+# A line-format file that Spark's text source (the JVM) fails to read — a truncated
+# gzip — fails its task before our Python sees the error: Spark's error names the file,
+# its "Caused by" the reason; the lines are not known.
+_READ_FAILURE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file "
+                           r"(\S+?)\.?\s")
+_CAUSE = re.compile(r"Caused by: (\S+?): (.*)")
+
+
 def task_failure(exc: BaseException) -> str | None:
     """The file and lines of the task whose failure ``exc`` (a Spark error on the
-    driver) reports, or None when it is not one of ours."""
-    found = _FAILURE.search(str(exc))
-    return found.group(1).strip() if found else None
+    driver) reports, or None when it is not one we know."""
+    text = str(exc)
+    if found := _FAILURE.search(text):
+        return found.group(1).strip()
+    if found := _READ_FAILURE.search(text):
+        cause = _CAUSE.search(text, found.end())
+        reason = f"{cause.group(1)}: {cause.group(2).strip()}" if cause else "see Spark's log"
+        return f"{local_path(found.group(1))}, while Spark's text source read it: {reason}"
+    return None
 
 
 def _line_range(first: int, count: int, split: int = 0) -> str:

@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 from pyspark.testing import assertDataFrameEqual
 
 from rdfcore import fingerprint
-from spark_pipeline import extract, jobs, load, rdf, session, transform
+from spark_pipeline import audit, extract, jobs, load, rdf, session, transform
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
@@ -366,7 +366,8 @@ def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
     c.wait_in_sync()  # the master sees nothing wrong
 
     out = tmp_path / "diff"
-    report = jobs.run_audit(lambda: spark, jobs.AuditConfig((a.url, b.url), str(out)), QUIET)
+    report = audit.run_audit(lambda: spark, audit.AuditConfig((a.url, b.url), str(out)),
+                             QUIET)
     assert not report.ok and not report.identical
     assert report.only == {"a": 1, "b": 2}
 
@@ -568,3 +569,14 @@ def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path
     assert "\n" not in message and len(message) < 400  # no executor traceback
     assert isinstance(failed.value, jobs.USER_ERRORS)  # the CLI prints it, exit 1
     assert c.status()["head"]["seq"] == 0  # nothing was sent
+
+    # A truncated gzip fails in Spark's own reader (the JVM), before any Python sees
+    # it: the file is named from Spark's error, with its cause.
+    data = "".join(f'<http://e/s{i}> <http://e/p> "{i}" .\n' for i in range(20_000)).encode()
+    packed = gzip.compress(data)
+    cut = write(d / "cut.nt.gz", packed[:len(packed) // 2])
+    with pytest.raises(jobs.TaskFailed) as failed:
+        jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(cut),)), QUIET)
+    assert str(failed.value) == (f"a Spark task failed on {cut}, while Spark's text source "
+                                 "read it: java.io.EOFException: Unexpected end of input "
+                                 "stream")
