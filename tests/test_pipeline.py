@@ -261,6 +261,7 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
     _data(first, "one.nq", 0, 1200, "_:hub")
     _data(first, "two.nq", 1000, 400, "_:hub")  # 200 quads shared with one.nq
     write(first / "bad.nt", "<http://e/x> <http://e/p> .\n")
+    write(first / "ns.ttl", "@prefix ns: <http://ns/> .\n")  # a prefix, no statement
     monkeypatch.setattr(jobs, "PART_QUADS", 500)  # several parts into the worker
 
     # --initial: one worker bulk-loads, the others are replicated from it.
@@ -268,7 +269,9 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
         c.master.url, (str(first),), initial=True, rejects_dir=str(tmp_path / "rejects")),
         QUIET)
     assert report.ok, report.summary()
-    assert (report.prepared.lines, report.prepared.reject_count) == (1601, 1)
+    assert (report.prepared.lines, report.prepared.reject_count) == (1602, 1)
+    # The prefix is declared once the master has adopted the worker's state.
+    assert _namespaces(c) == {"ns": "http://ns/"} and report.declared == {"ns": "http://ns/"}
     # 1200 + 400 lines, 200 in both files: the 150 without a blank node are one quad
     # each, the 50 linking "_:hub" are not (each file has its own _:hub).
     assert report.prepared.quads == report.added == 1450
