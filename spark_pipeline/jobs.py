@@ -25,11 +25,13 @@ from spark_pipeline.session import is_local
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000
 SHOWN = 10  # rejects / differences printed in the summary
-# Errors that are the user's or the cluster's, not the program's: the CLI prints them.
+
+
 class TaskFailed(Exception):
     """A Spark task failed; the message names its file and lines (transform.TaskFailure)."""
 
 
+# Errors that are the user's or the cluster's, not the program's: the CLI prints them.
 USER_ERRORS = (ValueError, extract.InputError, extract.ExportError, load.LoadError,
                TaskFailed)
 
@@ -207,7 +209,7 @@ def write_rows(df: DataFrame, path: Path, line: Callable[[dict], str], suffix: s
 
 def write_json(df: DataFrame, path: Path) -> None:
     write_rows(df, path, lambda r: json.dumps({k: v for k, v in r.items() if v is not None},
-                                               ensure_ascii=False), ".json")
+                                              ensure_ascii=False), ".json")
 
 
 def write_text(df: DataFrame, path: Path) -> None:

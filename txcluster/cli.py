@@ -254,6 +254,9 @@ def _spark_options(command):
         help="on a Spark cluster: the Python environment shipped to the executors (default: "
         "one packed from this interpreter, cached; 'none': the executors' own "
         "PYSPARK_PYTHON); env TXCLUSTER_PYTHON_ENV")(command)
+    command = click.option(
+        "--progress/--no-progress", default=None,
+        help="draw the progress line on stderr (default: when stderr is a terminal)")(command)
     command = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
                            help="temporary files (must be visible to the Spark executors: "
                            "on a cluster, shared storage)")(command)
@@ -290,7 +293,7 @@ def _run_job(make_config, job: str, spark: dict) -> None:
         config = make_config(spark_pipeline)
     except ValueError as exc:
         _fail(str(exc))
-    progress = Progress()
+    progress = Progress(enabled=spark["progress"])
     try:
         with LazySession(spark["spark_master"], f"txcluster {job.rpartition('run_')[2]}",
                          spark["python_env"], _spark_conf(spark["spark_conf"])) as start:
