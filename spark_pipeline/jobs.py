@@ -393,7 +393,7 @@ def _load_initial(spark: SparkSession, files: list[rdf.InputFile], config: LoadC
     bulk = load.BulkLoad(master, target)
 
     def stream(quads: DataFrame, say: Callable[[str], None]) -> None:
-        bulk.send(_blobs(quads, PART_QUADS), lambda n: say(f"sent {n:,} quads to {target}"))
+        bulk.send(_blobs(quads, PART_QUADS), lambda n: say(f"loaded {n:,} quads into {target}"))
 
     try:
         prepared = prepare(spark, files, config.graph, progress, stream=stream,
