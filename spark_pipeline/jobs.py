@@ -173,10 +173,13 @@ def one_iri_each(declared: list) -> tuple[dict[str, str], dict[str, list[str]]]:
     """The rule for a prefix declared in several documents (rows prefix, namespace):
     with one IRI everywhere it is kept; with different IRIs it is refused — neither is
     declared, the load reports them — since no order of the files makes one of them
-    the right one (Spark reads them in any order, and name order is an accident)."""
+    the right one (Spark reads them in any order, and name order is an accident).
+    The empty prefix (``@prefix : <...>``) is left out: RDF4J's namespaces API names a
+    prefix in the path, which cannot be empty."""
     iris: dict[str, set[str]] = {}
     for row in declared:
-        iris.setdefault(row["prefix"], set()).add(row["namespace"])
+        if row["prefix"]:
+            iris.setdefault(row["prefix"], set()).add(row["namespace"])
     return ({p: next(iter(v)) for p, v in iris.items() if len(v) == 1},
             {p: sorted(v) for p, v in sorted(iris.items()) if len(v) > 1})
 

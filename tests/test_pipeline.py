@@ -422,7 +422,8 @@ def test_progress_line_shows_files_lines_quads_rejects_rate_and_eta():
 
 GOOD_TTL = ("@prefix ex: <http://e/> .\nPREFIX g: <http://g/>\n"
             "ex:a ex:p g:x .\nex:b ex:p \"b\" .\n")
-OTHER_TTL = "@prefix ex: <http://other/> .\n@prefix o: <http://o/> .\nex:c ex:p o:d .\n"
+OTHER_TTL = ("@prefix ex: <http://other/> .\n@prefix o: <http://o/> .\n"
+             "@prefix : <http://default/> .\nex:c ex:p o:d .\n")  # ':' is not declared
 REL_TTL = "@prefix r: <http://r/> .\n<s1> r:p <o1> .\n<s2> r:p \"x\" .\n"
 REL_NT = ('<http://e/n1> <http://e/p> "n" .\n<s> <http://e/p> "x" .\n'
           '<http://e/n2> <http://e/p> "m" .\n')
@@ -491,7 +492,7 @@ def test_base_iri_namespaces_union_and_progress(spark, cluster_factory, tmp_path
     assert lines[-1] == (f"parsed 5 quads, rejected 2, loaded 5, verification OK: 2/2 "
                          f"workers hold {head['fingerprint']}")
     # The parse line, from the executors' accumulator, and the verification's.
-    assert any("lines 13  parsed 5 quads  rejected 2" in line for line in lines), lines
+    assert any("lines 14  parsed 5 quads  rejected 2" in line for line in lines), lines
     assert any(line == "verification: 2/2 workers at the head of the log" for line in lines)
 
     # With --base-iri, into the repository that holds data: exactly the union. The
