@@ -3,24 +3,30 @@
 Theory of operation
 -------------------
 A job is extract (IO) -> pure transforms (DataFrame in, DataFrame out) -> load (IO);
-configuration is passed in (``jobs.LoadConfig``, ``jobs.AuditConfig``, ``ParseConfig``).
+configuration is passed in (``jobs.LoadConfig``, ``audit.AuditConfig``, ``ParseConfig``).
 
     extract.py    input files walked on the driver; line formats read by Spark's text
                   source as raw bytes, split by line across tasks; documents one per
                   task; a replica's content exported as N-Quads from a worker's API
     rdf.py        the per-record work, plain Python: line-exact validation, canonical
-                  terms (rdfcore.canonical), per-file blank node scopes
+                  terms (rdfcore.canonical), per-file blank node scopes, relative IRIs
+                  against --base-iri, the documents' prefixes
     transform.py  the pure transforms: parse (mapInArrow), rejects with line numbers
                   across splits, deduplication, fingerprint sums in 32-bit pieces (ANSI
-                  mode on), differences between replicas, N-Quads documents to send
+                  mode on), differences between replicas, N-Quads documents to send;
+                  a failing task names its file and lines (TaskFailure)
     load.py       the cluster: transactions through the master (RDF4J adds with
                   preserveNodeId), or --initial's bulk load of one worker that the
-                  master's new log adopts; waiting for every worker; the check
-    jobs.py       the two jobs wired together, and their reports
+                  master's new log adopts; namespaces; waiting for every worker; the
+                  check
+    jobs.py       the load wired together (and the helpers the audit shares): its
+                  report, the documents' prefixes as namespaces, failed tasks named
+    audit.py      the audit: two replicas' exports compared in Spark
     session.py    the SparkSession: local[*] by default, any cluster by its URL
     shipping.py   what a cluster's executors need, shipped: the code zip, a packed Python
     submit.py     spark-submit's entry point (load, audit)
-    progress.py   the progress line (files, lines/quads, rate, ETA)
+    progress.py   the progress line (files, lines, quads parsed and rejected, rate, ETA;
+                  quads loaded; the verification)
 
 The proof of a load is the repository fingerprint (rdfcore/fingerprint.py: the
 sum mod 2**128 of xxh3-128 of each canonical N-Quads line), computed by the job over the

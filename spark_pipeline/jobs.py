@@ -9,13 +9,13 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from rdfcore.fingerprint import MOD, to_hex
 from spark_pipeline import extract, load, rdf, transform
@@ -25,8 +25,28 @@ from spark_pipeline.session import is_local
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000
 SHOWN = 10  # rejects / differences printed in the summary
+
+
+class TaskFailed(Exception):
+    """A Spark task failed; the message names its file and lines (transform.TaskFailure)."""
+
+
 # Errors that are the user's or the cluster's, not the program's: the CLI prints them.
-USER_ERRORS = (ValueError, extract.InputError, extract.ExportError, load.LoadError)
+USER_ERRORS = (ValueError, extract.InputError, extract.ExportError, load.LoadError,
+               TaskFailed)
+
+
+@contextmanager
+def tasks_named():
+    """Spark's error for a failed task (a Py4J or Python exception with the executor's
+    traceback) as the file and lines the task was at, when the task said so."""
+    try:
+        yield
+    except Exception as exc:
+        where = transform.task_failure(exc)
+        if where is None:
+            raise
+        raise TaskFailed(f"a Spark task failed on {where}") from None
 
 
 @dataclass(frozen=True)
@@ -42,10 +62,18 @@ class LoadConfig:
     auth: tuple[str, str] | None = None
     parallel: int = 4  # transactions in flight
     sync_timeout_s: float | None = None  # default: from the amount of data
+    base_iri: str | None = None  # relative IRIs of documents resolve against it
+    namespaces: bool = True  # the documents' prefixes into the repository's namespaces
 
     def __post_init__(self) -> None:
         if self.batch_quads < 1:
             raise ValueError("--batch-quads must be at least 1")
+        if self.base_iri is not None:
+            try:
+                rdf.Canonicaliser(self.base_iri)
+            except ValueError as exc:
+                raise ValueError(f"--base-iri '{self.base_iri}' is not an absolute IRI: "
+                                 f"{exc}") from None
         if not self.inputs:
             raise ValueError("give at least one file or directory to load")
         if self.graph is not None:
@@ -54,18 +82,6 @@ class LoadConfig:
             except ValueError as exc:
                 raise ValueError(f"--graph '{self.graph}' is not an absolute IRI: {exc}"
                                  ) from None
-
-
-@dataclass(frozen=True)
-class AuditConfig:
-    workers: tuple[str, ...]
-    out_dir: str | None = None  # default: ./txcluster-audit-<time>, when they differ
-    work_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        urls = [w.rstrip("/") for w in self.workers]
-        if len(urls) != 2 or urls[0] == urls[1]:
-            raise ValueError("give two different workers: --worker URL --worker URL")
 
 
 # ---- preparing a data set ----
@@ -84,6 +100,9 @@ class Prepared:
     quads: int
     fingerprint: int
     seconds: float
+    # The documents' prefixes: one IRI each, and those declared with several (refused).
+    prefixes: dict[str, str] = field(default_factory=dict)
+    conflicts: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def reject_count(self) -> int:
@@ -93,7 +112,7 @@ class Prepared:
         self.records.unpersist()
 
 
-def _sum_row(df: DataFrame) -> tuple[int, int]:
+def sum_row(df: DataFrame) -> tuple[int, int]:
     row = transform.fingerprint_sums(df).collect()[0]
     return rdf.combine([row[f"s{i}"] for i in range(rdf.PIECES)]), row["quads"]
 
@@ -116,8 +135,8 @@ def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
 
 def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
             progress: Progress, scope_blank_nodes: bool = True,
-            stream: Callable[[DataFrame, Callable[[str], None]], None] | None = None
-            ) -> Prepared:
+            stream: Callable[[DataFrame, Callable[[str], None]], None] | None = None,
+            base_iri: str | None = None) -> Prepared:
     """Parse, validate, canonicalise, deduplicate and fingerprint the inputs: one pass
     over them and one shuffle; the result stays persisted for the load.
 
@@ -127,13 +146,16 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
     progress line."""
     started = time.monotonic()
     counts = spark.sparkContext.accumulator({}, CountsParam())
-    config = transform.ParseConfig(graph, scope_blank_nodes, counts)
+    config = transform.ParseConfig(graph, scope_blank_nodes, counts=counts,
+                                   base_iri=base_iri)
     records = transform.deduplicated(parse_inputs(spark, files, config)).persist(
         StorageLevel.MEMORY_AND_DISK)
     with progress.watch_parse(counts, {f.path: f.size for f in files}) as watcher:
         if stream is not None:
             stream(transform.quads(records), watcher.say)
         kinds = {r["kind"]: r for r in transform.summary(records).collect()}
+        declared = transform.prefixes(records).collect() \
+            if any(not f.line_based for f in files) else []
     progress.done()
 
     def n(kind: int, column: str = "n") -> int:
@@ -144,7 +166,22 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
     return Prepared(records, transform.quads(records), transform.rejects(records),
                     len(files), n(rdf.SPLIT_LINES, "lines"), n(rdf.SPLIT_LINES, "statements"),
                     n(rdf.LINE_REJECT), n(rdf.FILE_REJECT), n(rdf.QUAD), fingerprint,
-                    time.monotonic() - started)
+                    time.monotonic() - started, *one_iri_each(declared))
+
+
+def one_iri_each(declared: list) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The rule for a prefix declared in several documents (rows prefix, namespace):
+    with one IRI everywhere it is kept; with different IRIs it is refused — neither is
+    declared, the load reports them — since no order of the files makes one of them
+    the right one (Spark reads them in any order, and name order is an accident).
+    The empty prefix (``@prefix : <...>``) is left out: RDF4J's namespaces API names a
+    prefix in the path, which cannot be empty."""
+    iris: dict[str, set[str]] = {}
+    for row in declared:
+        if row["prefix"]:
+            iris.setdefault(row["prefix"], set()).add(row["namespace"])
+    return ({p: next(iter(v)) for p, v in iris.items() if len(v) == 1},
+            {p: sorted(v) for p, v in sorted(iris.items()) if len(v) > 1})
 
 
 def _blobs(df: DataFrame, size: int):
@@ -152,7 +189,7 @@ def _blobs(df: DataFrame, size: int):
         yield row["data"], row["quads"]
 
 
-def _output_dir(given: str | None, default_prefix: str) -> Path:
+def output_dir(given: str | None, default_prefix: str) -> Path:
     if given is None:
         return Path(f"{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     path = Path(given).expanduser().resolve()
@@ -166,24 +203,24 @@ def _output_dir(given: str | None, default_prefix: str) -> Path:
 # driver's. The layout is Spark's (a directory of part files, JSON lines without nulls).
 
 
-def _write_rows(df: DataFrame, path: Path, line: Callable[[dict], str], suffix: str) -> None:
+def write_rows(df: DataFrame, path: Path, line: Callable[[dict], str], suffix: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
     with open(path / f"part-00000{suffix}", "w", encoding="utf-8") as fh:
         for row in df.toLocalIterator():
             fh.write(line(row.asDict()) + "\n")
 
 
-def _write_json(df: DataFrame, path: Path) -> None:
-    _write_rows(df, path, lambda r: json.dumps({k: v for k, v in r.items() if v is not None},
-                                               ensure_ascii=False), ".json")
+def write_json(df: DataFrame, path: Path) -> None:
+    write_rows(df, path, lambda r: json.dumps({k: v for k, v in r.items() if v is not None},
+                                              ensure_ascii=False), ".json")
 
 
-def _write_text(df: DataFrame, path: Path) -> None:
+def write_text(df: DataFrame, path: Path) -> None:
     (column,) = df.columns
-    _write_rows(df, path, lambda r: r[column], ".txt")
+    write_rows(df, path, lambda r: r[column], ".txt")
 
 
-def _shared_work_dir(spark: SparkSession, work_dir: str | None) -> None:
+def shared_work_dir(spark: SparkSession, work_dir: str | None) -> None:
     """A replica's export is written by the driver and read by the executors: on a
     cluster it must be on storage both see (the default is the driver's /tmp)."""
     if work_dir is None and not is_local(spark.sparkContext.master):
@@ -210,10 +247,37 @@ class LoadReport:
     shown_rejects: list = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    # Namespaces: declared by this load; the repository's own, kept where a document
+    # gave another IRI (prefix -> (kept, given)); None: not asked (--no-namespaces).
+    declared: dict[str, str] | None = None
+    kept: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def _namespace_lines(self) -> list[str]:
+        p = self.prepared
+        if self.declared is None:
+            return [f"namespaces      not declared (--no-namespaces; {len(p.prefixes):,} "
+                    "prefixes in the documents)"] if p.prefixes or p.conflicts else []
+        out = [f"namespaces      {len(self.declared):,} declared"
+               + (": " + ", ".join(sorted(self.declared)) if self.declared else "")]
+        out += [f"  {prefix}: refused, declared with different IRIs: {', '.join(iris)}"
+                for prefix, iris in p.conflicts.items()]
+        out += [f"  {prefix}: the repository's {kept} kept (a document gives {given})"
+                for prefix, (kept, given) in sorted(self.kept.items())]
+        return out
+
+    def progress_line(self) -> str:
+        """The last state of the progress line: what was parsed, rejected, loaded, and
+        what the verification found."""
+        p = self.prepared
+        at = sum(st.get("fingerprint") == to_hex(self.expected)
+                 for st in self.workers.values())
+        return (f"parsed {p.statements:,} quads, rejected {p.reject_count:,}, loaded "
+                f"{self.added:,}, verification {'OK' if self.ok else 'FAILED'}: "
+                f"{at}/{len(self.workers)} workers hold {to_hex(self.expected)}")
 
     def summary(self) -> str:
         p = self.prepared
@@ -236,6 +300,7 @@ class LoadReport:
         else:
             lines.append(f"loaded          {self.added:,} quads in {self.transactions:,} "
                          f"transactions ({self.present:,} were present already)")
+        lines += self._namespace_lines()
         lines.append(f"rate            {p.quads / total if total else 0:,.0f} quads/s end to "
                      "end (" + ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
                      + ")")
@@ -260,8 +325,14 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
              ) -> LoadReport:
     """The whole load; ``session`` is called (Spark started) once the inputs and the
     cluster have been checked, so a wrong path or an unfit cluster fails at once."""
+    with tasks_named():
+        return _run_load(session, config, progress)
+
+
+def _run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: Progress
+              ) -> LoadReport:
     files = extract.list_inputs(config.inputs)
-    rejects_dir = _output_dir(config.rejects_dir, "txcluster-rejects")
+    rejects_dir = output_dir(config.rejects_dir, "txcluster-rejects")
     with load.MasterAPI(config.master, config.auth) as master, \
             tempfile.TemporaryDirectory(prefix="txcluster-load-", dir=config.work_dir) as work:
         status = master.status()
@@ -270,7 +341,7 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         spark = session()
         _seq, head_fp, head_quads = load.head(status)
         if target is None and (head_quads, head_fp) != (0, 0):
-            _shared_work_dir(spark, config.work_dir)  # _missing exports the repository
+            shared_work_dir(spark, config.work_dir)  # _missing exports the repository
         if spark.sparkContext.uiWebUrl:
             progress.note(f"Spark UI: {spark.sparkContext.uiWebUrl}")
         if target is not None:
@@ -282,8 +353,10 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         if prepared.reject_count:
             report.rejects_dir = rejects_dir
             ordered = prepared.rejects.orderBy("file", "line")
-            _write_json(ordered, rejects_dir)
+            write_json(ordered, rejects_dir)
             report.shown_rejects = [r.asDict() for r in ordered.take(SHOWN)]
+        if config.namespaces:
+            report.declared, report.kept = _declare_namespaces(master, repository, prepared)
 
         started = time.monotonic()
         status, synced = load.wait_in_sync(master, _sync_timeout(config, prepared.quads),
@@ -293,8 +366,27 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
         report.head = status["head"]
         report.workers = load.worker_states(status)
         _check(report, synced)
+        progress.line(report.progress_line(), force=True)
+        progress.done()
         prepared.release()
         return report
+
+
+def _declare_namespaces(master: load.MasterAPI, repository: str, prepared: Prepared
+                        ) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """The documents' prefixes into the repository's namespaces, each as a transaction
+    through the master. A prefix the repository declares already is left as it is (as
+    RDF4J's own loader does: a load never redefines a prefix); it is reported when a
+    document gives it another IRI. Returns (declared, kept)."""
+    present = master.namespaces(repository) if prepared.prefixes else {}
+    declared, kept = {}, {}
+    for prefix, iri in sorted(prepared.prefixes.items()):
+        if prefix not in present:
+            master.set_namespace(repository, prefix, iri)
+            declared[prefix] = iri
+        elif present[prefix] != iri:
+            kept[prefix] = (present[prefix], iri)
+    return declared, kept
 
 
 def _load_initial(spark: SparkSession, files: list[rdf.InputFile], config: LoadConfig,
@@ -304,10 +396,11 @@ def _load_initial(spark: SparkSession, files: list[rdf.InputFile], config: LoadC
     bulk = load.BulkLoad(master, target)
 
     def stream(quads: DataFrame, say: Callable[[str], None]) -> None:
-        bulk.send(_blobs(quads, PART_QUADS), lambda n: say(f"sent {n:,} quads to {target}"))
+        bulk.send(_blobs(quads, PART_QUADS), lambda n: say(f"loaded {n:,} quads into {target}"))
 
     try:
-        prepared = prepare(spark, files, config.graph, progress, stream=stream)
+        prepared = prepare(spark, files, config.graph, progress, stream=stream,
+                           base_iri=config.base_iri)
         started = time.monotonic()
         if prepared.quads:
             bulk.commit(prepared.fingerprint, prepared.quads)
@@ -326,7 +419,7 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
                        master: load.MasterAPI, repository: str, status: dict, work: Path,
                        progress: Progress) -> LoadReport:
     """The quads the repository lacks, in transactions of at most --batch-quads."""
-    prepared = prepare(spark, files, config.graph, progress)
+    prepared = prepare(spark, files, config.graph, progress, base_iri=config.base_iri)
     report = LoadReport(prepared, False)
     report.seconds["prepare"] = prepared.seconds
     started = time.monotonic()
@@ -350,7 +443,8 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
 def _sync_line(status: dict) -> str:
     at_head = sum(w["status"] == "ON" and w["seq"] == status["head"]["seq"]
                   for w in status["workers"])
-    return f"sync: {at_head}/{len(status['workers'])} workers at the head of the log"
+    return (f"verification: {at_head}/{len(status['workers'])} workers at the head of the "
+            "log")
 
 
 def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
@@ -369,7 +463,7 @@ def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
     existing = transform.quads(parse_inputs(
         spark, [extract.export_file(target)], transform.ParseConfig(scope_blank_nodes=False))
     ).persist(StorageLevel.MEMORY_AND_DISK)
-    content_fp, _ = _sum_row(existing)
+    content_fp, _ = sum_row(existing)
     kept = int(state["fingerprint"], 16)
     if content_fp != kept:
         existing.unpersist()
@@ -379,7 +473,7 @@ def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
             "txcluster audit); not loading")
     missing = transform.absent_from(prepared.distinct, existing).persist(
         StorageLevel.MEMORY_AND_DISK)
-    added_fp, added = _sum_row(missing)
+    added_fp, added = sum_row(missing)
     existing.unpersist()
     return missing, kept, added_fp, added
 
@@ -394,121 +488,3 @@ def _check(report: LoadReport, synced: bool) -> None:
     for url, st in report.workers.items():
         if st.get("fingerprint") != expected:
             report.problems.append(f"{url} is at {st.get('fingerprint', st.get('error'))}")
-
-
-# ---- txcluster audit ----
-
-
-@dataclass
-class Replica:
-    url: str
-    state: dict  # the worker's own state during the export
-    quads: int = 0
-    fingerprint: int = 0  # recomputed from the exported content
-
-
-@dataclass
-class AuditReport:
-    replicas: list[Replica]
-    only: dict[str, int]  # side -> differing quads
-    graphs: list[dict]  # graphs whose content differs: graph, quads/fingerprint per side
-    shown: list[dict]
-    out_dir: Path | None
-    seconds: float
-
-    @property
-    def identical(self) -> bool:
-        return not any(self.only.values())
-
-    @property
-    def ok(self) -> bool:
-        return self.identical and all(
-            to_hex(r.fingerprint) == r.state["fingerprint"] for r in self.replicas)
-
-    def summary(self) -> str:
-        out = []
-        for side, r in zip("ab", self.replicas, strict=True):
-            kept = r.state["fingerprint"]
-            note = "" if to_hex(r.fingerprint) == kept else \
-                f"  (the worker keeps {kept}: its store changed behind its back)"
-            out.append(f"{side}: {r.url}  seq {r.state['seq']}, {r.quads:,} quads, "
-                       f"fingerprint {to_hex(r.fingerprint)}{note}")
-        if self.identical:
-            out.append("identical: the two replicas hold the same quads")
-        else:
-            out.append(f"DIFFERENT: {self.only.get('a', 0):,} quads only in a, "
-                       f"{self.only.get('b', 0):,} only in b" +
-                       (f" -> {self.out_dir}" if self.out_dir else ""))
-            for g in self.graphs:
-                out.append(f"  graph {g['graph'] or '(default)'}: a {g['quads_a'] or 0:,} "
-                           f"quads {g['fp_a']}, b {g['quads_b'] or 0:,} quads {g['fp_b']}")
-            out += [f"  only in {d['side']}: {d['quad']}" for d in self.shown]
-        out.append(f"audit took {self.seconds:.1f}s")
-        return "\n".join(out)
-
-
-def _graph_fingerprints(df: DataFrame, side: str) -> DataFrame:
-    sums = transform.fingerprint_sums(df, "graph")
-    return sums.select("graph", F.col("quads").alias(f"quads_{side}"),
-                       *[F.col(f"s{i}").alias(f"s{i}_{side}") for i in range(rdf.PIECES)])
-
-
-def run_audit(session: Callable[[], SparkSession], config: AuditConfig, progress: Progress
-              ) -> AuditReport:
-    """Export both replicas, then compare them in Spark (``session`` starts it)."""
-    started = time.monotonic()
-    out_dir = _output_dir(config.out_dir, "txcluster-audit")
-    urls = [w.rstrip("/") for w in config.workers]
-    with tempfile.TemporaryDirectory(prefix="txcluster-audit-", dir=config.work_dir) as work, \
-            httpx.Client() as client:
-        replicas, frames = [], []
-        for side, url in zip("ab", urls, strict=True):
-            progress.line(f"exporting {url} ...", force=True)
-            path = Path(work) / f"{side}.nq"
-            state = extract.export_worker(client, url, path)
-            replicas.append(Replica(url, state))
-        spark = session()
-        _shared_work_dir(spark, config.work_dir)
-        for side in "ab":
-            path = Path(work) / f"{side}.nq"
-            df = transform.quads(parse_inputs(
-                spark, [extract.export_file(path)],
-                transform.ParseConfig(scope_blank_nodes=False, with_graphs=True))).persist()
-            frames.append(df)
-        progress.line("comparing ...", force=True)
-        for r, df in zip(replicas, frames, strict=True):
-            r.fingerprint, r.quads = _sum_row(df)
-        a, b = frames
-        diff = transform.differences(a, b).persist()
-        only = {r["side"]: r["count"] for r in diff.groupBy("side").count().collect()}
-        graphs: list[dict] = []
-        shown: list[dict] = []
-        written = None
-        if any(only.values()):
-            per_graph = _graph_fingerprints(a, "a").join(_graph_fingerprints(b, "b"), "graph",
-                                                         "full_outer")
-            for row in per_graph.collect():
-                fa = rdf.combine([row[f"s{i}_a"] for i in range(rdf.PIECES)])
-                fb = rdf.combine([row[f"s{i}_b"] for i in range(rdf.PIECES)])
-                if (fa, row["quads_a"]) != (fb, row["quads_b"]):
-                    graphs.append({"graph": row["graph"], "quads_a": row["quads_a"],
-                                   "quads_b": row["quads_b"], "fp_a": to_hex(fa),
-                                   "fp_b": to_hex(fb)})
-            graphs.sort(key=lambda g: g["graph"])
-            shown = [r.asDict() for r in diff.orderBy("side", "quad").take(SHOWN)]
-            written = out_dir
-            out_dir.mkdir(parents=True, exist_ok=True)
-            for side in "ab":
-                _write_text(diff.filter(F.col("side") == side).select("quad").orderBy("quad"),
-                            out_dir / f"only-in-{side}")
-            (out_dir / "summary.json").write_text(json.dumps({
-                "a": urls[0], "b": urls[1], "only_in_a": only.get("a", 0),
-                "only_in_b": only.get("b", 0), "graphs": graphs,
-                "replicas": [{"url": r.url, "state": r.state, "quads": r.quads,
-                              "fingerprint": to_hex(r.fingerprint)} for r in replicas],
-            }, indent=2))
-        progress.done()
-        for df in (*frames, diff):
-            df.unpersist()
-    return AuditReport(replicas, only, graphs, shown, written, time.monotonic() - started)
-

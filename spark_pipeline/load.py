@@ -89,15 +89,34 @@ class MasterAPI:
         return wanted
 
     def add(self, repository: str, data: bytes, attempts: int = 8) -> None:
-        """One transaction adding an N-Quads document, labels kept. Sent again while the
-        cluster is not writable or unreachable (a recovering worker, a busy master)."""
-        path = f"/repositories/{repository}/statements"
+        """One transaction adding an N-Quads document, labels kept."""
+        self._write("POST", f"/repositories/{repository}/statements", data, attempts,
+                    params={"preserveNodeId": "true"},
+                    headers={"content-type": "application/n-quads"})
+
+    def namespaces(self, repository: str) -> dict[str, str]:
+        """The repository's namespace prefixes (RDF4J ``GET .../namespaces``)."""
+        r = self._request("GET", f"/repositories/{repository}/namespaces", timeout=30,
+                          headers={"accept": "application/sparql-results+json"})
+        if r.status_code != 200:
+            raise LoadError(f"GET namespaces answered {r.status_code}: {r.text[:300]}")
+        return {b["prefix"]["value"]: b["namespace"]["value"]
+                for b in r.json()["results"]["bindings"]}
+
+    def set_namespace(self, repository: str, prefix: str, namespace: str) -> None:
+        """One transaction declaring a prefix (RDF4J ``PUT .../namespaces/{prefix}``)."""
+        self._write("PUT", f"/repositories/{repository}/namespaces/{prefix}",
+                    namespace.encode(), headers={"content-type": "text/plain"})
+
+    def _write(self, method: str, path: str, data: bytes, attempts: int = 8,
+               **kwargs) -> None:
+        """A write through the master, sent again while the cluster is not writable or
+        unreachable (a recovering worker, a busy master, replicas being made after an
+        initial load): every write the loader makes may be applied twice."""
         delay = 0.5
         for attempt in range(attempts):
             try:
-                r = self.http.post(self.url + path, content=data,
-                                   params={"preserveNodeId": "true"},
-                                   headers={"content-type": "application/n-quads"})
+                r = self.http.request(method, self.url + path, content=data, **kwargs)
             except httpx.HTTPError as exc:
                 problem = f"cannot reach the master {self.url}: {exc}"
             else:

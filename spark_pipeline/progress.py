@@ -1,8 +1,13 @@
-"""The progress line on the terminal: files and quads done, rate, ETA (and Spark's UI).
+"""The progress line on the terminal: files, lines, quads parsed and rejected, rate, ETA
+while parsing; quads loaded; the verification of every worker; the outcome.
 
-Tasks report what they read through one Spark accumulator (a dict: ``lines``, and bytes
-per file), merged on the driver as tasks finish; the driver redraws one line on stderr
-when it is a terminal, and stays silent otherwise (logs, tests).
+Tasks report what they read through one Spark accumulator (a dict: ``lines``, ``quads``,
+``rejects``, and bytes per file), merged on the driver as each task finishes — Spark sends
+it back with the task's result, so it works alike on local and cluster masters (nothing
+goes through the driver's filesystem). Accumulators count a task again when Spark runs it
+again (a lost executor, an evicted cache), so they only draw the line; the last line
+(``jobs.LoadReport.progress_line``) is drawn from the job's results. The driver redraws
+one line on stderr when it is a terminal, and stays silent otherwise (logs, tests).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pyspark.accumulators import AccumulatorParam
 
 
 class CountsParam(AccumulatorParam):
-    """Sums of dicts: {"lines": n, path: bytes read, ...}."""
+    """Sums of dicts: {"lines": n, "quads": n, "rejects": n, path: bytes read, ...}."""
 
     def zero(self, value: dict) -> dict:
         return {}
@@ -113,6 +118,7 @@ class _Watcher:
     def draw(self) -> None:
         counts = dict(self.acc.value)
         lines = counts.pop("lines", 0)
+        quads, rejects = counts.pop("quads", 0), counts.pop("rejects", 0)
         done = sum(1 for f, size in self.files.items() if counts.get(f, 0) >= size)
         read = sum(min(counts.get(f, 0), size) for f, size in self.files.items())
         elapsed = max(time.monotonic() - self.started, 1e-9)
@@ -120,7 +126,8 @@ class _Watcher:
         eta = elapsed * (1 - frac) / frac if frac > 0 else 0
         self.progress.line(
             f"parse [{'#' * int(frac * 20):<20}] files {done}/{len(self.files)}  "
-            f"lines {lines:,}  {lines / elapsed:,.0f} lines/s  ETA {_duration(eta)}"
+            f"lines {lines:,}  parsed {quads:,} quads  rejected {rejects:,}  "
+            f"{lines / elapsed:,.0f} lines/s  ETA {_duration(eta)}"
             + (f"  {self.extra}" if self.extra else ""), force=True)
 
     def _run(self) -> None:

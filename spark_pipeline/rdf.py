@@ -16,6 +16,16 @@ Rules it implements (issue "data pipeline"):
   per task, in a first pass: a file with an error is rejected as a whole (none of its
   statements is loaded), with the line of the error, that line's text and the parser's
   message; a good one is parsed again to give its quads.
+* Relative IRIs are resolved against ``--base-iri`` in the formats that have them
+  (Turtle, TriG, RDF/XML, JSON-LD; a document's own ``@base``/``xml:base`` wins). Without
+  one a relative IRI is an error of its document (rejected whole, with the line), except
+  in JSON-LD, whose parser drops such a statement (the JSON-LD rule). N-Triples and
+  N-Quads allow only absolute IRIs: a relative one is a line reject, base or not.
+* The prefixes a Turtle or TriG document declares (as they stand at its end) come back
+  with its last batch of quads, for the repository's namespaces (``jobs``).
+* A file that cannot be read at all (gone since it was listed, not readable) is not a
+  reject but a failure of its task (``READ_FAILURES``; ``transform`` names the file and
+  the lines it had read): nothing is known about its content.
 * Terms are canonicalised as the store holds them (``canonical_quad``, the worker's own
   function: ``"01"^^xsd:integer`` -> ``"1"``); language tags come lowercased from the
   parser. The canonical N-Quads line is ``str(quad) + " ."`` — what ``dump`` writes and
@@ -49,6 +59,7 @@ QUAD = 0  # a canonical quad
 LINE_REJECT = 1  # a line of a line-format file that does not parse alone
 SPLIT_LINES = 2  # how many lines one split (a Spark file split) of a file has
 FILE_REJECT = 3  # a document with an error: the whole file is rejected
+PREFIX = 4  # a prefix a document declares (for the repository's namespaces)
 
 LINE_FORMATS = {"nt": ox.RdfFormat.N_TRIPLES, "nq": ox.RdfFormat.N_QUADS}
 DOCUMENT_FORMATS = {
@@ -116,8 +127,21 @@ def _statement(line: bytes) -> bool:
     return bool(stripped) and not stripped.startswith(b"#")
 
 
-def _message(exc: Exception) -> str:
-    return str(exc) or type(exc).__name__
+# pyoxigraph's words for a relative IRI where an absolute one is needed.
+_RELATIVE = "No scheme found in an absolute IRI"
+# Errors of the file system, not of the data: the task fails (transform names the file
+# and the lines read).
+READ_FAILURES = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def _message(exc: Exception, hint: str = "") -> str:
+    message = str(exc) or type(exc).__name__
+    return f"{message} ({hint})" if hint and _RELATIVE in message else message
+
+
+# What a relative IRI's reject says about it.
+LINE_HINT = "a relative IRI: N-Triples and N-Quads allow only absolute IRIs"
+DOCUMENT_HINT = "a relative IRI: give --base-iri to resolve it"
 
 
 def _text(line: bytes) -> str:
@@ -132,6 +156,7 @@ class Parsed:
     graphs: list[str] = field(default_factory=list)  # graph per quad ("" = default), or []
     rejects: list[tuple[int, str, str]] = field(default_factory=list)  # (index, text, msg)
     lines: int = 0
+    prefixes: dict[str, str] = field(default_factory=dict)  # a document's, at its end
 
     def hashes(self) -> list[int]:
         return [line_hash(q.encode()) for q in self.quads]
@@ -188,12 +213,12 @@ def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,
         judge(group[half:])
 
     def reject(i: int, exc: SyntaxError) -> None:
-        message = _message(exc)
+        message = _message(exc, LINE_HINT)
         if work[i] is not lines[i]:  # report against the text as written
             try:
                 list(ox.parse(lines[i], format=fmt))
             except SyntaxError as original:
-                message = _message(original)
+                message = _message(original, LINE_HINT)
         out.rejects.append((i, _text(lines[i]), message))
 
     statements = [i for i, x in enumerate(work) if _statement(x)]
@@ -202,7 +227,7 @@ def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,
     return out
 
 
-class _CountingReader(io.RawIOBase):
+class CountingReader(io.RawIOBase):
     """A binary reader that counts the newlines passing through (the file's lines)."""
 
     def __init__(self) -> None:
@@ -210,7 +235,7 @@ class _CountingReader(io.RawIOBase):
         self.newlines = 0
         self.last = b"\n"
 
-    def wrap(self, raw) -> _CountingReader:
+    def wrap(self, raw) -> CountingReader:
         self.raw = raw
         return self
 
@@ -248,20 +273,27 @@ def _scoped(term, labels: dict[str, ox.BlankNode], scope: str):
     return term
 
 
-def _document_quads(file: InputFile, reader: _CountingReader | None = None
+def _document_quads(file: InputFile, reader: CountingReader | None = None,
+                    base_iri: str | None = None, prefixes: dict[str, str] | None = None
                     ) -> Iterator[ox.Quad]:
-    """The document's quads as pyoxigraph parses them (streaming)."""
+    """The document's quads as pyoxigraph parses them (streaming); its prefixes, once
+    it is read, into ``prefixes``."""
     with open_input(file.path, file.compression) as raw:
         source = io.BufferedReader(reader.wrap(raw) if reader else raw, 1 << 20)
-        yield from ox.parse(source, format=file.rdf_format)
+        parser = ox.parse(source, format=file.rdf_format, base_iri=base_iri)
+        yield from parser
+        if prefixes is not None:
+            prefixes.update(parser.prefixes)
 
 
-def _document_error(file: InputFile) -> Parsed | None:
+def _document_error(file: InputFile, base_iri: str | None = None) -> Parsed | None:
     """None for a good document, else its reject: (line index, text of that line,
     message), with the file's line count."""
     try:
-        for _ in _document_quads(file):
+        for _ in _document_quads(file, base_iri=base_iri):
             pass
+    except READ_FAILURES:
+        raise
     except (SyntaxError, ValueError, OSError, EOFError) as exc:
         line = getattr(exc, "lineno", None)
         text, count = "", 0
@@ -272,25 +304,29 @@ def _document_error(file: InputFile) -> Parsed | None:
                         text = _text(raw.rstrip(b"\r\n"))
         except (OSError, EOFError):
             pass
-        return Parsed(rejects=[((line or 0) - 1, text, f"file rejected: {_message(exc)}")],
-                      lines=count)
+        hint = "" if base_iri else DOCUMENT_HINT
+        return Parsed(rejects=[((line or 0) - 1, text,
+                                f"file rejected: {_message(exc, hint)}")], lines=count)
     return None
 
 
-def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000
+def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000,
+                   base_iri: str | None = None, reader: CountingReader | None = None
                    ) -> Iterator[Parsed]:
     """Parse one document, ``batch`` quads at a time (the last Parsed has the file's
-    line count). A document is validated whole first: one with an error gives only its
-    reject (index = line number - 1, or -1 when the parser gives none) and no quads."""
-    rejected = _document_error(file)
+    line count and its prefixes). A document is validated whole first: one with an
+    error gives only its reject (index = line number - 1, or -1 when the parser gives
+    none) and no quads. ``reader`` (given by the caller) counts the lines read so far."""
+    rejected = _document_error(file, base_iri)
     if rejected is not None:
         yield rejected
         return
     scope = scope_of(file.path)
     labels: dict[str, ox.BlankNode] = {}
-    reader = _CountingReader()
+    reader = reader or CountingReader()
+    prefixes: dict[str, str] = {}
     pending: list[ox.Quad] = []
-    for q in _document_quads(file, reader):
+    for q in _document_quads(file, reader, base_iri, prefixes):
         if "_:" in str(q):
             q = ox.Quad(_scoped(q.subject, labels, scope), q.predicate,
                         _scoped(q.object, labels, scope), _scoped(q.graph_name, labels, scope))
@@ -300,7 +336,7 @@ def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000
             canon.add(out, pending)
             pending = []
             yield out
-    out = Parsed(lines=reader.lines)
+    out = Parsed(lines=reader.lines, prefixes=prefixes)
     canon.add(out, pending)
     yield out
 

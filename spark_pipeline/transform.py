@@ -12,6 +12,7 @@ record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
     LINE  path  split  index in the split  the line as written  -      parser   -
     SPLIT path  split  lines of the split  -                    -      -        -
     FILE  path  0      line - 1 (or -1)    the error's line     -      parser   -
+    PREFIX path 0      -1                  the prefix           -      its IRI  -
 
 (SPLIT records also count the split's statements, in ``statements``.) A Spark split of
 a line-format file starts anywhere in the file, so a line's number is its index in the
@@ -24,6 +25,7 @@ rejects, the quads to send — is read from that (persisted) result.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +59,48 @@ class ParseConfig:
     # A Spark accumulator (progress.CountsParam) told {"lines": n, path: bytes} as
     # splits and documents are read: the progress line only, never a result.
     counts: Any = None
+    base_iri: str | None = None  # relative IRIs of documents resolve against it
+
+
+# A task that fails (a file gone since it was listed, a bug) raises TaskFailure: its
+# message, which Spark carries to the driver inside its own error, names the file and the
+# lines the task was at; ``task_failure`` finds it there again.
+FAILURE_MARK = "txcluster task failure: "
+_FAILURE = re.compile(re.escape(FAILURE_MARK) + r"(.*)")
+
+
+class TaskFailure(RuntimeError):
+    def __init__(self, file: str, lines: str, cause: BaseException) -> None:
+        text = " ".join(str(cause).split()) or "-"
+        super().__init__(f"{FAILURE_MARK}{file}, {lines}: {type(cause).__name__}: {text}")
+
+
+# A line-format file that Spark's text source (the JVM) fails to read — a truncated
+# gzip — fails its task before our Python sees the error: Spark's error names the file,
+# its "Caused by" the reason; the lines are not known.
+_READ_FAILURE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file "
+                           r"(\S+?)\.?\s")
+_CAUSE = re.compile(r"Caused by: (\S+?): (.*)")
+
+
+def task_failure(exc: BaseException) -> str | None:
+    """The file and lines of the task whose failure ``exc`` (a Spark error on the
+    driver) reports, or None when it is not one we know."""
+    text = str(exc)
+    if found := _FAILURE.search(text):
+        return found.group(1).strip()
+    if found := _READ_FAILURE.search(text):
+        cause = _CAUSE.search(text, found.end())
+        reason = f"{cause.group(1)}: {cause.group(2).strip()}" if cause else "see Spark's log"
+        return f"{local_path(found.group(1))}, while Spark's text source read it: {reason}"
+    return None
+
+
+def _line_range(first: int, count: int, split: int = 0) -> str:
+    # A split after the first starts at a byte offset whose line number the task does
+    # not know (rejects learn it from the other splits, at the end).
+    where = f"before line {first}" if count <= 0 else f"lines {first}-{first + count - 1}"
+    return where if split == 0 else f"{where} of the split at byte {split}"
 
 
 def local_path(uri: str) -> str:
@@ -91,54 +135,84 @@ def _parse_line_batches(config: ParseConfig):
     canon = rdf.Canonicaliser(config.graph, config.with_graphs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        formats: dict[str, tuple[str, object, str | None]] = {}
-        current: tuple[str, int] | None = None  # (file, split) being read
-        seen = statements = split_bytes = 0  # lines and quads of it so far, its size
-
-        def finish() -> pa.RecordBatch:
-            if config.counts is not None:
-                config.counts.add({"lines": seen, current[0]: split_bytes})
-            return _records([{"kind": rdf.SPLIT_LINES, "file": current[0],
-                              "split": current[1], "idx": seen, "statements": statements}])
-
-        for batch in batches:
-            values = batch.column("value").to_pylist()
-            uris = batch.column("uri").to_pylist()
-            splits = batch.column("split").to_pylist()
-            sizes = batch.column("split_bytes").to_pylist()
-            start = 0
-            while start < len(values):
-                key = (uris[start], splits[start])
-                end = start
-                while end < len(values) and (uris[end], splits[end]) == key:
-                    end += 1
-                uri, split = key
-                if uri not in formats:
-                    path = local_path(uri)
-                    ext, _ = rdf.detect(path) or ("nq", None)
-                    scope = rdf.scope_of(path) if config.scope_blank_nodes else None
-                    formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)
-                path, fmt, scope = formats[uri]
-                if current != (path, split):
-                    if current is not None:
-                        yield finish()
-                    current, seen, statements, split_bytes = (path, split), 0, 0, \
-                        sizes[start]
-                lines = [v if v is not None else b"" for v in values[start:end]]
-                parsed = rdf.parse_lines(lines, fmt, scope, canon)
-                statements += len(parsed.quads)
-                if parsed.quads:
-                    yield _quad_batch(parsed)
-                if parsed.rejects:
-                    yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
-                                     "idx": seen + i, "quad": text, "message": message}
-                                    for i, text, message in parsed.rejects])
-                seen += end - start
-                start = end
-        if current is not None:
-            yield finish()
+        state = _SplitState()
+        try:
+            yield from _parse_splits(batches, config, canon, state)
+        except Exception as exc:
+            if state.current is None:
+                raise
+            path, split = state.current
+            raise TaskFailure(path, _line_range(state.seen + 1, state.reading, split),
+                              exc) from exc
 
     return run
+
+
+@dataclass
+class _SplitState:
+    """Where a line task is: the (file, split) being read, its lines and statements so
+    far, the size of the split, the lines being parsed now (named when the task fails)."""
+
+    current: tuple[str, int] | None = None
+    seen: int = 0
+    statements: int = 0
+    rejected: int = 0
+    split_bytes: int = 0
+    reading: int = 0
+
+
+def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
+                  canon: rdf.Canonicaliser, st: _SplitState) -> Iterator[pa.RecordBatch]:
+    formats: dict[str, tuple[str, object, str | None]] = {}
+
+    def finish() -> pa.RecordBatch:
+        assert st.current is not None
+        if config.counts is not None:
+            config.counts.add({"lines": st.seen, "quads": st.statements,
+                               "rejects": st.rejected, st.current[0]: st.split_bytes})
+        return _records([{"kind": rdf.SPLIT_LINES, "file": st.current[0],
+                          "split": st.current[1], "idx": st.seen,
+                          "statements": st.statements}])
+
+    for batch in batches:
+        values = batch.column("value").to_pylist()
+        uris = batch.column("uri").to_pylist()
+        splits = batch.column("split").to_pylist()
+        sizes = batch.column("split_bytes").to_pylist()
+        start = 0
+        while start < len(values):
+            key = (uris[start], splits[start])
+            end = start
+            while end < len(values) and (uris[end], splits[end]) == key:
+                end += 1
+            uri, split = key
+            if uri not in formats:
+                path = local_path(uri)
+                ext, _ = rdf.detect(path) or ("nq", None)
+                scope = rdf.scope_of(path) if config.scope_blank_nodes else None
+                formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)
+            path, fmt, scope = formats[uri]
+            if st.current != (path, split):
+                if st.current is not None:
+                    yield finish()
+                st.current, st.seen, st.statements, st.rejected = (path, split), 0, 0, 0
+                st.split_bytes = sizes[start]
+            lines = [v if v is not None else b"" for v in values[start:end]]
+            st.reading = len(lines)
+            parsed = rdf.parse_lines(lines, fmt, scope, canon)
+            st.statements += len(parsed.quads)
+            st.rejected += len(parsed.rejects)
+            if parsed.quads:
+                yield _quad_batch(parsed)
+            if parsed.rejects:
+                yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
+                                 "idx": st.seen + i, "quad": text, "message": message}
+                                for i, text, message in parsed.rejects])
+            st.seen += end - start
+            st.reading = 0
+            start = end
+    if st.current is not None:
+        yield finish()
 
 
 def _parse_document_batches(config: ParseConfig):
@@ -147,23 +221,40 @@ def _parse_document_batches(config: ParseConfig):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for row in batch.to_pylist():
-                file = rdf.InputFile(row["path"], row["format"], row["compression"], 0)
-                lines = statements = 0
-                for parsed in rdf.parse_document(file, canon):
-                    lines += parsed.lines
-                    statements += len(parsed.quads)
-                    if parsed.quads:
-                        yield _quad_batch(parsed)
-                    for idx, text, message in parsed.rejects:
-                        yield _records([{"kind": rdf.FILE_REJECT, "file": file.path,
-                                         "split": 0, "idx": idx, "quad": text,
-                                         "message": message}])
-                if config.counts is not None:
-                    config.counts.add({"lines": lines, file.path: row["size"]})
-                yield _records([{"kind": rdf.SPLIT_LINES, "file": file.path, "split": 0,
-                                 "idx": lines, "statements": statements}])
+                reader = rdf.CountingReader()
+                try:
+                    yield from _parse_document(row, config, canon, reader)
+                except Exception as exc:
+                    # The parser reads ahead (1 MB buffers): "lines read" is an upper
+                    # bound of where it was.
+                    raise TaskFailure(row["path"], _line_range(1, reader.lines) +
+                                      " (read so far)", exc) from exc
 
     return run
+
+
+def _parse_document(row: dict, config: ParseConfig, canon: rdf.Canonicaliser,
+                    reader: rdf.CountingReader) -> Iterator[pa.RecordBatch]:
+    file = rdf.InputFile(row["path"], row["format"], row["compression"], 0)
+    lines = statements = rejected = 0
+    for parsed in rdf.parse_document(file, canon, base_iri=config.base_iri, reader=reader):
+        lines += parsed.lines
+        statements += len(parsed.quads)
+        rejected += len(parsed.rejects)
+        if parsed.quads:
+            yield _quad_batch(parsed)
+        for idx, text, message in parsed.rejects:
+            yield _records([{"kind": rdf.FILE_REJECT, "file": file.path, "split": 0,
+                             "idx": idx, "quad": text, "message": message}])
+        if parsed.prefixes:
+            yield _records([{"kind": rdf.PREFIX, "file": file.path, "split": 0, "idx": -1,
+                             "quad": prefix, "message": iri}
+                            for prefix, iri in sorted(parsed.prefixes.items())])
+    if config.counts is not None:
+        config.counts.add({"lines": lines, "quads": statements, "rejects": rejected,
+                           file.path: row["size"]})
+    yield _records([{"kind": rdf.SPLIT_LINES, "file": file.path, "split": 0,
+                     "idx": lines, "statements": statements}])
 
 
 def parse_lines(lines: DataFrame, config: ParseConfig) -> DataFrame:
@@ -212,6 +303,13 @@ def rejects(records: DataFrame) -> DataFrame:
                            F.coalesce(F.col("offset"), F.lit(0)) + F.col("idx") + 1)
                     .alias("line"),
                     F.col("quad").alias("text"), "message"))
+
+
+def prefixes(records: DataFrame) -> DataFrame:
+    """The prefixes the documents declare: columns prefix, namespace, file."""
+    return (records.filter(F.col("kind") == rdf.PREFIX)
+            .select(F.col("quad").alias("prefix"), F.col("message").alias("namespace"),
+                    "file"))
 
 
 def summary(records: DataFrame) -> DataFrame:

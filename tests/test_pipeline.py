@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 from pyspark.testing import assertDataFrameEqual
 
 from rdfcore import fingerprint
-from spark_pipeline import extract, jobs, load, rdf, session, transform
+from spark_pipeline import audit, extract, jobs, load, rdf, session, transform
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
@@ -261,6 +261,7 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
     _data(first, "one.nq", 0, 1200, "_:hub")
     _data(first, "two.nq", 1000, 400, "_:hub")  # 200 quads shared with one.nq
     write(first / "bad.nt", "<http://e/x> <http://e/p> .\n")
+    write(first / "ns.ttl", "@prefix ns: <http://ns/> .\n")  # a prefix, no statement
     monkeypatch.setattr(jobs, "PART_QUADS", 500)  # several parts into the worker
 
     # --initial: one worker bulk-loads, the others are replicated from it.
@@ -268,7 +269,9 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
         c.master.url, (str(first),), initial=True, rejects_dir=str(tmp_path / "rejects")),
         QUIET)
     assert report.ok, report.summary()
-    assert (report.prepared.lines, report.prepared.reject_count) == (1601, 1)
+    assert (report.prepared.lines, report.prepared.reject_count) == (1602, 1)
+    # The prefix is declared once the master has adopted the worker's state.
+    assert _namespaces(c) == {"ns": "http://ns/"} and report.declared == {"ns": "http://ns/"}
     # 1200 + 400 lines, 200 in both files: the 150 without a blank node are one quad
     # each, the 50 linking "_:hub" are not (each file has its own _:hub).
     assert report.prepared.quads == report.added == 1450
@@ -366,7 +369,8 @@ def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
     c.wait_in_sync()  # the master sees nothing wrong
 
     out = tmp_path / "diff"
-    report = jobs.run_audit(lambda: spark, jobs.AuditConfig((a.url, b.url), str(out)), QUIET)
+    report = audit.run_audit(lambda: spark, audit.AuditConfig((a.url, b.url), str(out)),
+                             QUIET)
     assert not report.ok and not report.identical
     assert report.only == {"a": 1, "b": 2}
 
@@ -393,20 +397,192 @@ class _FakeAccumulator:
         self.value = value
 
 
-def test_progress_line_shows_files_lines_rate_and_eta():
+def test_progress_line_shows_files_lines_quads_rejects_rate_and_eta():
     import io
 
     out = io.StringIO()
     progress = Progress(out, enabled=True)
-    acc = _FakeAccumulator({"lines": 1500, "/a.nt": 100, "/b.nt": 50})
+    acc = _FakeAccumulator({"lines": 1500, "quads": 1400, "rejects": 3, "/a.nt": 100,
+                            "/b.nt": 50})
     with progress.watch_parse(acc, {"/a.nt": 100, "/b.nt": 200}) as watcher:
         watcher.say("sent 1,000 quads")
     progress.done()
     line = out.getvalue().split("\r")[-1]
     assert "files 1/2" in line and "lines 1,500" in line and "lines/s" in line
+    assert "parsed 1,400 quads  rejected 3" in line
     assert "ETA" in line and line.rstrip().endswith("sent 1,000 quads")
     progress.counter("load", "quads", 200, 0.0)(200)
     assert "200/200 quads" in out.getvalue()
     quiet = io.StringIO()
     Progress(quiet, enabled=False).line("nothing")
     assert quiet.getvalue() == ""
+
+
+# ---- the loader's gaps (issue 20, items 4 and 5) ----
+
+GOOD_TTL = ("@prefix ex: <http://e/> .\nPREFIX g: <http://g/>\n"
+            "ex:a ex:p g:x .\nex:b ex:p \"b\" .\n")
+OTHER_TTL = ("@prefix ex: <http://other/> .\n@prefix o: <http://o/> .\n"
+             "@prefix : <http://default/> .\nex:c ex:p o:d .\n")  # ':' is not declared
+REL_TTL = "@prefix r: <http://r/> .\n<s1> r:p <o1> .\n<s2> r:p \"x\" .\n"
+REL_NT = ('<http://e/n1> <http://e/p> "n" .\n<s> <http://e/p> "x" .\n'
+          '<http://e/n2> <http://e/p> "m" .\n')
+BASE = "http://base/dir/"
+
+
+def _store_of(files: list[tuple[str, ox.RdfFormat]], base: str | None = None) -> set[str]:
+    """The canonical lines of files as an in-memory store holds them (not the job's
+    path: pyoxigraph's own parser and store)."""
+    store = ox.Store()
+    for text, fmt in files:
+        store.extend(ox.parse(text.encode(), format=fmt, base_iri=base))
+    return {f"{q} ." for q in store}
+
+
+def _namespaces(c) -> dict[str, str]:
+    r = httpx.get(f"{c.repo_url}/namespaces",
+                  headers={"accept": "application/sparql-results+json"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return {b["prefix"]["value"]: b["namespace"]["value"] for b in r.json()["results"]["bindings"]}
+
+
+def _content(c) -> set[str]:
+    r = httpx.get(f"{c.workers[0].url}/repositories/{c.repository_id}/statements",
+                  headers={"accept": "application/n-quads"}, timeout=30)
+    return {line for line in r.text.splitlines() if line}
+
+
+def _progress_lines(out) -> list[str]:
+    return [part.strip() for chunk in out.getvalue().split("\r") for part in chunk.split("\n")
+            if part.strip()]
+
+
+def test_base_iri_namespaces_union_and_progress(spark, cluster_factory, tmp_path, monkeypatch):
+    import io
+
+    c = cluster_factory(2)
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a / "good.ttl", GOOD_TTL)
+    write(a / "other.ttl", OTHER_TTL)  # ex: with another IRI than good.ttl's
+    write(a / "rel.ttl", REL_TTL)
+    write(a / "rel.nt", REL_NT)
+
+    # Without --base-iri: the relative IRIs are rejects, with their lines.
+    out = io.StringIO()
+    report = jobs.run_load(lambda: spark, jobs.LoadConfig(
+        c.master.url, (str(a),), rejects_dir=str(tmp_path / "rejects-a")), Progress(out, True))
+    assert report.ok, report.summary()
+    rejects = sorted((Path(r["file"]).name, r["line"], r["message"])
+                     for r in report.shown_rejects)
+    assert [(f, n) for f, n, _ in rejects] == [("rel.nt", 2), ("rel.ttl", 2)]
+    assert "N-Triples and N-Quads allow only absolute IRIs" in rejects[0][2]
+    assert "give --base-iri" in rejects[1][2]
+    # good.ttl 2 + other.ttl 1 + rel.nt 2; rel.ttl is rejected whole.
+    first = _store_of([(GOOD_TTL, ox.RdfFormat.TURTLE), (OTHER_TTL, ox.RdfFormat.TURTLE),
+                       (REL_NT.replace('<s> <http://e/p> "x" .\n', ""),
+                        ox.RdfFormat.N_TRIPLES)])
+    assert _content(c) == first and len(first) == 5
+    # ex: is declared with two IRIs: refused and reported; rel.ttl's r: is not carried.
+    assert _namespaces(c) == {"g": "http://g/", "o": "http://o/"}
+    assert report.prepared.conflicts == {"ex": ["http://e/", "http://other/"]}
+    assert "ex: refused, declared with different IRIs" in report.summary()
+    head = c.wait_in_sync()["head"]
+    lines = _progress_lines(out)
+    assert lines[-1] == (f"parsed 5 quads, rejected 2, loaded 5, verification OK: 2/2 "
+                         f"workers hold {head['fingerprint']}")
+    # The parse line, from the executors' accumulator, and the verification's.
+    assert any("lines 14  parsed 5 quads  rejected 2" in line for line in lines), lines
+    assert any(line == "verification: 2/2 workers at the head of the log" for line in lines)
+
+    # With --base-iri, into the repository that holds data: exactly the union. The
+    # repository's export is streamed by the worker into a file of the work directory,
+    # which Spark reads (never a body held whole by the job).
+    b = tmp_path / "b"
+    b.mkdir()
+    write(b / "rel.ttl", REL_TTL)
+    write(b / "rel.nt", REL_NT)  # line 2 stays a reject: N-Triples has no base
+    write(b / "g2.ttl", "@prefix g: <http://g2/> .\n<http://e/z> <http://e/p> g:z .\n")
+    exports: list[tuple[Path, int]] = []
+    export_worker = extract.export_worker
+
+    def watched(client, worker, target, attempts=3):
+        state = export_worker(client, worker, target, attempts)
+        exports.append((target, target.stat().st_size))
+        return state
+
+    monkeypatch.setattr(extract, "export_worker", watched)
+    work = tmp_path / "work"
+    work.mkdir()
+    out = io.StringIO()
+    report = jobs.run_load(lambda: spark, jobs.LoadConfig(
+        c.master.url, (str(b),), base_iri=BASE, work_dir=str(work),
+        rejects_dir=str(tmp_path / "rejects-b")), Progress(out, True))
+    assert report.ok, report.summary()
+    assert [(Path(r["file"]).name, r["line"]) for r in report.shown_rejects] == [("rel.nt", 2)]
+    [(exported, size)] = exports
+    assert exported.parent.parent == work and size > 0
+    second = _store_of([(REL_TTL, ox.RdfFormat.TURTLE)], BASE)
+    assert second == {f'<{BASE}s1> <http://r/p> <{BASE}o1> .',
+                      f'<{BASE}s2> <http://r/p> "x" .'}
+    z = "<http://e/z> <http://e/p> <http://g2/z> ."
+    assert _content(c) == first | second | {z}
+    assert (report.added, report.present) == (3, 2)
+    # r: is new; the repository's g: is kept, though g2.ttl gives another IRI.
+    assert _namespaces(c) == {"g": "http://g/", "o": "http://o/", "r": "http://r/"}
+    assert report.kept == {"g": ("http://g/", "http://g2/")}
+    head = c.wait_in_sync()["head"]
+    assert _progress_lines(out)[-1] == (f"parsed 5 quads, rejected 1, loaded 3, "
+                                        f"verification OK: 2/2 workers hold "
+                                        f"{head['fingerprint']}")
+
+    # --no-namespaces: the data, not the prefixes.
+    d = tmp_path / "d"
+    d.mkdir()
+    write(d / "h.ttl", "@prefix h: <http://h/> .\nh:a h:p h:b .\n")
+    result = CliRunner().invoke(main, ["load", "--master", c.master.url, "--no-namespaces",
+                                       "--work-dir", str(work), str(d)])
+    assert result.exit_code == 0, result.output
+    assert "not declared (--no-namespaces; 1 prefixes in the documents)" in result.output
+    assert "<http://h/a> <http://h/p> <http://h/b> ." in _content(c)
+    assert "h" not in _namespaces(c)
+
+    # A bad --base-iri is refused before anything is read.
+    result = CliRunner().invoke(main, ["load", "--master", c.master.url, "--base-iri",
+                                       "relative/", str(d)])
+    assert result.exit_code != 0 and "--base-iri 'relative/' is not an absolute IRI" in \
+        result.output
+
+
+def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path):
+    c = cluster_factory(1)
+    d = tmp_path / "in"
+    d.mkdir()
+    write(d / "keep.nt", "<http://e/a> <http://e/p> <http://e/b> .\n")
+    gone = write(d / "gone.ttl", GOOD_TTL)
+
+    def removed_after_listing():
+        # The file is listed (it exists when the job starts), then goes away before the
+        # task that parses it runs: an error of the file system, not of its data.
+        gone.unlink()
+        return spark
+
+    with pytest.raises(jobs.TaskFailed) as failed:
+        jobs.run_load(removed_after_listing, jobs.LoadConfig(c.master.url, (str(d),)), QUIET)
+    message = str(failed.value)
+    assert message.startswith(f"a Spark task failed on {gone}, before line 1 (read so far): "
+                              "FileNotFoundError"), message
+    assert "\n" not in message and len(message) < 400  # no executor traceback
+    assert isinstance(failed.value, jobs.USER_ERRORS)  # the CLI prints it, exit 1
+    assert c.status()["head"]["seq"] == 0  # nothing was sent
+
+    # A truncated gzip fails in Spark's own reader (the JVM), before any Python sees
+    # it: the file is named from Spark's error, with its cause.
+    data = "".join(f'<http://e/s{i}> <http://e/p> "{i}" .\n' for i in range(20_000)).encode()
+    packed = gzip.compress(data)
+    cut = write(d / "cut.nt.gz", packed[:len(packed) // 2])
+    with pytest.raises(jobs.TaskFailed) as failed:
+        jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(cut),)), QUIET)
+    assert str(failed.value) == (f"a Spark task failed on {cut}, while Spark's text source "
+                                 "read it: java.io.EOFException: Unexpected end of input "
+                                 "stream")

@@ -3,7 +3,9 @@
 * a worker's initial bulk load (worker_service/bulk_load.py, /cluster/bulk-load): only
   into an empty repository, only with the cluster credential, only when the staged data
   is exactly what the loader computed, atomically, surviving a restart;
-* RDF4J's ``preserveNodeId`` on adds (the loader's transactions keep its labels).
+* RDF4J's ``preserveNodeId`` on adds (the loader's transactions keep its labels);
+* a worker's export (what a load into a non-empty repository reads) is never built whole
+  in the worker's memory: past a threshold it is spooled to a file and streamed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
 from rdf4j_protocol import parameters, writes
 from rdfcore import fingerprint
 from txcluster.auth import HmacAuth, NodeAuthorities
+from worker_service.api import queries
 from worker_service.app import create_app
 from worker_service.repository import Repository
 from worker_service.wire_parsing import parse_operations
@@ -178,3 +181,38 @@ def test_preserve_node_id_must_be_a_boolean():
     with pytest.raises(Exception, match="preserve_node_ids"):
         parse_operations([{"type": "add", "data": "", "format": "application/n-quads",
                            "preserve_node_ids": "yes"}])
+
+
+# ---- the export a load into a non-empty repository reads ----
+
+
+def test_a_large_export_streams_from_a_spooled_file(client, repo, monkeypatch):
+    lines = [f'<http://e/s{i}> <http://e/p> "value {i}" <http://e/g{i % 3}> .'
+             for i in range(2000)]
+    repo.execute_local(parse_operations(writes.statements_write(
+        "POST", parameters.parse_params(b""), "\n".join(lines).encode(),
+        "application/n-quads")))
+    # The answer's chunks, as the worker streams them (the real generator, watched).
+    streamed: list[int] = []
+    chunks = queries._chunks
+
+    def watched(spool):
+        for chunk in chunks(spool):
+            streamed.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(queries, "_chunks", watched)
+    monkeypatch.setattr(queries, "_CHUNK", 4096)
+    monkeypatch.setattr(queries, "SPOOL_BYTES", 10_000)  # ~150 KB of N-Quads: spooled
+    r = client.get("/repositories/repo/statements", headers={"accept": "application/n-quads"})
+    assert r.status_code == 200
+    assert "content-length" not in r.headers  # streamed, not one body
+    assert len(streamed) > 10 and max(streamed) <= 4096 and sum(streamed) == len(r.content)
+    assert canonical(r.text) == canonical("\n".join(lines))
+    # Below the threshold: one plain answer, as before.
+    streamed.clear()
+    monkeypatch.setattr(queries, "SPOOL_BYTES", 1 << 30)
+    small = client.get("/repositories/repo/statements",
+                       headers={"accept": "application/n-quads"})
+    assert streamed == [] and small.headers["content-length"] == str(len(small.content))
+    assert small.content == r.content

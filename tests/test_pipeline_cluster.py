@@ -224,12 +224,16 @@ def _rejects(directory: Path) -> set[tuple[str, int]]:
             for r in map(json.loads, p.read_text().splitlines())}
 
 
-def _run(args: list[str], env: dict[str, str], spark: SparkCluster) -> str:
+def _run(args: list[str], env: dict[str, str], spark: SparkCluster,
+         stderr: list[str] | None = None) -> str:
+    """The command's stdout (its stderr appended to ``stderr`` when given)."""
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT,
                           stdin=subprocess.DEVNULL, cwd=spark.root)
     assert done.returncode == 0, (f"{args[:3]} exited {done.returncode}\nstdout:\n"
                                   f"{done.stdout}\nstderr:\n{done.stderr[-6000:]}\n"
                                   f"{spark.logs()}")
+    if stderr is not None:
+        stderr.append(done.stderr)
     return done.stdout
 
 
@@ -255,11 +259,19 @@ def test_load_and_audit_on_a_standalone_cluster(spark_cluster, cluster_factory,
                                               ("first.nt", 30)}
 
     # Into a repository that holds data: the executors read its export (--work-dir).
-    out = _run([*cli, "load", "--master", c.master.url, *cluster_args,
+    # The progress line (forced: stderr is not a terminal here) counts what the
+    # executors parsed and rejected through Spark, as on local Spark.
+    err: list[str] = []
+    out = _run([*cli, "load", "--master", c.master.url, *cluster_args, "--progress",
                 "--work-dir", str(shared / "work"), "--rejects", str(shared / "rejects-2"),
-                str(second)], env, spark)
+                str(second)], env, spark, err)
     assert "(10 were present already)" in out and "OK: every worker" in out, out
     assert _rejects(shared / "rejects-2") == {("second.nt", 2), ("second.nt", 7)}
+    drawn = [line.strip() for part in err[0].split("\r") for line in part.splitlines()]
+    head = c.status()["head"]["fingerprint"]
+    assert f"parsed 30 quads, rejected 2, loaded 20, verification OK: 2/2 workers hold " \
+        f"{head}" in drawn, err[0][-3000:]
+    assert any("lines 32  parsed 30 quads  rejected 2" in line for line in drawn), drawn
 
     # spark-submit as the entry point, shipping what `txcluster spark-env` prints.
     ship = _run([*cli, "spark-env"], env, spark).split()

@@ -209,6 +209,58 @@ def test_json_ld_and_rdf_xml_documents(tmp_path, name, text):
     assert parsed.quads[0].endswith(f"_:{rdf.scope_of(f.path)}1 .")
 
 
+# ---- relative IRIs, prefixes, files that cannot be read (issue 20, item 4) ----
+
+RELATIVE = "@prefix r: <http://r/> .\n@base <http://own/> .\n<a> r:p <b> .\n"
+
+
+@pytest.mark.parametrize("name,text,expected", [
+    ("rel.ttl", "PREFIX r: <http://r/>\n\n<s> r:p <../o> .\n",
+     "<http://base/dir/s> <http://r/p> <http://base/o> ."),
+    ("rel.trig", "<g> { <s> <http://r/p> <o> }\n",
+     "<http://base/dir/s> <http://r/p> <http://base/dir/o> <http://base/dir/g> ."),
+    ("rel.rdf", '<?xml version="1.0"?>\n<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-'
+                'rdf-syntax-ns#" xmlns:r="http://r/">\n<rdf:Description rdf:about="s">'
+                '<r:p rdf:resource="o"/></rdf:Description></rdf:RDF>\n',
+     "<http://base/dir/s> <http://r/p> <http://base/dir/o> ."),
+])
+def test_relative_iris_resolve_against_the_base_or_reject_their_document(
+        tmp_path, name, text, expected):
+    f = _doc(tmp_path, name, text)
+    [parsed] = rdf.parse_document(f, rdf.Canonicaliser(), base_iri="http://base/dir/")
+    assert parsed.quads == [expected] and parsed.rejects == []
+    [rejected] = rdf.parse_document(f, rdf.Canonicaliser())
+    [(index, _, message)] = rejected.rejects
+    assert rejected.quads == [] and "give --base-iri" in message
+    if name == "rel.ttl":
+        assert index + 1 == 3  # the line of the relative IRI
+
+
+def test_a_documents_own_base_wins_and_its_prefixes_come_with_its_last_batch(tmp_path):
+    f = _doc(tmp_path, "own.ttl", RELATIVE)
+    parsed = list(rdf.parse_document(f, rdf.Canonicaliser(), base_iri="http://base/"))
+    assert [q for p in parsed for q in p.quads] == [
+        "<http://own/a> <http://r/p> <http://own/b> ."]
+    assert parsed[-1].prefixes == {"r": "http://r/"}
+    # A rejected document gives no prefixes.
+    bad = _doc(tmp_path, "bad.ttl", "@prefix x: <http://x/> .\nx:a x:b .\n")
+    assert [p.prefixes for p in rdf.parse_document(bad, rdf.Canonicaliser())] == [{}]
+
+
+def test_a_relative_iri_in_n_triples_is_a_line_reject_that_says_why():
+    parsed = rdf.parse_lines([b"<http://e/a> <http://e/p> <rel> ."], ox.RdfFormat.N_TRIPLES,
+                             None, rdf.Canonicaliser())
+    [(index, _, message)] = parsed.rejects
+    assert index == 0 and "N-Triples and N-Quads allow only absolute IRIs" in message
+
+
+def test_a_file_that_cannot_be_read_fails_instead_of_being_rejected(tmp_path):
+    f = _doc(tmp_path, "gone.ttl", TURTLE)
+    (tmp_path / "gone.ttl").unlink()
+    with pytest.raises(FileNotFoundError):
+        list(rdf.parse_document(f, rdf.Canonicaliser()))
+
+
 # ---- the fingerprint in pieces ----
 
 

@@ -264,6 +264,9 @@ def _spark_options(command):
         help="on a Spark cluster: the Python environment shipped to the executors (default: "
         "one packed from this interpreter, cached; 'none': the executors' own "
         "PYSPARK_PYTHON); env TXCLUSTER_PYTHON_ENV")(command)
+    command = click.option(
+        "--progress/--no-progress", default=None,
+        help="draw the progress line on stderr (default: when stderr is a terminal)")(command)
     command = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
                            help="temporary files (must be visible to the Spark executors: "
                            "on a cluster, shared storage)")(command)
@@ -290,21 +293,24 @@ def _run_job(make_config, job: str, spark: dict) -> None:
     try:
         from pyspark.errors import PySparkException
 
-        from spark_pipeline import jobs
+        import spark_pipeline.audit
+        import spark_pipeline.jobs
         from spark_pipeline.progress import Progress
         from spark_pipeline.session import LazySession
     except ImportError as exc:
         _fail(f"the pipeline needs PySpark: pip install 'txcluster[pipeline]' ({exc})")
     try:
-        config = make_config(jobs)
+        config = make_config(spark_pipeline)
     except ValueError as exc:
         _fail(str(exc))
-    progress = Progress()
+    progress = Progress(enabled=spark["progress"])
     try:
-        with LazySession(spark["spark_master"], f"txcluster {job.removeprefix('run_')}",
+        with LazySession(spark["spark_master"], f"txcluster {job.rpartition('run_')[2]}",
                          spark["python_env"], _spark_conf(spark["spark_conf"])) as start:
-            report = getattr(jobs, job)(start, config, progress)
-    except (*jobs.USER_ERRORS, PySparkException) as exc:
+            module, _, function = job.partition(".")  # "jobs.run_load", "audit.run_audit"
+            report = getattr(getattr(spark_pipeline, module), function)(start, config,
+                                                                        progress)
+    except (*spark_pipeline.jobs.USER_ERRORS, PySparkException) as exc:
         progress.done()
         _fail(str(exc))
     click.echo(report.summary())
@@ -346,17 +352,28 @@ def spark_env(out_dir: str | None, python_env: str | None) -> None:
 @click.option("--rejects", "rejects_dir", default=None, type=click.Path(file_okay=False),
               help="where rejected lines go, as JSON lines (default: "
               "./txcluster-rejects-<time> when there are any)")
+@click.option("--base-iri", default=None,
+              help="resolve the relative IRIs of Turtle, TriG, RDF/XML and JSON-LD inputs "
+              "against this IRI (a document's own @base wins; without one a relative IRI "
+              "rejects its document; N-Triples/N-Quads allow only absolute IRIs)")
+@click.option("--no-namespaces", is_flag=True,
+              help="do not declare the prefixes of Turtle/TriG inputs as the repository's "
+              "namespaces (default: declared, unless the repository has that prefix or "
+              "the inputs give it different IRIs)")
 @click.option("--user", default=None, help="user:password when client auth is on")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 def load_command(master_url: str, repository: str | None, graph: str | None, initial: bool,
                  work_dir: str | None, batch_quads: int, rejects_dir: str | None,
-                 user: str | None, inputs: tuple[str, ...], **spark) -> None:
+                 base_iri: str | None, no_namespaces: bool, user: str | None,
+                 inputs: tuple[str, ...], **spark) -> None:
     """Validate, canonicalise, deduplicate and load RDF files (N-Triples, N-Quads, Turtle,
     TriG, RDF/XML, JSON-LD; .gz/.bz2; directories are walked) on Spark, then check that
-    every worker holds the expected fingerprint. Exit 1 on a mismatch."""
-    _run_job(lambda jobs: jobs.LoadConfig(
+    every worker holds the expected fingerprint. Exit 1 on a mismatch. A task that fails
+    (e.g. a file gone since it was listed) stops the load, naming its file and lines."""
+    _run_job(lambda pipeline: pipeline.jobs.LoadConfig(
         master_url, tuple(inputs), repository, graph, initial, batch_quads, rejects_dir,
-        work_dir, tuple(user.split(":", 1)) if user else None), "run_load", spark)
+        work_dir, tuple(user.split(":", 1)) if user else None, base_iri=base_iri,
+        namespaces=not no_namespaces), "jobs.run_load", spark)
 
 
 @main.command("audit")
@@ -375,8 +392,8 @@ def audit_command(workers: tuple[str, ...], work_dir: str | None, out_dir: str |
         # Checked again by the job (under spark-submit): here before the exports.
         _fail(f"on a Spark cluster ({master}) the executors read the replicas' exports: "
               "give --work-dir on storage that the driver and every Spark node see")
-    _run_job(lambda jobs: jobs.AuditConfig(tuple(workers), out_dir, work_dir), "run_audit",
-             spark)
+    _run_job(lambda pipeline: pipeline.audit.AuditConfig(tuple(workers), out_dir, work_dir),
+             "audit.run_audit", spark)
 
 if __name__ == "__main__":
     main()

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import chain
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import pyoxigraph as ox
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from rdf4j_protocol.binary_rdf import write_rdf
 from rdf4j_protocol.binary_results import write_results
@@ -281,20 +283,26 @@ def _excerpt(query: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _serialize_quads(iterators: list, neg: Negotiated,
-                     prefixes: dict[str, str]) -> bytes:
+def _serialize_quads(iterators: list, neg: Negotiated, prefixes: dict[str, str],
+                     output: IO[bytes] | None = None) -> bytes | None:
     """Serialise quad iterators (started under ``reading()``) and drop them, in this
     thread: like query results, pyoxigraph's iterators must not outlive it (see
-    ``_run_query``), so no exception leaves while a frame holds one."""
+    ``_run_query``), so no exception leaves while a frame holds one. Into ``output``
+    when given (a text format; None is returned), else as bytes."""
     quads: Iterable[ox.Quad] = chain.from_iterable(iterators)
     # Triples-only formats drop graph names (as RDF4J does); pyoxigraph needs triples.
     items: Iterable = quads if neg.supports_datasets else (q.triple for q in quads)
     kwargs = {"prefixes": prefixes} if prefixes and neg.format in (
         ox.RdfFormat.TURTLE, ox.RdfFormat.TRIG, ox.RdfFormat.N3, ox.RdfFormat.RDF_XML) else {}
     failure: ProtocolError | None = None
+    body = None
     try:
-        body = (write_rdf(quads, sorted(prefixes.items())) if neg.binary
-                else ox.serialize(items, format=neg.format, **kwargs))
+        if neg.binary:
+            body = write_rdf(quads, sorted(prefixes.items()))
+        elif output is not None:
+            ox.serialize(items, output, format=neg.format, **kwargs)
+        else:
+            body = ox.serialize(items, format=neg.format, **kwargs)
     except (OSError, RuntimeError, TypeError, ValueError) as exc:
         failure = ProtocolError(500, f"cannot write the statements as {neg.media_type}: {exc}")
     del quads, items
@@ -302,3 +310,41 @@ def _serialize_quads(iterators: list, neg: Negotiated,
     if failure is not None:
         raise failure
     return body
+
+
+# A whole repository's export (GET /statements without a pattern: what the pipeline's
+# load into a non-empty repository and its audit read) must not be built in the worker's
+# memory: the statements are written to a spooled file — in memory up to SPOOL_BYTES,
+# beyond that on disk next to the store (``spool_dir``; /tmp may be memory too) — and
+# the answer streams from it. A small answer stays one plain response, as before.
+SPOOL_BYTES = 8 << 20
+_CHUNK = 1 << 20
+
+
+def statements_response(iterators: list, neg: Negotiated, prefixes: dict[str, str],
+                        spool_dir: Path | None = None) -> Response:
+    """The answer of a statements read (in a pool thread, see ``_serialize_quads``)."""
+    if neg.binary:  # Binary RDF is written whole (rdf4j_protocol.binary_rdf)
+        return Response(_serialize_quads(iterators, neg, prefixes),
+                        media_type=neg.content_type)
+    # Closed by _chunks once streamed (or here on a failure): no context manager.
+    spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115
+        SPOOL_BYTES, dir=spool_dir, prefix="export-")
+    try:
+        _serialize_quads(iterators, neg, prefixes, spool)
+        size = spool.tell()
+        spool.seek(0)
+        if size <= SPOOL_BYTES:  # never rolled over to disk
+            return Response(spool.read(), media_type=neg.content_type)
+    except BaseException:
+        spool.close()
+        raise
+    return StreamingResponse(_chunks(spool), media_type=neg.content_type)
+
+
+def _chunks(spool: IO[bytes]) -> Iterator[bytes]:
+    # The file is unlinked already (a temporary file): closing it frees the disk, also
+    # when the client goes away and the generator is closed early.
+    with spool:
+        while chunk := spool.read(_CHUNK):
+            yield chunk

@@ -53,9 +53,9 @@ from worker_service.api.queries import (
     _negotiate_first,
     _pool,
     _run_query,
-    _serialize_quads,
     run_in_threadpool,
     run_inline,
+    statements_response,
 )
 from worker_service.query_isolation import QueryLimits
 from worker_service.tx_view import TransactionViews
@@ -303,8 +303,8 @@ def _read_statements(repo: Any, pattern: StatementPattern, neg: Negotiated) -> R
         iterators = [store.quads_for_pattern(pattern.subject, pattern.predicate,
                                              pattern.object, g)
                      for g in pattern.graph_names()]
-    body = _serialize_quads(iterators, neg, repo.namespaces)
-    return Response(body, media_type=neg.content_type)
+    return statements_response(iterators, neg, repo.namespaces,
+                               getattr(repo, "data_dir", None))
 
 
 def _count(repo: Any, contexts: tuple | None) -> int:
@@ -330,8 +330,8 @@ def _read_graph(repo: Any, graph: GraphName, neg: Negotiated) -> Response:
                 store.contains_named_graph(graph):
             raise ProtocolError(404, f"graph {graph} not found")
         iterators = [store.quads_for_pattern(None, None, None, graph)]
-    return Response(_serialize_quads(iterators, neg, repo.namespaces),
-                    media_type=neg.content_type)
+    return statements_response(iterators, neg, repo.namespaces,
+                               getattr(repo, "data_dir", None))
 
 
 def _graph_missing(repo: Any, graph: GraphName) -> Response | None:
