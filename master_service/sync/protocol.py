@@ -422,7 +422,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._arriving = frozenset(pushed)
         try:
             if isinstance(message, Status):
-                self._on_status(peer, message, now)
+                self._on_status(peer, message, now, relayed=relayed_by is not None)
             elif isinstance(message, TailSegment):
                 self._on_tail(message, now)
             else:
@@ -536,7 +536,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         else:
             state.mode = mode
 
-    def _on_status(self, peer: _Peer, st: Status, now: int) -> None:
+    def _on_status(self, peer: _Peer, st: Status, now: int, relayed: bool = False) -> None:
         if st.mode is not peer.mode:
             self._report(st.sender, "mode-mismatch",
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
@@ -550,8 +550,12 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             # than the newest we hold — counters never go back — or the same counter at a
             # lower position: statuses posted within one millisecond; the simulator found
             # both).
+            # Nor one passed on by a third node: it may be that old too, and a master just
+            # restarted has no newer one to tell (the simulator found it): marked beyond,
+            # the peer would stop holding back compaction.
             latest = peer.latest
-            if latest is not None and (st.counter, st.seq) < (latest.counter, latest.seq):
+            if relayed or (latest is not None
+                           and (st.counter, st.seq) < (latest.counter, latest.seq)):
                 return
             if st.sender not in self._beyond:
                 self._beyond.add(st.sender)
