@@ -209,6 +209,9 @@ class Seeding:
         done.unlink(missing_ok=True)
         self._phase("downloading")
         last_error = ""
+        # The SHA-256 is computed as the bytes arrive, not by reading the whole image
+        # again at the end; a resumed download first hashes what it already has.
+        hashed: list[Any] = [hashlib.sha256(), 0]  # [digest, bytes it covers]
         for attempt in range(DOWNLOAD_ATTEMPTS + 1):
             have = part.stat().st_size if part.exists() else 0
             self.progress["bytes"] = have
@@ -220,13 +223,15 @@ class Seeding:
                 self.progress["resumed"] += 1
                 await asyncio.sleep(min(0.5 * 2 ** attempt, 10))
             try:
-                await self._fetch(url, point, part, have)
+                await self._fetch(url, point, part, have, hashed)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("sync: download of %s cut at %d of %d bytes (%s); resuming",
                             point.name, part.stat().st_size if part.exists() else 0,
                             point.bytes, last_error)
-        digest = await asyncio.to_thread(_sha256, part)
+        size = part.stat().st_size
+        digest = hashed[0].hexdigest() if hashed[1] == size else \
+            await asyncio.to_thread(_sha256, part)
         if digest != point.sha256:
             part.unlink(missing_ok=True)
             raise SeedingFailed(f"the downloaded image's SHA-256 {digest} is not the "
@@ -234,7 +239,10 @@ class Seeding:
         part.rename(done)
         tag.rename(self.dir / f"{point.name}.image.sha256")
 
-    async def _fetch(self, url: str, point: SeedPoint, part: Path, have: int) -> None:
+    async def _fetch(self, url: str, point: SeedPoint, part: Path, have: int,
+                     hashed: list[Any]) -> None:
+        """Append to ``part`` from byte ``have``; ``hashed`` ([sha256, bytes covered])
+        follows what is written."""
         target = f"{url}/peer/seed/{point.name}?peer={self.node_id}"
         headers = {"range": f"bytes={have}-"} if have else {}
         async with self._http.stream(target, headers, self.request_timeout) as resp:
@@ -243,12 +251,17 @@ class Seeding:
                 raise SeedingFailed(f"{url} answered {resp.status} for the image: {text}")
             if have and resp.status == 200:
                 have = 0  # the range was not honoured: the whole image again
+            if hashed[1] != have:  # a resume after a cut (or a restart): hash what we have
+                hashed[0], hashed[1] = await asyncio.to_thread(_sha256_prefix, part, have), \
+                    have
             with open(part, "r+b" if have else "wb") as fh:
                 fh.seek(have)
                 fh.truncate()
                 async for chunk in resp.content.iter_chunked(CHUNK):
                     fh.write(chunk)
-                    self.progress["bytes"] = fh.tell()
+                    hashed[0].update(chunk)
+                    hashed[1] += len(chunk)
+                    self.progress["bytes"] = hashed[1]
 
     async def _install(self, point: SeedPoint) -> None:
         pool = self.cluster
@@ -299,8 +312,14 @@ class Seeding:
 
 
 def _sha256(path: Path) -> str:
+    return _sha256_prefix(path, path.stat().st_size).hexdigest()
+
+
+def _sha256_prefix(path: Path, size: int) -> Any:
+    """A running SHA-256 of the first ``size`` bytes of ``path`` (more can follow)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
+        while size > 0 and (block := fh.read(min(CHUNK, size))):
             h.update(block)
-    return h.hexdigest()
+            size -= len(block)
+    return h
