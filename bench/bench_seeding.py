@@ -17,9 +17,10 @@ the same image over the same link measured right after: a signed ``GET
 /peer/seed/<name>`` from the donor master (worker -> donor master -> here, as the seeding
 downloads it) into a file on the same disk, no hashing. The ratio time / (bytes / rate)
 is issue 16's figure (target <= 1.25). The breakdown comes from the phase lines of the
-new master's log (asking = the donor writes its image; downloading = download and the
-SHA-256 check; installing = one worker pulls and installs it; replicating and then until
-the other workers are ON = the usual recovery).
+new master's log (asking = the donor writes its image; downloading = the download, while
+the first worker already receives it from the new master; installing = that worker
+finishes receiving, checks and unpacks it, and the log is rebased; replicating and then
+until the other workers are ON = the usual recovery).
 """
 
 from __future__ import annotations
@@ -189,8 +190,10 @@ def main() -> None:
         rows.append(("master's first log line -> ON", f"{t_on - first_line:.2f} s"))
     order = ["asking", "downloading", "installing", "replicating", "done"]
     marks = [(p, phase[p]) for p in order if p in phase] + [("ON", t_on)]
-    what = {"asking": "donor writes its image", "downloading": "download + SHA-256 check",
-            "installing": "one worker pulls + installs", "replicating": "poll of the workers",
+    what = {"asking": "donor writes its image",
+            "downloading": "download; the first worker receives it meanwhile",
+            "installing": "that worker finishes, unpacks; log rebased",
+            "replicating": "poll of the workers",
             "done": "other workers replicated until ON"}
     for (p, t), (_, t2) in itertools.pairwise(marks):
         rows.append((f"  {p} ({what.get(p, p)})", f"{t2 - t:.2f} s"))
