@@ -118,6 +118,12 @@ def seeding_router(images: Callable[[], SeedImages | None],
         await require_credential(request, cluster_verifier, "seed image pull")
         s = seeding()
         path = s.image_path(name) if s is not None and _NODE_ID.fullmatch(name) else None
+        if path is None and s is not None and (live := s.following(name)) is not None:
+            # Still downloading: served as it arrives (the worker checks the SHA-256).
+            total, sha256 = live
+            return StreamingResponse(s.follow(name), media_type="application/octet-stream",
+                                     headers={"X-Image-Sha256": sha256,
+                                              "content-length": str(total)})
         if path is None:
             raise HTTPException(404, f"no downloaded seed image named '{name}'")
         sha = (path.parent / f"{name}.image.sha256")

@@ -336,7 +336,10 @@ class SyncDriver:
         self._peer(requester)
         return self.agreement.payload(txid)
 
-    def _retry_tick(self) -> None:
+    async def _retry_tick(self) -> None:
+        # A coroutine, so that APScheduler's AsyncIOExecutor runs it on the event loop: a
+        # plain function ran in its thread pool and stepped the core while the loop did
+        # too ("dictionary changed size during iteration" in _retry_acquires, under load).
         if not self._stopping and self.node is not None and not self.failed:
             retention = self._retention()
             if retention != self.node.retention:  # LogMaxSize / LogMaxDepth were written
@@ -534,7 +537,7 @@ class SyncDriver:
         self.scheduler.add_job(self._round_due, "date", run_date=datetime.fromtimestamp(at / 1000),
                                id="sync-round", replace_existing=True, misfire_grace_time=None)
 
-    def _round_due(self) -> None:
+    async def _round_due(self) -> None:  # on the event loop, as _retry_tick
         self._round_at = None
         if not self._stopping and not self.failed:
             self._step(lambda now: self.node.tick(now))

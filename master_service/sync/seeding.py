@@ -17,9 +17,13 @@ there, the hash chain up to it, the newest timestamp up to it) that makes the
 *The recipient* (``Seeding``). With its sync driver stopped (writes are refused
 meanwhile): asks the donor for a seed point; downloads the image into
 ``<data-dir>/seeding/`` — a cut download is resumed from the bytes it has, and the
-SHA-256 is checked at the end; has one worker pull it from this master (``GET
-/cluster/seed-image/<name>``, the cluster credential, as a worker pulls from a worker) and
-checks that the worker now holds the point's state; then, in one SQLite transaction, the
+SHA-256 (computed as the bytes arrive) is checked at the end; has one worker pull it from
+this master (``GET /cluster/seed-image/<name>``, the cluster credential, as a worker pulls
+from a worker) *while it downloads* — the master serves the file as it grows
+(``Seeding.follow``), the worker checks the announced SHA-256 itself, and nothing is
+adopted before the download is complete and checked too; a worker that could not install
+it is followed by the next, which pulls the complete image — and checks that the worker
+now holds the point's state; then, in one SQLite transaction, the
 agreed queue is forgotten up to P as a compaction would (the floor) and the data
 centre's log starts over at the image's state (``AgreementLog.seeded``). The other
 workers are then replicated from that worker by the usual recovery, and peering resumes
@@ -42,7 +46,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +146,8 @@ class Seeding:
         self._http = SignedSession(secret, tls=tls, timeout=request_timeout)
         self.progress: dict[str, Any] | None = None
         self.running = False
+        self._download_task: asyncio.Task[None] | None = None
+        self._following: str | None = None  # the image being downloaded (follow)
 
     async def close(self) -> None:
         await self._http.close()
@@ -152,6 +158,53 @@ class Seeding:
         path = self.dir / f"{name}.image"
         return path if path.is_file() and path.with_suffix(".image.sha256").is_file() \
             else None
+
+    def following(self, name: str) -> tuple[int, str] | None:
+        """(bytes, SHA-256) of the image ``name`` while it downloads, else None."""
+        task, progress = self._download_task, self.progress
+        if self._following != name or task is None or task.done() or progress is None:
+            return None
+        return progress["total"], progress["sha256"]
+
+    async def follow(self, name: str) -> AsyncIterator[bytes]:
+        """The image ``name`` as its download writes it (the .part file, then the checked
+        image it is renamed to), to its end; raises if the download fails first (the
+        puller then holds a cut image and refuses it)."""
+        task, progress = self._download_task, self.progress
+        assert task is not None and progress is not None
+        total, sent = progress["total"], 0
+        part, done = self.dir / f"{name}.part", self.dir / f"{name}.image"
+        fh = None
+        try:
+            while sent < total:
+                finished = task.done()
+                if finished and (task.cancelled() or task.exception() is not None):
+                    raise SeedingFailed(f"the download of '{name}' failed")
+                if fh is None:
+                    for path in (part, done):
+                        with contextlib.suppress(FileNotFoundError):
+                            fh = open(path, "rb")  # noqa: SIM115 (closed in finally)
+                            break
+                # What the download wrote and flushed (a resume never cuts below it).
+                ready = total if finished else min(progress["bytes"], total)
+                chunk = b""
+                if fh is not None and ready > sent:
+                    fh.seek(sent)
+                    chunk = fh.read(min(CHUNK, ready - sent))
+                if chunk:
+                    sent += len(chunk)
+                    yield chunk
+                elif finished:
+                    raise SeedingFailed(f"'{name}' ended at {sent} of {total} bytes")
+                else:
+                    await asyncio.sleep(0.02)
+        finally:
+            if fh is not None:
+                fh.close()
+
+    def _downloaded(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._phase("installing")  # the worker may still be receiving or unpacking
 
     def _phase(self, phase: str, **more: Any) -> None:
         assert self.progress is not None
@@ -169,9 +222,21 @@ class Seeding:
                          "resumed": 0, "error": None}
         try:
             point = await self._ask(url.rstrip("/"))
-            self.progress.update(position=point.pos, total=point.bytes)
-            await self._download(url.rstrip("/"), point)
-            await self._install(point)
+            self.progress.update(position=point.pos, total=point.bytes, sha256=point.sha256)
+            # The first worker pulls the image while it downloads (follow): its receive
+            # overlaps the download instead of following it. It checks the announced
+            # SHA-256 itself, and nothing is adopted before the download checked it too.
+            self._following = point.name
+            self._download_task = asyncio.create_task(
+                self._download(url.rstrip("/"), point))
+            self._download_task.add_done_callback(self._downloaded)
+            try:
+                await self._install(point, self._download_task)
+            finally:
+                if not self._download_task.done():
+                    self._download_task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await self._download_task
             self._phase("done", finished=time.time())
             return point
         except SeedingFailed as exc:
@@ -209,6 +274,9 @@ class Seeding:
         done.unlink(missing_ok=True)
         self._phase("downloading")
         last_error = ""
+        # The SHA-256 is computed as the bytes arrive, not by reading the whole image
+        # again at the end; a resumed download first hashes what it already has.
+        hashed: list[Any] = [hashlib.sha256(), 0]  # [digest, bytes it covers]
         for attempt in range(DOWNLOAD_ATTEMPTS + 1):
             have = part.stat().st_size if part.exists() else 0
             self.progress["bytes"] = have
@@ -220,13 +288,15 @@ class Seeding:
                 self.progress["resumed"] += 1
                 await asyncio.sleep(min(0.5 * 2 ** attempt, 10))
             try:
-                await self._fetch(url, point, part, have)
+                await self._fetch(url, point, part, have, hashed)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("sync: download of %s cut at %d of %d bytes (%s); resuming",
                             point.name, part.stat().st_size if part.exists() else 0,
                             point.bytes, last_error)
-        digest = await asyncio.to_thread(_sha256, part)
+        size = part.stat().st_size
+        digest = hashed[0].hexdigest() if hashed[1] == size else \
+            await asyncio.to_thread(_sha256, part)
         if digest != point.sha256:
             part.unlink(missing_ok=True)
             raise SeedingFailed(f"the downloaded image's SHA-256 {digest} is not the "
@@ -234,7 +304,10 @@ class Seeding:
         part.rename(done)
         tag.rename(self.dir / f"{point.name}.image.sha256")
 
-    async def _fetch(self, url: str, point: SeedPoint, part: Path, have: int) -> None:
+    async def _fetch(self, url: str, point: SeedPoint, part: Path, have: int,
+                     hashed: list[Any]) -> None:
+        """Append to ``part`` from byte ``have``; ``hashed`` ([sha256, bytes covered])
+        follows what is written."""
         target = f"{url}/peer/seed/{point.name}?peer={self.node_id}"
         headers = {"range": f"bytes={have}-"} if have else {}
         async with self._http.stream(target, headers, self.request_timeout) as resp:
@@ -243,16 +316,21 @@ class Seeding:
                 raise SeedingFailed(f"{url} answered {resp.status} for the image: {text}")
             if have and resp.status == 200:
                 have = 0  # the range was not honoured: the whole image again
+            if hashed[1] != have:  # a resume after a cut (or a restart): hash what we have
+                hashed[0], hashed[1] = await asyncio.to_thread(_sha256_prefix, part, have), \
+                    have
             with open(part, "r+b" if have else "wb") as fh:
                 fh.seek(have)
                 fh.truncate()
                 async for chunk in resp.content.iter_chunked(CHUNK):
                     fh.write(chunk)
-                    self.progress["bytes"] = fh.tell()
+                    fh.flush()  # a follower reads up to progress["bytes"] from the file
+                    hashed[0].update(chunk)
+                    hashed[1] += len(chunk)
+                    self.progress["bytes"] = hashed[1]
 
-    async def _install(self, point: SeedPoint) -> None:
+    async def _install(self, point: SeedPoint, download: asyncio.Task[None]) -> None:
         pool = self.cluster
-        self._phase("installing")
         source = f"{self.master_url}/cluster/seed-image/{point.name}"
         workers = list(pool.workers.values())
         # Until the log is rebased, a worker's new state is unknown to it: the health
@@ -263,6 +341,8 @@ class Seeding:
             for w in workers:
                 pool.disable(w, WorkerStatus.REPLICATION_CLIENT, "seeding from a peer's image")
             for w in workers:
+                if problems:  # the next worker pulls the complete, checked image
+                    await download
                 try:
                     res = await w.client.pull_image(source)
                 except (WorkerUnavailable, WorkerRefused) as exc:
@@ -275,6 +355,9 @@ class Seeding:
                     continue
                 chosen = w
                 break
+            # Nothing is adopted before the download is complete and its SHA-256 checked
+            # (SeedingFailed from here names the download's own problem).
+            await download
             if chosen is None:
                 raise SeedingFailed("no worker installed the image: " + "; ".join(problems))
             state = State(point.seq, point.fingerprint, point.quads)
@@ -299,8 +382,14 @@ class Seeding:
 
 
 def _sha256(path: Path) -> str:
+    return _sha256_prefix(path, path.stat().st_size).hexdigest()
+
+
+def _sha256_prefix(path: Path, size: int) -> Any:
+    """A running SHA-256 of the first ``size`` bytes of ``path`` (more can follow)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
+        while size > 0 and (block := fh.read(min(CHUNK, size))):
             h.update(block)
-    return h.hexdigest()
+            size -= len(block)
+    return h
