@@ -337,9 +337,8 @@ class SyncDriver:
         return self.agreement.payload(txid)
 
     async def _retry_tick(self) -> None:
-        # A coroutine, so that APScheduler's AsyncIOExecutor runs it on the event loop: a
-        # plain function ran in its thread pool and stepped the core while the loop did
-        # too ("dictionary changed size during iteration" in _retry_acquires, under load).
+        # A coroutine: APScheduler's AsyncIOExecutor runs a plain function in its thread
+        # pool, where this stepped the core while the loop did too (seen under load).
         if not self._stopping and self.node is not None and not self.failed:
             retention = self._retention()
             if retention != self.node.retention:  # LogMaxSize / LogMaxDepth were written
@@ -349,10 +348,8 @@ class SyncDriver:
     # ------------------------------------------------------------------ membership, mode
 
     def hold_for_seeding(self, requester: str, pos: int, lease_ms: int) -> None:
-        """A data centre seeds from our image of ``pos`` (seeding.py): keep what
-        follows it for ``lease_ms``, or until it is our peer and posted."""
-        self._step(lambda now: self.node.hold_for_seeding(requester, pos, until=now + lease_ms,
-                                                          now=now))
+        """A data centre seeds from our image of ``pos``: keep what follows (seeding.py)."""
+        self._step(lambda t: self.node.hold_for_seeding(requester, pos, until=t + lease_ms, now=t))
 
     async def add_peer(self, peer: str, url: str) -> None:
         if peer in self.peers:
