@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,23 +258,8 @@ def up(directory: Path, masters: int = 1, workers: int = 3, base_port: int | Non
     try:
         for m in range(max(masters, 1)):
             dc = f"dc{m + 1}"
-            ws = []
-            for i in range(workers):
-                node = worker_node(directory / dc / f"worker{i + 1}", secret_file,
-                                   repository_id, port())
-                node.write_config()
-                node.start(wait=False, detach=True)
-                started.append(node)
-                ws.append(node)
-            for node in ws:
-                node.wait_ready()
-            for node in ws:
-                info["workers"].append({"kind": "worker", "url": node.url, "pid": node.pid,
-                                        "dir": str(node.directory),
-                                        "data_dir": node.properties["data-dir"],
-                                        "config": str(node.config),
-                                        "master": f"master{m + 1}" if masters else None,
-                                        "data_centre": dc})
+            ws = _start_workers(directory / dc, workers, secret_file, repository_id, port,
+                                started, info, f"master{m + 1}" if masters else None, dc)
             if not masters:
                 continue
             jmx_port = port() if jmx else None
@@ -335,21 +321,8 @@ def join(directory: Path, existing: Path, workers: int = 3, timeout: float = 360
     info: dict = {"repository": old["repository"], "secret_file": str(secret_file),
                   "joined": str(existing), "masters": [], "workers": []}
     try:
-        ws = []
-        for i in range(workers):
-            node = worker_node(directory / dc / f"worker{i + 1}", secret_file,
-                               old["repository"], free_port())
-            node.write_config()
-            node.start(wait=False, detach=True)
-            started.append(node)
-            ws.append(node)
-        for node in ws:
-            node.wait_ready()
-            info["workers"].append({"kind": "worker", "url": node.url, "pid": node.pid,
-                                    "dir": str(node.directory),
-                                    "data_dir": node.properties["data-dir"],
-                                    "config": str(node.config), "master": node_id,
-                                    "data_centre": dc})
+        ws = _start_workers(directory / dc, workers, secret_file, old["repository"], free_port,
+                            started, info, node_id, dc)
         props = {"data-centre": dc, "sync-seed-from": old["masters"][0]["id"]}
         for k, (peer, url) in enumerate(sorted(peers.items()), 1):
             props[f"peer.{k}.id"], props[f"peer.{k}.url"] = peer, url
@@ -379,6 +352,29 @@ def join(directory: Path, existing: Path, workers: int = 3, timeout: float = 360
     _wait_writable([master.url])
     (directory / "cluster.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def _start_workers(dc_dir: Path, n: int, secret_file: Path, repository_id: str,
+                   port: Callable[[], int], started: list[NodeProcess], info: dict,
+                   master: str | None, dc: str) -> list[NodeProcess]:
+    """A data centre's ``n`` workers, started in the background and waited for; each is
+    added to ``started`` (stopped on a failure) and to ``info["workers"]``."""
+    ws = []
+    for i in range(n):
+        node = worker_node(dc_dir / f"worker{i + 1}", secret_file, repository_id, port())
+        node.write_config()
+        node.start(wait=False, detach=True)
+        started.append(node)
+        ws.append(node)
+    for node in ws:
+        node.wait_ready()
+    for node in ws:
+        info["workers"].append({"kind": "worker", "url": node.url, "pid": node.pid,
+                                "dir": str(node.directory),
+                                "data_dir": node.properties["data-dir"],
+                                "config": str(node.config), "master": master,
+                                "data_centre": dc})
+    return ws
 
 
 def _wait_seeded(url: str, timeout: float) -> None:
