@@ -149,8 +149,8 @@ class MasterService:
 
     def _needs_seeding(self) -> None:
         """The driver found that no peer can bring this data centre up to date by replay
-        any more: seed it from the peer that executed the most (once at a time; a
-        refusal, e.g. transactions waiting for agreement, is logged and retried)."""
+        any more: seed it from the peer that executed the most (once at a time; after a
+        failure, again SEED_RETRY_S later)."""
         if self.sync is None or (self._seed_task and not self._seed_task.done()):
             return
         progress = self.seeding.progress if self.seeding is not None else None
