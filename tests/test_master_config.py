@@ -270,6 +270,15 @@ def test_a_peer_needs_both_id_and_url(tmp_path):
     assert "'peer.2.url' has no matching 'peer.2.id'" in message
 
 
+def test_sync_seed_from_must_name_a_peer(tmp_path):
+    message = refused(write(tmp_path, {"peer.1.id": "m2", "peer.1.url": "http://m2",
+                                       "sync-seed-from": "m3"}))
+    assert "'sync-seed-from' is 'm3', which no peer.<n>.id names" in message
+    ok = write(tmp_path, {"peer.1.id": "m2", "peer.1.url": "http://m2",
+                          "sync-seed-from": "m2"}, name="ok.properties")
+    assert MasterConfig.load(ok).sync_seed_from == "m2"
+
+
 # ---- control queries (docs/design/write-path.md#the-probe-worker-and-control-queries) ----
 
 def control(tmp_path: Path, text: str) -> str:

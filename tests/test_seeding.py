@@ -257,6 +257,12 @@ def test_txcluster_up_join_adds_a_data_centre_to_a_loaded_cluster(tmp_path):
         [m2] = joined["masters"]
         assert m2["id"] == "master2" and joined["joined"] == str(old.resolve())
         assert [p["id"] for p in sync_of_url(first["url"])["peers"]] == ["master2"]
+        # Bad requests are refused with the reason, and change nothing.
+        r = httpx.post(f"{m2['url']}/admin/sync/seed", json={"peer": "nope"}, timeout=10)
+        assert r.status_code == 404 and "'nope' is not a sync peer" in r.text, r.text
+        r = httpx.post(f"{first['url']}/peer/seed", json={"peer": "x"}, timeout=10)
+        assert r.status_code in (401, 403), r.text  # no peer credential
+        assert sync_of_url(m2["url"])["seeding"]["phase"] == "done"
         for url, text in ((m2["url"], "b"), (first["url"], "c")):
             w = httpx.post(f"{url}/repositories/repo/statements",
                            content=f'INSERT DATA {{ <urn:j:{text}> <urn:p> "{text}" }}'.encode(),
