@@ -10,7 +10,7 @@ import pytest
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, apply_to
-from worker_service import journal
+from worker_service import backups, journal
 from worker_service.image import ImageError, sha256_of
 from worker_service.repository import (
     ApplyEntry,
@@ -172,9 +172,9 @@ def test_an_image_without_compression_is_a_plain_tar_and_installs_alike(tmp_path
         dst = Repository("r", tmp_path / f"dst-{name}")
         assert dst.install_image(tmp_path / name, manifest["sha256"]) == src.state()
         assert set(dst.store) == set(src.store)
-    backup = src.backup("nightly", compress=False)
-    assert tarfile.is_tarfile(src.backups_dir() / "nightly" / "image.tar.sz")
-    assert backup["sha256"] == sha256_of(src.backups_dir() / "nightly" / "image.tar.sz")
+    backup = backups.backup(src, "nightly", compress=False)
+    assert tarfile.is_tarfile(backups.backups_dir(src) / "nightly" / "image.tar.sz")
+    assert backup["sha256"] == sha256_of(backups.backups_dir(src) / "nightly" / "image.tar.sz")
 
 
 def test_corrupted_image_is_refused_and_changes_nothing(tmp_path):
@@ -195,14 +195,15 @@ def test_corrupted_image_is_refused_and_changes_nothing(tmp_path):
 
 def test_named_backup_is_replaced_when_the_name_is_reused(repo):
     repo.apply(1, "t1", adds(q("a", "1")))
-    first = repo.backup("nightly")
+    first = backups.backup(repo, "nightly")
     repo.apply(2, "t2", adds(q("b", "2")))
-    second = repo.backup("nightly")
+    second = backups.backup(repo, "nightly")
     assert (first["seq"], second["seq"]) == (1, 2)
-    folders = list(repo.backups_dir().iterdir())
+    folders = list(backups.backups_dir(repo).iterdir())
     assert [f.name for f in folders] == ["nightly"]
     repo.apply(3, "t3", adds(q("c", "3")))
-    st = repo.install_image(repo.backups_dir() / "nightly" / "image.tar.sz", second["sha256"])
+    st = repo.install_image(backups.backups_dir(repo) / "nightly" / "image.tar.sz",
+                            second["sha256"])
     assert st.seq == 2 and set(repo.store) == {q("a", "1"), q("b", "2")}
 
 

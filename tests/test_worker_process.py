@@ -103,6 +103,38 @@ def test_image_between_two_worker_processes(worker_factory, secret):
         assert c.get("/cluster/state").json()["fingerprint"] == want["fingerprint"]
 
 
+def test_a_backup_streamed_while_written_is_pulled_and_resumed(worker_factory, secret):
+    """POST /cluster/backups/<name>?stream=true answers the image's state at once (no
+    SHA-256 yet); another worker pulls it while it is written, unpacking as it arrives,
+    and checks the SHA-256 it asks for when the body ended; a Range read of it resumes at
+    the offset asked; its checksum is then the backup's."""
+    src, dst = worker_factory("src"), worker_factory("dst")
+    with signed_client(src, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 30_000, "g"))).raise_for_status()
+        want = c.get("/cluster/state").json()
+        made = c.post("/cluster/backups/seed-x?stream=true").json()
+        assert (made["seq"], made["fingerprint"], made["quads"], made["sha256"]) == \
+            (want["seq"], want["fingerprint"], want["quads"], None)
+    with signed_client(dst, secret[1]) as c:
+        r = c.post("/cluster/image/pull",
+                   json={"source": f"{src.url}/cluster/backups/seed-x"}, timeout=120)
+        assert r.status_code == 200, r.text
+        got = c.get("/cluster/state").json()
+        assert c.post("/cluster/verify").json()["matches"]
+    assert (got["seq"], got["fingerprint"], got["quads"]) == \
+        (want["seq"], want["fingerprint"], want["quads"])
+    with signed_client(src, secret[1]) as c:
+        checksum = c.get("/cluster/backups/seed-x/sha256")
+        assert checksum.status_code == 200, checksum.text
+        listed = {b["name"]: b for b in c.get("/cluster/backups").json()}
+        assert listed["seed-x"]["sha256"] == checksum.text
+        assert listed["seed-x"]["bytes"] == int(checksum.headers["x-image-bytes"])
+        whole = c.get("/cluster/backups/seed-x").content
+        tail = c.get("/cluster/backups/seed-x", headers={"range": "bytes=1000-"})
+        assert tail.status_code == 206 and tail.content == whole[1000:]
+        assert c.get("/cluster/backups/nope/sha256").status_code == 404
+
+
 def test_corrupted_backup_image_is_refused_and_nothing_changes(worker_factory, secret):
     w = worker_factory("w")
     with signed_client(w, secret[1]) as c:

@@ -26,7 +26,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -447,13 +447,17 @@ class Repository:
 
     # ---- images, backups ----
 
-    def create_image(self, target: Path, compress: bool = True) -> dict:
+    def create_image(self, target: Path, compress: bool = True,
+                     started: Callable[[dict], None] | None = None,
+                     progress: Callable[[int], None] | None = None) -> dict:
         """Write an image of the current state to ``target``; return its manifest.
 
         The write lock is held only while pyoxigraph makes its checkpoint (hard links,
         milliseconds —
         docs/design/dependencies.md#pyoxigraph-the-workers-store), so the image pairs the store
-        with its exact state."""
+        with its exact state. ``started`` is told that state as soon as the checkpoint is
+        made, ``progress`` the bytes written so far (a backup read while it is written,
+        worker_service/backups.py)."""
         with self._maintenance:
             self.activity, previous = "REPLICATION_SERVER", self.activity
             work = self.data_dir / "tmp" / f"checkpoint-{uuid.uuid4().hex}"
@@ -463,19 +467,28 @@ class Repository:
                     self.store.backup(str(work / "store"))
                     snap = self._state
                     state.export_json(work, snap)
+                if started is not None:
+                    started({"repository": self.id, **snap.to_json()})
                 digest, size = image.write_image(
                     {"store": work / "store", state.STATE_FILE: work / state.STATE_FILE}, target,
-                    compress)
+                    compress, progress)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
                 self.activity = previous
         return {"repository": self.id, "sha256": digest, "bytes": size, **snap.to_json()}
 
     def install_image(self, path: Path, sha256: str) -> WorkerState:
-        """Verify and unpack an image, then swap it in with its state, atomically."""
+        """Verify and unpack an image file, then swap it in with its state, atomically."""
+        return self.install_image_stream(image.file_chunks(path), sha256)
+
+    def install_image_stream(self, chunks: Iterable[bytes],
+                             sha256: str | Callable[[], str]) -> WorkerState:
+        """Unpack an image as its bytes arrive (``image.extract_image``: into a new
+        generation nothing uses yet), then, once its checksum holds, swap it in with its
+        state, atomically. Writes go on meanwhile on the current generation."""
 
         def unpack(gen: Path) -> WorkerState:
-            image.extract_image(path, sha256, gen)
+            image.extract_image(chunks, sha256, gen)
             if not (gen / "store").is_dir() or not (gen / state.STATE_FILE).is_file():
                 raise image.ImageError("image lacks store/ or state.json")
             return state.load(gen)
@@ -539,27 +552,6 @@ class Repository:
         gc.collect()
         shutil.rmtree(gen, ignore_errors=True)
         self.activity = activity
-
-    def backups_dir(self) -> Path:
-        return self.data_dir / "backups"
-
-    def backup(self, name: str, compress: bool = True) -> dict:
-        """Write a named image; reusing a name replaces that image
-        (docs/design/cluster-basics.md#backup-and-restore)."""
-        target = self.backups_dir() / name
-        work = self.data_dir / "tmp" / f"backup-{uuid.uuid4().hex}"
-        work.mkdir(parents=True)
-        manifest = self.create_image(work / "image.tar.sz", compress)
-        manifest["name"] = name
-        manifest["created"] = time.time()
-        state.write_atomically(work / "manifest.json", _json(manifest))
-        self.backups_dir().mkdir(exist_ok=True)
-        old = self.data_dir / "tmp" / f"old-{uuid.uuid4().hex}"
-        if target.exists():
-            os.replace(target, old)
-        os.replace(work, target)
-        shutil.rmtree(old, ignore_errors=True)
-        return manifest
 
 
 def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:

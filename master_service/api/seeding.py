@@ -23,7 +23,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    StreamingResponse,
+)
 
 from master_service.sync import wire
 from master_service.sync.seeding import CHUNK, SeedImages, Seeding, SeedingFailed
@@ -36,7 +41,7 @@ log = logging.getLogger("txcluster.peer")
 _RANGE = re.compile(r"bytes=(\d{1,15})-")
 _NODE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
 PASSED_ON = ("content-length", "content-range", "x-image-sha256", "x-image-seq",
-             "x-image-fingerprint", "x-image-quads")
+             "x-image-fingerprint", "x-image-quads", "x-image-offset")
 
 
 def seeding_router(images: Callable[[], SeedImages | None],
@@ -111,6 +116,19 @@ def seeding_router(images: Callable[[], SeedImages | None],
         return StreamingResponse(body(), status_code=resp.status, headers=headers,
                                  media_type="application/octet-stream")
 
+    @router.get("/peer/seed/{name}/sha256", summary="A seed image's SHA-256, once written")
+    async def seed_checksum(name: str, request: Request) -> Response:
+        """{"sha256", "bytes"} of an image streamed while it was written (its seed point
+        announced neither): waits until the donor's worker finished it."""
+        await require_credential(request, peer_verifier, "peer seed checksum")
+        try:
+            sha, size = await donor().checksum(name)
+        except KeyError as exc:
+            raise HTTPException(404, str(exc.args[0])) from None
+        except SeedingFailed as exc:
+            raise HTTPException(503, str(exc)) from None
+        return JSONResponse({"sha256": sha, "bytes": size})
+
     @router.get("/cluster/seed-image/{name}", include_in_schema=False)
     async def local_image(name: str, request: Request) -> Any:
         """The downloaded image, for the worker that installs it (its pull is signed with
@@ -121,13 +139,32 @@ def seeding_router(images: Callable[[], SeedImages | None],
         if path is None and s is not None and (live := s.following(name)) is not None:
             # Still downloading: served as it arrives (the worker checks the SHA-256).
             total, sha256 = live
+            # A streamed donor's image has no SHA-256 yet: the worker asks for it once
+            # the body ended (worker_service/api/control.py, pull).
+            headers = {"X-Image-Sha256": sha256, "content-length": str(total)} \
+                if sha256 is not None and total is not None \
+                else {"X-Image-Sha256-Location": f"{name}/sha256"}
             return StreamingResponse(s.follow(name), media_type="application/octet-stream",
-                                     headers={"X-Image-Sha256": sha256,
-                                              "content-length": str(total)})
+                                     headers=headers)
         if path is None:
             raise HTTPException(404, f"no downloaded seed image named '{name}'")
         sha = (path.parent / f"{name}.image.sha256")
         return FileResponse(path, media_type="application/octet-stream",
                             headers={"X-Image-Sha256": sha.read_text().strip()})
+
+    @router.get("/cluster/seed-image/{name}/sha256", include_in_schema=False)
+    async def local_image_checksum(name: str, request: Request) -> Any:
+        """The SHA-256 of the image ``name`` once its download is complete and checked
+        (text; the worker that pulled it while it downloaded compares)."""
+        await require_credential(request, cluster_verifier, "seed image checksum")
+        s = seeding()
+        if s is not None and (path := s.image_path(name)) is not None:
+            return PlainTextResponse((path.parent / f"{name}.image.sha256").read_text())
+        if s is None:
+            raise HTTPException(404, f"no seed image named '{name}'")
+        try:
+            return PlainTextResponse(await s.checked_sha256(name))
+        except SeedingFailed as exc:
+            raise HTTPException(502, str(exc)) from None
 
     return router

@@ -124,9 +124,24 @@ class WorkerClient:
         return await self._call("POST", "/cluster/image/pull", {"source": source},
                                 timeout=3600)
 
-    async def backup(self, name: str, compress: bool = True) -> dict:
-        query = "" if compress else "?compression=false"
-        return await self._call("POST", f"/cluster/backups/{name}{query}", timeout=3600)
+    async def backup(self, name: str, compress: bool = True, stream: bool = False) -> dict:
+        """A named image; ``stream``: answered once its checkpoint is made, its sha256
+        and bytes null until it is written (``backup_checksum``)."""
+        query = "&".join(q for q, on in (("compression=false", not compress),
+                                         ("stream=true", stream)) if on)
+        return await self._call("POST", f"/cluster/backups/{name}" + (f"?{query}" if query
+                                                                       else ""), timeout=3600)
+
+    async def backup_checksum(self, name: str) -> tuple[str, int]:
+        """(SHA-256, bytes) of a named image, once it is written (the worker waits)."""
+        try:
+            status, headers, body = await self._http.exchange(
+                "GET", f"{self.url}/cluster/backups/{name}/sha256", timeout=3600)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
+        if status != 200:
+            raise WorkerRefused(status, body.decode(errors="replace")[:300])
+        return body.decode().strip(), int(headers.get("x-image-bytes", "0"))
 
     def backup_stream(self, name: str, start: int = 0
                       ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:

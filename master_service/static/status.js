@@ -35,7 +35,8 @@ const ago = (s) => (s === null || s === undefined ? "never" : `${s.toFixed(1)} s
 // Seeding from a peer's image (master_service/sync/seeding.py): phase, bytes, position.
 function seedingText(s) {
   const mb = (n) => (n / 1048576).toFixed(1);
-  const size = s.total ? ` ${mb(s.bytes)} of ${mb(s.total)} MB` : "";
+  const size = s.total ? ` ${mb(s.bytes)} of ${mb(s.total)} MB`
+    : s.bytes ? ` ${mb(s.bytes)} MB so far` : "";
   const at = s.position === null || s.position === undefined ? "" : ` at agreed position ${s.position}`;
   return `from ${s.peer}: ${s.phase}${size}${at}` + (s.error ? ` (${s.error})` : "");
 }

@@ -257,7 +257,9 @@ class SeedPoint:
     the donor's agreed position ``pos`` with the id of the entry there, the hash chain up
     to it and the newest timestamp up to it (the seeded node's floor: compaction.py), and
     the data centre state after it (its log's seq, fingerprint, quads) that the image
-    holds; ``name``, ``sha256`` and ``bytes`` identify the image to fetch."""
+    holds; ``name`` names the image to fetch. ``sha256`` and ``bytes`` are None when
+    the donor streams the image while it writes it (it is fixed by its checkpoint, not
+    yet written): the recipient asks for them once the body ended."""
 
     name: str
     pos: int
@@ -267,15 +269,19 @@ class SeedPoint:
     seq: int
     fingerprint: str
     quads: int
-    sha256: str
-    bytes: int
+    sha256: str | None
+    bytes: int | None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _IMAGE_NAME.fullmatch(self.name):
             raise InvalidMessage(f"image name must be 1 to 100 letters, digits or . _ -, "
                                  f"got {self.name!r}")
-        for what in ("pos", "newest", "seq", "quads", "bytes"):
+        for what in ("pos", "newest", "seq", "quads"):
             _check_int(what, getattr(self, what))
+        if (self.sha256 is None) != (self.bytes is None):
+            raise InvalidMessage("sha256 and bytes are given together or not at all")
+        if self.bytes is not None:
+            _check_int("bytes", self.bytes)
         if (self.pos == 0) != (self.txid is None):
             raise InvalidMessage(f"txid must be given exactly when pos > 0, got {self.txid!r}")
         if self.txid is not None:
@@ -283,5 +289,6 @@ class SeedPoint:
         _check_chain(self.pos, self.chain)
         if not isinstance(self.fingerprint, str) or not _HEX32.fullmatch(self.fingerprint):
             raise InvalidMessage(f"fingerprint must be 32 hex digits, got {self.fingerprint!r}")
-        if not isinstance(self.sha256, str) or not _HEX64.fullmatch(self.sha256):
+        if self.sha256 is not None and (not isinstance(self.sha256, str)
+                                        or not _HEX64.fullmatch(self.sha256)):
             raise InvalidMessage(f"sha256 must be 64 hex digits, got {self.sha256!r}")

@@ -47,6 +47,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,9 @@ class SeedImages:
         w = next((c for c in candidates if c.url != pool.probe), candidates[0])
         name = image_name(requester)
         try:
-            manifest = await w.client.backup(name, self._compression())
+            # Streamed: the worker answers once its checkpoint fixed the image's state,
+            # and the requester's download follows the image as it is written.
+            manifest = await w.client.backup(name, self._compression(), stream=True)
         except (WorkerUnavailable, WorkerRefused) as exc:
             raise SeedingFailed(f"worker {w.url} could not write an image: {exc}") from None
         seq, fp = manifest["seq"], manifest["fingerprint"]
@@ -121,7 +124,17 @@ class SeedImages:
         log.info("sync: image '%s' of %s for %s stands for agreed position %d (%d quads)",
                  name, w.url, requester, pos, manifest["quads"])
         return SeedPoint(name, pos, txid, chain, newest, seq, fp, manifest["quads"],
-                         manifest["sha256"], manifest["bytes"])
+                         manifest.get("sha256"), manifest.get("bytes"))
+
+    async def checksum(self, name: str) -> tuple[str, int]:
+        """(SHA-256, bytes) of the image ``name`` once its worker wrote it."""
+        w = self._holders.get(name)
+        if w is None:
+            raise KeyError(f"no seed image named '{name}' here (made by POST /peer/seed)")
+        try:
+            return await w.client.backup_checksum(name)
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            raise SeedingFailed(f"worker {w.url} did not finish the image: {exc}") from None
 
     def open(self, name: str, start: int
              ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
@@ -159,12 +172,26 @@ class Seeding:
         return path if path.is_file() and path.with_suffix(".image.sha256").is_file() \
             else None
 
-    def following(self, name: str) -> tuple[int, str] | None:
-        """(bytes, SHA-256) of the image ``name`` while it downloads, else None."""
+    def following(self, name: str) -> tuple[int | None, str | None] | None:
+        """(bytes, SHA-256) of the image ``name`` while it downloads (None, None while
+        the donor has not finished writing it), else None."""
         task, progress = self._download_task, self.progress
         if self._following != name or task is None or task.done() or progress is None:
             return None
         return progress["total"], progress["sha256"]
+
+    async def checked_sha256(self, name: str) -> str:
+        """The SHA-256 of the image ``name`` once its download is complete and checked
+        (a worker that pulled it while it downloaded checks what it received against
+        it); SeedingFailed if the download failed."""
+        task = self._download_task
+        if self._following != name or task is None or self.progress is None:
+            raise SeedingFailed(f"no download of '{name}' here")
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(task)
+        if task.cancelled() or task.exception() is not None:
+            raise SeedingFailed(f"the download of '{name}' failed")
+        return self.progress["sha256"]
 
     async def follow(self, name: str) -> AsyncIterator[bytes]:
         """The image ``name`` as its download writes it (the .part file, then the checked
@@ -172,11 +199,11 @@ class Seeding:
         puller then holds a cut image and refuses it)."""
         task, progress = self._download_task, self.progress
         assert task is not None and progress is not None
-        total, sent = progress["total"], 0
+        sent = 0
         part, done = self.dir / f"{name}.part", self.dir / f"{name}.image"
         fh = None
         try:
-            while sent < total:
+            while True:
                 finished = task.done()
                 if finished and (task.cancelled() or task.exception() is not None):
                     raise SeedingFailed(f"the download of '{name}' failed")
@@ -185,8 +212,9 @@ class Seeding:
                         with contextlib.suppress(FileNotFoundError):
                             fh = open(path, "rb")  # noqa: SIM115 (closed in finally)
                             break
-                # What the download wrote and flushed (a resume never cuts below it).
-                ready = total if finished else min(progress["bytes"], total)
+                # What the download wrote and flushed (a resume never cuts below it);
+                # once it finished, the whole checked image.
+                ready = progress["bytes"]
                 chunk = b""
                 if fh is not None and ready > sent:
                     fh.seek(sent)
@@ -195,9 +223,12 @@ class Seeding:
                     sent += len(chunk)
                     yield chunk
                 elif finished:
-                    raise SeedingFailed(f"'{name}' ended at {sent} of {total} bytes")
+                    if sent != progress["total"]:
+                        raise SeedingFailed(f"'{name}' ended at {sent} of "
+                                            f"{progress['total']} bytes")
+                    return
                 else:
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.005)
         finally:
             if fh is not None:
                 fh.close()
@@ -243,6 +274,11 @@ class Seeding:
             self.progress.update(phase="failed", error=str(exc), finished=time.time())
             log.error("sync: seeding from %s failed: %s", peer, exc)
             raise
+        except Exception as exc:  # a bug: reported as a failed seeding, not a dead task
+            log.exception("sync: seeding from %s failed", peer)
+            self.progress.update(phase="failed", error=f"{type(exc).__name__}: {exc}",
+                                 finished=time.time())
+            raise SeedingFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.running = False
 
@@ -268,19 +304,24 @@ class Seeding:
         done = self.dir / f"{point.name}.image"
         part = self.dir / f"{point.name}.part"
         tag = self.dir / f"{point.name}.part.sha256"  # which image the .part belongs to
-        if tag.is_file() and tag.read_text() != point.sha256:
-            part.unlink(missing_ok=True)  # another image of the same name: start again
-        tag.write_text(point.sha256)
+        if point.sha256 is None or (tag.is_file() and tag.read_text() != point.sha256):
+            # Another image of the same name (a streamed one is new at each seed point,
+            # its SHA-256 not known yet): start again.
+            part.unlink(missing_ok=True)
+        tag.write_text(point.sha256 or "")
         done.unlink(missing_ok=True)
         self._phase("downloading")
         last_error = ""
         # The SHA-256 is computed as the bytes arrive, not by reading the whole image
         # again at the end; a resumed download first hashes what it already has.
-        hashed: list[Any] = [hashlib.sha256(), 0]  # [digest, bytes it covers]
+        hashed = _Hashed()
+        # Unknown while the donor streams the image as it writes it: asked for once a
+        # body ended (the worker's stream ends only when the image is whole).
+        expected, total = point.sha256, point.bytes
         for attempt in range(DOWNLOAD_ATTEMPTS + 1):
             have = part.stat().st_size if part.exists() else 0
             self.progress["bytes"] = have
-            if have >= point.bytes:
+            if total is not None and have >= total:
                 break
             if attempt == DOWNLOAD_ATTEMPTS:
                 raise SeedingFailed(f"download of '{point.name}' kept failing: {last_error}")
@@ -289,45 +330,63 @@ class Seeding:
                 await asyncio.sleep(min(0.5 * 2 ** attempt, 10))
             try:
                 await self._fetch(url, point, part, have, hashed)
+                if total is None:
+                    expected, total = await self._checksum(url, point)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("sync: download of %s cut at %d of %d bytes (%s); resuming",
+                log.warning("sync: download of %s cut at %d of %s bytes (%s); resuming",
                             point.name, part.stat().st_size if part.exists() else 0,
-                            point.bytes, last_error)
+                            total or "?", last_error)
         size = part.stat().st_size
-        digest = hashed[0].hexdigest() if hashed[1] == size else \
+        digest = hashed.digest.hexdigest() if hashed.length == size else \
             await asyncio.to_thread(_sha256, part)
-        if digest != point.sha256:
+        if digest != expected:
             part.unlink(missing_ok=True)
             raise SeedingFailed(f"the downloaded image's SHA-256 {digest} is not the "
-                                f"announced {point.sha256}")
+                                f"announced {expected}")
         part.rename(done)
-        tag.rename(self.dir / f"{point.name}.image.sha256")
+        (self.dir / f"{point.name}.image.sha256").write_text(digest)
+        tag.unlink(missing_ok=True)
+
+    async def _checksum(self, url: str, point: SeedPoint) -> tuple[str, int]:
+        """(SHA-256, bytes) of a streamed image, from the donor once it wrote it."""
+        status, content = await self._http.request(
+            "GET", f"{url}/peer/seed/{point.name}/sha256?peer={self.node_id}", timeout=3600)
+        try:
+            answer = json.loads(content) if status == 200 else None
+            sha, size = answer["sha256"], answer["bytes"]  # type: ignore[index]
+            if not (isinstance(sha, str) and len(sha) == 64 and isinstance(size, int)):
+                raise ValueError(answer)
+        except (ValueError, KeyError, TypeError):
+            raise SeedingFailed(f"{url} answered {status} for the image's SHA-256: "
+                                f"{content.decode(errors='replace')[:300]}") from None
+        assert self.progress is not None
+        self.progress.update(total=size, sha256=sha)
+        return sha, size
 
     async def _fetch(self, url: str, point: SeedPoint, part: Path, have: int,
-                     hashed: list[Any]) -> None:
-        """Append to ``part`` from byte ``have``; ``hashed`` ([sha256, bytes covered])
-        follows what is written."""
+                     hashed: _Hashed) -> None:
+        """Append to ``part`` from byte ``have``; ``hashed`` follows what is written."""
         target = f"{url}/peer/seed/{point.name}?peer={self.node_id}"
         headers = {"range": f"bytes={have}-"} if have else {}
         async with self._http.stream(target, headers, self.request_timeout) as resp:
             if resp.status not in (200, 206):
                 text = (await resp.read()).decode(errors="replace")[:300]
                 raise SeedingFailed(f"{url} answered {resp.status} for the image: {text}")
-            if have and resp.status == 200:
+            if have and resp.status == 200 and resp.headers.get("x-image-offset") != str(have):
                 have = 0  # the range was not honoured: the whole image again
-            if hashed[1] != have:  # a resume after a cut (or a restart): hash what we have
-                hashed[0], hashed[1] = await asyncio.to_thread(_sha256_prefix, part, have), \
-                    have
+            if hashed.length != have:  # a resume after a cut (or a restart): hash what we have
+                hashed.digest = await asyncio.to_thread(_sha256_prefix, part, have)
+                hashed.length = have
             with open(part, "r+b" if have else "wb") as fh:
                 fh.seek(have)
                 fh.truncate()
                 async for chunk in resp.content.iter_chunked(CHUNK):
                     fh.write(chunk)
                     fh.flush()  # a follower reads up to progress["bytes"] from the file
-                    hashed[0].update(chunk)
-                    hashed[1] += len(chunk)
-                    self.progress["bytes"] = hashed[1]
+                    hashed.digest.update(chunk)
+                    hashed.length += len(chunk)
+                    self.progress["bytes"] = hashed.length
 
     async def _install(self, point: SeedPoint, download: asyncio.Task[None]) -> None:
         pool = self.cluster
@@ -379,6 +438,14 @@ class Seeding:
         await pool.poll_all()
         for leftover in (f"{point.name}.image", f"{point.name}.image.sha256"):
             (self.dir / leftover).unlink(missing_ok=True)
+
+
+@dataclass
+class _Hashed:
+    """A running SHA-256 of a download's first ``length`` bytes."""
+
+    digest: Any = field(default_factory=hashlib.sha256)
+    length: int = 0
 
 
 def _sha256(path: Path) -> str:

@@ -110,5 +110,5 @@ def seed_to_json(point: SeedPoint) -> dict[str, Any]:
 
 def seed_from_json(value: Any) -> SeedPoint:
     obj = _obj(value, "seed point")
-    return SeedPoint(*(obj.get("txid") if k == "txid" else _field(obj, k, "seed point")
-                       for k in SEED_FIELDS))
+    return SeedPoint(*(obj.get(k) if k in ("txid", "sha256", "bytes")
+                       else _field(obj, k, "seed point") for k in SEED_FIELDS))

@@ -19,16 +19,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import re
 import ssl
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urljoin
 
 import httpx
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    StreamingResponse,
+)
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
@@ -38,6 +47,7 @@ from txcluster import jsonbody
 from txcluster.auth import HmacAuth, Verifier
 from txcluster.http_auth import require_credential
 from txcluster.properties import is_backup_name
+from worker_service import backups, image
 from worker_service.bulk_load import BulkLoader
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
@@ -103,6 +113,49 @@ def _backup_name(name: str) -> str:
     if not is_backup_name(name):
         raise HTTPException(400, f"'{name}' is not a valid backup name")
     return name
+
+
+_RANGE = re.compile(r"bytes=(\d{1,15})-")
+
+
+def _range_start(request: Request) -> int:
+    text = request.headers.get("range")
+    if text is None:
+        return 0
+    m = _RANGE.fullmatch(text.strip())
+    if m is None:
+        raise HTTPException(416, f"only 'Range: bytes=N-' is served here, got '{text}'")
+    return int(m.group(1))
+
+
+async def _follow(w: backups.Writing, start: int) -> AsyncIterator[bytes]:
+    """The image ``w`` from byte ``start`` as it is written, to its end. A failed
+    writing ends the body without its last chunk: the reader sees a cut transfer."""
+    sent, fh = start, None
+    try:
+        while True:
+            done = w.done.is_set()
+            if w.error is not None:
+                raise RuntimeError(f"backup '{w.name}' failed: {w.error}")
+            ready = (w.bytes or 0) if done else w.written
+            if fh is None:
+                try:
+                    fh = open(w.path, "rb")  # noqa: SIM115 (closed in finally)
+                except FileNotFoundError:  # moved into place meanwhile: look again
+                    await asyncio.sleep(0.005)
+                    continue
+            if ready > sent:
+                fh.seek(sent)
+                chunk = fh.read(min(1 << 20, ready - sent))
+                sent += len(chunk)
+                yield chunk
+            elif done:
+                return
+            else:
+                await asyncio.sleep(0.005)
+    finally:
+        if fh is not None:
+            fh.close()
 
 
 def _compression(request: Request) -> bool:
@@ -254,31 +307,54 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         return _image_response(path, manifest, cleanup=True)
 
     async def pull(repo: Repository, source: str) -> dict:
+        """Fetch an image and unpack it *as it arrives* (Repository.install_image_stream),
+        swapped in once its SHA-256 holds. The source announces the SHA-256 up front
+        (``X-Image-Sha256``) or, when it streams an image still being written (a seed
+        image: master_service/sync/seeding.py), where to ask for it once the body ended
+        (``X-Image-Sha256-Location``, relative to the source)."""
         if not re.fullmatch(r"https?://\S+", source):
             raise HTTPException(400, f"'{source}' is not an http(s) URL")
-        path = repo.data_dir / "tmp" / f"incoming-{uuid.uuid4().hex}.tar.sz"
+        feed = image.Feed()
+        sha: concurrent.futures.Future[str] = concurrent.futures.Future()
+        install = asyncio.ensure_future(
+            run_in_threadpool(repo.install_image_stream, feed, sha.result))
         try:
-            async with (
-                httpx.AsyncClient(auth=HmacAuth(secret), timeout=60,
-                                  verify=client_tls or True) as client,
-                client.stream("GET", source) as resp,
-            ):
-                if resp.status_code != 200:
-                    body = (await resp.aread()).decode(errors="replace")[:500]
-                    raise HTTPException(502, f"image source answered {resp.status_code}: {body}")
-                sha = resp.headers.get("x-image-sha256")
-                if not sha:
-                    raise HTTPException(502, "image source sent no X-Image-Sha256 header")
-                with open(path, "wb") as fh:
+            async with httpx.AsyncClient(auth=HmacAuth(secret), timeout=60,
+                                         verify=client_tls or True) as client:
+                async with client.stream("GET", source) as resp:
+                    if resp.status_code != 200:
+                        body = (await resp.aread()).decode(errors="replace")[:500]
+                        raise HTTPException(
+                            502, f"image source answered {resp.status_code}: {body}")
+                    announced = resp.headers.get("x-image-sha256")
+                    later = resp.headers.get("x-image-sha256-location")
+                    if not announced and not later:
+                        raise HTTPException(
+                            502, "image source sent no X-Image-Sha256 header")
                     async for chunk in resp.aiter_bytes(1 << 20):
-                        fh.write(chunk)
-            new_state = await run_in_threadpool(repo.install_image, path, sha)
+                        if install.done():
+                            break  # it failed: its error is the answer (below)
+                        await feed.put(chunk, install)
+                await feed.end(install)
+                if not announced and not install.done():
+                    r = await client.get(urljoin(source, later), timeout=3600)
+                    if r.status_code != 200:
+                        raise HTTPException(502, f"image source answered {r.status_code} "
+                                                 f"for the image's SHA-256: {r.text[:300]}")
+                    announced = r.text.strip()
+            sha.set_result(announced or "")
+            new_state = await install
         except httpx.HTTPError as exc:
             raise HTTPException(502, f"cannot fetch image from {source}: {exc}") from None
         except ImageError as exc:
             raise HTTPException(422, str(exc)) from None
         finally:
-            path.unlink(missing_ok=True)
+            if not install.done():
+                feed.fail(ConnectionError("the transfer was cut"))
+                if not sha.done():
+                    sha.set_exception(ImageError("the image's transfer was cut"))
+                with contextlib.suppress(Exception):
+                    await install
         return _state_summary(new_state)
 
     @router.post("/image/pull")
@@ -291,24 +367,71 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     async def list_backups(request: Request):
         repo = await guard(request)
         out = []
-        if repo.backups_dir().is_dir():
-            for manifest in sorted(repo.backups_dir().glob("*/manifest.json")):
+        if backups.backups_dir(repo).is_dir():
+            for manifest in sorted(backups.backups_dir(repo).glob("*/manifest.json")):
                 out.append(json.loads(manifest.read_text()))
         return out
 
+    # Named images being written (?stream=true), by name: the newest of each name.
+    writing: dict[str, backups.Writing] = {}
+
     @router.post("/backups/{name}")
     async def make_backup(name: str, request: Request):
+        """Write a named image; with ?stream=true, answer its state as soon as its
+        checkpoint is made (sha256 and bytes null): it can be read while it is written
+        (GET /cluster/backups/<name>), its SHA-256 follows (.../sha256)."""
         repo = await guard(request)
-        return await run_in_threadpool(repo.backup, _backup_name(name), _compression(request))
+        name, compress = _backup_name(name), _compression(request)
+        if request.query_params.get("stream", "false") != "true":
+            return await run_in_threadpool(backups.backup, repo, name, compress)
+        try:
+            w = await run_in_threadpool(backups.start, repo, name, compress)
+        except WorkerError as exc:
+            raise fail(exc) from None
+        writing[name] = w
+        return {**(w.state or {}), "name": name, "sha256": None, "bytes": None}
 
     @router.get("/backups/{name}")
     async def get_backup(name: str, request: Request):
+        """A named image; one still being written is streamed as it grows, from byte N
+        with ``Range: bytes=N-`` (answered 200 with ``X-Image-Offset: N``: its length is
+        not known yet, so there is no Content-Range to give)."""
         repo = await guard(request)
-        folder = repo.backups_dir() / _backup_name(name)
+        name = _backup_name(name)
+        w = writing.get(name)
+        if w is not None and not w.done.is_set():
+            start = _range_start(request)
+            headers = {f"X-Image-{k.capitalize()}": str((w.state or {})[k])
+                       for k in IMAGE_HEADERS if k != "sha256"}
+            headers.update({"X-Image-Offset": str(start),
+                            "X-Image-Sha256-Location": f"{name}/sha256"})
+            return StreamingResponse(_follow(w, start), headers=headers,
+                                     media_type="application/x-snappy-framed")
+        folder = backups.backups_dir(repo) / name
         if not (folder / "manifest.json").is_file():
             raise HTTPException(404, f"no backup named '{name}'")
         manifest = json.loads((folder / "manifest.json").read_text())
         return _image_response(folder / "image.tar.sz", manifest, cleanup=False)
+
+    @router.get("/backups/{name}/sha256")
+    async def backup_sha256(name: str, request: Request):
+        """The SHA-256 of a named image, once it is written (waits for it): text, with
+        its length in ``X-Image-Bytes``."""
+        repo = await guard(request)
+        name = _backup_name(name)
+        w = writing.get(name)
+        if w is not None:
+            await run_in_threadpool(w.done.wait, 3600)
+            if w.error is not None or w.sha256 is None:
+                raise HTTPException(500, f"backup '{name}' failed: {w.error}")
+            sha, size = w.sha256, w.bytes
+        else:
+            path = backups.backups_dir(repo) / name / "manifest.json"
+            if not path.is_file():
+                raise HTTPException(404, f"no backup named '{name}'")
+            manifest = json.loads(path.read_text())
+            sha, size = manifest["sha256"], manifest["bytes"]
+        return PlainTextResponse(sha, headers={"X-Image-Bytes": str(size)})
 
     @router.post("/restore")
     async def restore(request: Request):
@@ -317,7 +440,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         if "source" in data:
             return await pull(repo, _field(data, "source", str))
         name = _backup_name(_field(data, "name", str))
-        folder = repo.backups_dir() / name
+        folder = backups.backups_dir(repo) / name
         if not (folder / "manifest.json").is_file():
             raise HTTPException(404, f"no backup named '{name}'")
         manifest = json.loads((folder / "manifest.json").read_text())
