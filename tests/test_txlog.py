@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 from master_service.txlog import Backup, State, SyncEntry, TxLog, TxLogError
+from master_service.txlog.log import WAL_SIZE_LIMIT
 
 ROOT = Path(__file__).resolve().parent.parent
 ZERO = "0" * 32
@@ -80,6 +81,21 @@ def test_many_pending_transactions_are_logged_in_one_sqlite_transaction(log):
     assert [t.txid for t in pending] == [f"tx{n}" for n in range(500)]  # log order
     assert pending[7].operations == ops(7) and pending[7].origin == "m1"
     assert pending[7].status == "pending" and pending[7].seq is None
+
+
+def test_the_wal_is_cut_back_after_a_burst(log, path):
+    """A burst (one large group) grows the WAL past its limit; the next checkpoint cuts
+    it back, so a long-running master's txlog keeps its pruned size (issue 16's soak)."""
+    wal = path.with_name(path.name + "-wal")
+    big = [{"type": "update", "sparql": "INSERT DATA { <urn:s> <urn:p> \"" + "x" * 4000 +
+            "\" }"}]
+    log.log_pending([(f"big{n}", float(n), "m1", big) for n in range(3000)])
+    burst = wal.stat().st_size
+    assert burst > 2 * WAL_SIZE_LIMIT
+    append(log, 1, 3)  # later small writes: autocheckpoints restart the WAL
+    log._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    append(log, 4, 6)
+    assert wal.stat().st_size <= WAL_SIZE_LIMIT < burst
 
 
 def test_a_group_with_a_known_txid_is_refused_whole(log):

@@ -60,6 +60,8 @@ from rdfcore.fingerprint import from_hex, to_hex
 SCHEMA_VERSION = 1
 ZERO_FINGERPRINT = to_hex(0)
 STATUSES = ("pending", "committed", "failed")
+# Bytes the WAL is cut back to after a checkpoint (TxLog.open).
+WAL_SIZE_LIMIT = 4 << 20
 
 
 class TxLogError(Exception):
@@ -178,6 +180,12 @@ class TxLog:
             db.enable_wal()
             # Per connection: fsync the WAL at every commit (acknowledged = durable).
             db.execute("PRAGMA synchronous=FULL")
+            # The WAL is reused from its start after each checkpoint, but never shrinks
+            # by itself: one burst (a large transaction, a checkpoint held off by a long
+            # read) would leave it at that size for good. Truncated back to the
+            # autocheckpoint size (1000 pages) instead, so a master peering for months
+            # keeps a txlog of its pruned size (issue 16's soak).
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             log = cls(db)
             log._create_schema()
             log._check_consistency()
