@@ -143,15 +143,19 @@ class MasterService:
         """Peer from now on, with the configured peers or none yet (a seed request to a
         master that never peered: api/seeding.py)."""
         async with self._peering_lock:  # two seed requests at once: one driver
-            if self.sync is None and self.cluster is not None and \
-                    not (self._seed_task and not self._seed_task.done()):
+            if self.sync is None and self.cluster is not None and not self._seeding_now:
                 await self._start_sync()
+
+    @property
+    def _seeding_now(self) -> bool:
+        """A seeding of this data centre is under way (its task has not ended)."""
+        return self._seed_task is not None and not self._seed_task.done()
 
     def _needs_seeding(self) -> None:
         """The driver found that no peer can bring this data centre up to date by replay
         any more: seed it from the peer that executed the most (once at a time; after a
         failure, again SEED_RETRY_S later)."""
-        if self.sync is None or (self._seed_task and not self._seed_task.done()):
+        if self.sync is None or self._seeding_now:
             return
         progress = self.seeding.progress if self.seeding is not None else None
         if progress and progress["phase"] == "failed" and \
@@ -171,7 +175,7 @@ class MasterService:
         if url is None:
             raise KeyError(f"'{peer}' is not a sync peer of {self.config.node_id}")
         assert self.seeding is not None
-        if self.seeding.running or (self._seed_task and not self._seed_task.done()):
+        if self.seeding.running or self._seeding_now:
             raise SeedingFailed("a seeding is already running")
         self._seed_task = asyncio.create_task(self._seed(peer, url), name="seeding")
         await asyncio.sleep(0)  # running from here on
