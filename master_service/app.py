@@ -137,6 +137,9 @@ class MasterService:
                           max_peer_lag=None if c.max_peer_lag_s is None
                           else int(c.max_peer_lag_s * 1000)))
         await self.sync.start()
+        if self.seed_images is not None and (held := await self.seed_images.reinstate()):
+            log.info("sync: holding the agreed entries seedings of %s still need",
+                     ", ".join(held))
         self.ordering.submit_to = self.sync.submit
 
     async def start_peering(self) -> None:

@@ -296,3 +296,41 @@ def sync_of_url(url: str) -> dict:
     r = httpx.get(f"{url}/admin/sync", timeout=10)
     r.raise_for_status()
     return r.json()
+
+
+def test_a_donor_restarted_after_making_a_seed_still_holds_what_follows_it(tmp_path):
+    """The donor's hold on what follows a seed point is persisted: killed (-9) and
+    restarted right after it answered a seed, it still keeps its agreed entries after
+    that point for the data centre it seeded, while its peer, which made no seed,
+    forgets what both executed."""
+    from tests.test_sync_peering import DataCentres, insert
+    from txcluster.auth import sign
+
+    dcs = DataCentres(tmp_path, n=2, workers=1)
+    try:
+        dcs.start()
+        m1, m2 = dcs.dcs
+        for i in range(5):
+            assert insert(m1, f"urn:txc:before-{i}").status_code == 204
+        dcs.wait_converged(timeout=60)
+        body = b'{"peer": "joiner"}'
+        url = f"{m1.master.url}/peer/seed"
+        r = httpx.post(url, content=body, timeout=120, headers={
+            "content-type": "application/json",
+            "authorization": sign(dcs.secret[1], "POST", url, body)})
+        assert r.status_code == 200, r.text
+        pos = r.json()["pos"]
+        assert pos >= 5
+        m1.master.kill9()
+        m1.master.start(wait=True)
+        # More than a compaction batch (COMPACT_BATCH, 64) after the seed point.
+        for i in range(100):
+            assert insert(m1 if i % 2 else m2, f"urn:txc:after-{i}").status_code == 204
+        dcs.wait_converged(timeout=120)
+        wait_until(lambda: sync_of(m2)["floor"] > pos, "m2 forgot what both executed",
+                   timeout=60)
+        st = sync_of(m1)
+        assert st["seq"] >= pos + 100 and st["floor"] <= pos, st
+        assert st["agreed_held"] >= st["seq"] - pos, st
+    finally:
+        dcs.stop_all()

@@ -118,13 +118,28 @@ class SeedImages:
             raise SeedingFailed(f"the image of {w.url} (seq {seq}) is at no agreed position "
                                 f"this master still holds; ask again")
         txid, chain, newest = point
-        # The requester catches up from us once its peers add it: keep what follows.
+        # The requester catches up from us once its peers add it: keep what follows,
+        # across a restart of this master too (reinstate).
+        until = int(time.time() * 1000) + SEED_HOLD_MS
+        await pool.db(self.agreement.hold_seed, requester, pos, until)
         driver.hold_for_seeding(requester, pos, SEED_HOLD_MS)
         self._holders[name] = w
         log.info("sync: image '%s' of %s for %s stands for agreed position %d (%d quads)",
                  name, w.url, requester, pos, manifest["quads"])
         return SeedPoint(name, pos, txid, chain, newest, seq, fp, manifest["quads"],
                          manifest.get("sha256"), manifest.get("bytes"))
+
+    async def reinstate(self) -> list[str]:
+        """Hold again what the seedings still running want kept (a restart of this
+        master, SyncDriver.start): the requesters held for."""
+        driver = self._driver()
+        if driver is None:
+            return []
+        now = int(time.time() * 1000)
+        holds = await self.cluster.db(self.agreement.seed_holds, now)
+        for requester, pos, until in holds:
+            driver.hold_for_seeding(requester, pos, until - now)
+        return [requester for requester, _, _ in holds]
 
     async def checksum(self, name: str) -> tuple[str, int]:
         """(SHA-256, bytes) of the image ``name`` once its worker wrote it."""

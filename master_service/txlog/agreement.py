@@ -80,6 +80,8 @@ class AgreementLog:
                  "digest": str, "seq": int, "fingerprint": str, "quads": int},
                 pk="pos", if_not_exists=True)
             db["sync_agreed"].create_index(["txid"], unique=True, if_not_exists=True)
+            db["sync_seed_holds"].create({"requester": str, "pos": int, "until": int},
+                                         pk="requester", if_not_exists=True)
         self._counter_mark = int(self._meta("sync_counter") or 0)
 
     # ---- meta ----
@@ -388,6 +390,25 @@ class AgreementLog:
             mark = max(self._counter_mark, point.newest + COUNTER_LEASE)
             db["meta"].upsert({"key": "sync_counter", "value": str(mark)}, pk="key")
         self._counter_mark = mark
+
+    # ---- seeding holds (master_service/sync/seeding.py, SyncNode.hold_for_seeding) ----
+
+    def hold_seed(self, requester: str, pos: int, until: int) -> None:
+        """A data centre seeds from our image of ``pos``: keep what follows it until
+        ``until`` (ms) — persisted, so that a restart of this donor keeps the hold."""
+        with self.txlog.atomic() as db:
+            db["sync_seed_holds"].upsert({"requester": requester, "pos": pos,
+                                          "until": until}, pk="requester")
+
+    def seed_holds(self, now: int) -> list[tuple[str, int, int]]:
+        """The holds still running at ``now`` (ms): (requester, pos, until); the expired
+        ones are deleted. A hold whose requester posted since is dropped again by the
+        core at its first status (compaction.py)."""
+        with self.txlog.atomic() as db:
+            db.execute("delete from sync_seed_holds where until <= ?", [now])
+            return [(r["requester"], r["pos"], r["until"]) for r in
+                    db.query("select requester, pos, until from sync_seed_holds "
+                             "order by requester")]
 
     # ---- payloads ----
 
