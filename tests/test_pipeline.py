@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 from pyspark.testing import assertDataFrameEqual
 
 from rdfcore import fingerprint
-from spark_pipeline import audit, extract, jobs, load, rdf, session, transform
+from spark_pipeline import audit, extract, jobs, load, rdf, transform
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
@@ -36,11 +36,7 @@ XSD = "http://www.w3.org/2001/XMLSchema#"
 QUIET = Progress(enabled=False)
 
 
-@pytest.fixture(scope="session")
-def spark():
-    s = session.spark_session("local[2]", app_name="txcluster-tests", ui=False)
-    yield s
-    s.stop()
+# ``spark``: one local[2] session for the whole run (tests/conftest.py).
 
 
 # ---- one data set with every hard case ----
