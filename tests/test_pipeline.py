@@ -71,7 +71,7 @@ def dataset(spark, tmp_path_factory):
     write(d / "doc.ttl", "@prefix : <http://e/> .\n:doc :has [ :q 1 ] .\n")
     write(d / "bad.ttl", "@prefix : <http://e/> .\n:ok :p :o .\n:broken :p .\n")
     write(d / "notes.txt", "not RDF: ignored when walking a directory")
-    files = extract.list_inputs([d])
+    files = extract.list_inputs(spark, [d])
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
     try:
         prepared = jobs.prepare(spark, files, None, QUIET)
