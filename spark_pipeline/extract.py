@@ -56,7 +56,7 @@ def list_inputs(spark: SparkSession, paths: Iterable[str | Path]) -> list[rdf.In
         except hadoop_fs.StorageError as exc:
             raise InputError(str(exc)) from None
         for c in candidates:
-            name = locations.local_path(c.uri)
+            name = locations.name_of(c.path)
             found = rdf.detect(name)
             if found is not None:
                 out.setdefault(name, rdf.InputFile(name, found[0], found[1], c.size))
@@ -104,16 +104,15 @@ def documents(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:
         rdd = spark.sparkContext.parallelize(rows, numSlices=len(rows))
         parts.append(spark.createDataFrame(rdd, DOCUMENTS))
     if remote:
-        # binaryFile's ``path`` is the Hadoop path string (not percent-encoded): the
-        # key back to each file's name and format.
+        # binaryFile's ``path`` is the Hadoop path string: the file's name (locations),
+        # the key back to its format.
         names = spark.createDataFrame(
-            [(locations.reader_path(f.path), f.path, f.format, f.compression, f.size)
-             for f in remote], "key string, path string, format string, "
-                               "compression string, size long")
+            [(f.path, f.format, f.compression, f.size) for f in remote],
+            "path string, format string, compression string, size long")
         content = (spark.read.format("binaryFile").load([_hadoop_path(f.path)
                                                          for f in remote])
-                   .select(F.col("path").alias("key"), "content"))
-        parts.append(content.join(F.broadcast(names), "key")
+                   .select("path", "content"))
+        parts.append(content.join(F.broadcast(names), "path")
                      .select("path", "format", "compression", "size", "content"))
     out = parts[0]
     for p in parts[1:]:

@@ -203,7 +203,7 @@ def output_dir(given: str | None, default_prefix: str) -> Output:
         return Path(f"{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if not locations.is_local(given):
         return given
-    path = Path(locations.local_path(given) if locations.scheme(given) else given)
+    path = Path(locations.name_of(given))
     path = path.expanduser().resolve()
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ValueError(f"{given} exists and is not an empty directory")

@@ -9,16 +9,18 @@ The rules (issue 20 item 3, docs/design/pipeline-on-spark.md#inputs-and-outputs-
   expanded) and given to Hadoop as ``file:`` — never resolved against the cluster's
   default filesystem (``fs.defaultFS``, HDFS on YARN), which would make ``/data`` mean
   another place for Spark's readers than for the user.
-* An input file is *named* as Spark's readers report it (``_metadata.file_path``: a URI,
-  percent-encoded), except on ``file:`` where it is the local path, as before URLs were
-  accepted: rejects, blank node scopes and the progress line keep their names.
+* An input file is *named* by its Hadoop path string (``Path.toString``: the URL as
+  typed, not percent-encoded: ``hdfs://nn:8020/data/a b.nt``), except on ``file:`` where
+  it is the local path, as before URLs were accepted: rejects, blank node scopes and the
+  progress line keep their names. Spark's readers report a file as a percent-encoded URI
+  (``_metadata.file_path``): ``name_of_uri`` gives the same name back.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 # A scheme as RFC 3986 spells it, followed by ":/" (a Hadoop URL always has a path): a
 # local name such as "a:b.nt" is not taken for a URL.
@@ -59,26 +61,37 @@ def hadoop_location(given: str) -> str:
     return "file:" + os.path.abspath(os.path.expanduser(given))
 
 
-def local_path(uri: str) -> str:
-    """A ``file:`` URI (``file:/tmp/a%20b.nt``, ``file:///tmp/...``) as the local path it
-    names; any other URI as it is."""
+def name_of(hadoop_path: str) -> str:
+    """An input file's name from its Hadoop path string (``Path.toString``, as a listing
+    gives it: not percent-encoded): on ``file:`` the local path, else the string."""
+    if hadoop_path.startswith("file:"):
+        rest = hadoop_path[len("file:"):]
+        rest = rest[2:] if rest.startswith("///") else rest  # file:///x (no host)
+        if rest.startswith("/") and not rest.startswith("//"):
+            return rest
+    return hadoop_path
+
+
+def name_of_uri(uri: str) -> str:
+    """An input file's name from the URI Spark's readers report (``_metadata.file_path``:
+    percent-encoded, ``file:/tmp/a%20b.nt``): the same name as ``name_of`` gives."""
     parsed = urlsplit(uri)
-    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+    if parsed.scheme in ("file", ""):
+        return unquote(parsed.path)
+    authority = f"//{parsed.netloc}" if uri[len(parsed.scheme) + 1:].startswith("//") else ""
+    return f"{uri[:len(parsed.scheme)]}:{authority}{unquote(parsed.path)}"
 
 
 def reader_path(name: str) -> str:
-    """The Hadoop path string (``Path.toString``: not percent-encoded) of an input file's
-    name (see the module's rules), for Spark's readers and the FileSystem API."""
-    if scheme(name) is None:
-        return "file:" + name
-    parsed = urlsplit(name)
-    authority = f"//{parsed.netloc}" if name[len(parsed.scheme) + 1:].startswith("//") else ""
-    return f"{parsed.scheme}:{authority}{unquote(parsed.path)}"
+    """The Hadoop path string of an input file's name, for Spark's readers and the
+    FileSystem API: a local path with ``file:`` before it, a URL's name as it is."""
+    return "file:" + name if scheme(name) is None else name
 
 
 def file_uri(path: str) -> str:
-    """A local path as a ``file://`` URL (what the user may give for it)."""
-    return "file://" + quote(os.path.abspath(path))
+    """A local path as a ``file://`` URL (what the user may give for it: Hadoop takes a
+    URL's path as it is written, not percent-decoded)."""
+    return "file://" + os.path.abspath(path)
 
 
 def child(location: str, name: str) -> str:

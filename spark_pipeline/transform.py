@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_pipeline import rdf
-from spark_pipeline.locations import local_path
+from spark_pipeline.locations import name_of_uri
 
 PARSED = ("kind int, file string, split long, idx long, statements long, quad string, "
           "graph string, message string, h0 long, h1 long, h2 long, h3 long")
@@ -92,7 +92,7 @@ def task_failure(exc: BaseException) -> str | None:
     if found := _READ_FAILURE.search(text):
         cause = _CAUSE.search(text, found.end())
         reason = f"{cause.group(1)}: {cause.group(2).strip()}" if cause else "see Spark's log"
-        return f"{local_path(found.group(1))}, while Spark's text source read it: {reason}"
+        return f"{name_of_uri(found.group(1))}, while Spark's text source read it: {reason}"
     return None
 
 
@@ -181,7 +181,7 @@ def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
                 end += 1
             uri, split = key
             if uri not in formats:
-                path = local_path(uri)
+                path = name_of_uri(uri)
                 ext, _ = rdf.detect(path) or ("nq", None)
                 scope = rdf.scope_of(path) if config.scope_blank_nodes else None
                 formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)

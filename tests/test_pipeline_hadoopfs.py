@@ -40,7 +40,7 @@ def _dataset(d: Path) -> Path:
     """Line files and documents, compressed or not, good and bad, names with a space and
     glob characters (Spark's readers take patterns), and a file that is not RDF."""
     (d / "sub").mkdir(parents=True)
-    (d / "lines a.nt").write_text(GOOD)  # line 3 is a reject
+    (d / "lines a%41.nt").write_text(GOOD)  # line 3 is a reject
     (d / "sub" / "b.nq.gz").write_bytes(gzip.compress(
         b'<http://e/b> <http://e/p> "b" <http://e/g> .\n'))
     (d / "doc [1]*.ttl").write_text("@prefix : <http://e/> .\n:doc :has [ :q 1 ] .\n")
@@ -89,12 +89,17 @@ def test_locations_say_what_a_name_means(monkeypatch):
     assert locations.scheme("S3A://bucket/x") == "s3a"
     assert locations.scheme("a:b.nt") is None and locations.scheme("/x/y") is None
     assert locations.is_local("file:///x") and not locations.is_local("hdfs:///x")
-    assert locations.local_path("file:///tmp/a%20b.nt") == "/tmp/a b.nt"
-    assert locations.local_path("file:/tmp/a%20b.nt") == "/tmp/a b.nt"
-    assert locations.local_path("hdfs://nn/a%20b.nt") == "hdfs://nn/a%20b.nt"
+    # A file's name: the local path on file:, else the Hadoop path string (not encoded);
+    # Spark's readers report percent-encoded URIs, which give the same names back.
+    assert locations.name_of("file:/tmp/a b%20.nt") == "/tmp/a b%20.nt"
+    assert locations.name_of("file:///tmp/a b.nt") == "/tmp/a b.nt"
+    assert locations.name_of("hdfs://nn:8020/a b.nt") == "hdfs://nn:8020/a b.nt"
+    assert locations.name_of_uri("file:/tmp/a%20b%2520.nt") == "/tmp/a b%20.nt"
+    assert locations.name_of_uri("file:///tmp/a%20b.nt") == "/tmp/a b.nt"
+    assert locations.name_of_uri("hdfs://nn:8020/a%20b.nt") == "hdfs://nn:8020/a b.nt"
     assert locations.reader_path("/tmp/a b.nt") == "file:/tmp/a b.nt"
-    assert locations.reader_path("hdfs://nn:8020/a%20b%25.nt") == "hdfs://nn:8020/a b%.nt"
-    assert locations.file_uri("/tmp/a b") == "file:///tmp/a%20b"
+    assert locations.reader_path("hdfs://nn:8020/a b.nt") == "hdfs://nn:8020/a b.nt"
+    assert locations.file_uri("/tmp/a b") == "file:///tmp/a b"
 
 
 def test_a_missing_filesystem_names_what_to_add():
@@ -122,7 +127,7 @@ def test_a_file_url_is_walked_and_loaded_exactly_like_the_plain_path(spark, tmp_
     assert [f.path for f in plain] == sorted(f.path for f in plain)
     assert [(f.path, f.format, f.compression, f.size) for f in plain] == [
         (str(p), p.name.split(".")[1], "gz" if p.suffix == ".gz" else None, p.stat().st_size)
-        for p in (d / "bad.ttl", d / "doc [1]*.ttl", d / "lines a.nt", d / "sub" / "b.nq.gz",
+        for p in (d / "bad.ttl", d / "doc [1]*.ttl", d / "lines a%41.nt", d / "sub" / "b.nq.gz",
                   d / "sub" / "c.ttl.gz")]
     a = jobs.prepare(spark, plain, None, QUIET)
     b = jobs.prepare(spark, url, None, QUIET)
@@ -144,11 +149,9 @@ def test_a_scheme_the_drivers_python_cannot_see_is_listed_and_read_through_hadoo
     assert not Path(url).exists()  # what the old pathlib walk would have seen
     files = extract.list_inputs(spark, [url])
     assert all(f.path.startswith(f"{base}/data/") for f in files)
-    # Names are Spark's (percent-encoded URIs), the same the text source reports.
-    assert f"{base}/data/lines%20a.nt" in {f.path for f in files}
     plain = extract.list_inputs(spark, [str(root / "data")])
-    assert _names(files) == [(n.replace(" ", "%20").replace("[", "%5B").replace("]", "%5D"),
-                              *rest) for n, *rest in _names(plain)]
+    assert [f.path for f in files] == [f.path.replace(str(root), base) for f in plain]
+    assert [f[1:] for f in _names(files)] == [f[1:] for f in _names(plain)]
     # Documents are read by Spark's binaryFile source (the executors' Hadoop), not
     # opened by path in the Python tasks.
     docs = extract.documents(spark, [f for f in files if not f.line_based])
@@ -160,7 +163,7 @@ def test_a_scheme_the_drivers_python_cannot_see_is_listed_and_read_through_hadoo
         assert (via_hadoop.quads, via_hadoop.lines) == (local.quads, local.lines) == (7, 12)
         assert [r[1:] for r in _rejects(via_hadoop)] == [r[1:] for r in _rejects(local)]
         assert {r.file for r in via_hadoop.rejects.collect()} == {
-            f"{base}/data/bad.ttl", f"{base}/data/lines%20a.nt"}
+            f"{base}/data/bad.ttl", f"{base}/data/lines a%41.nt"}
     finally:
         via_hadoop.release()
         local.release()
@@ -255,5 +258,5 @@ def test_load_from_and_rejects_to_urls_and_nothing_from_a_missing_filesystem(
     rejected = [json.loads(line) for line in
                 (root / "out" / "rejects" / "part-00000.json").read_text().splitlines()]
     assert sorted((r["file"], r["line"]) for r in rejected) == [
-        (f"{base}/data/bad.ttl", 3), (f"{base}/data/lines%20a.nt", 3)]
+        (f"{base}/data/bad.ttl", 3), (f"{base}/data/lines a%41.nt", 3)]
     assert c.worker_states()[c.workers[0].url]["quads"] == 7
