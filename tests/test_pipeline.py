@@ -550,21 +550,26 @@ def test_base_iri_namespaces_union_and_progress(spark, cluster_factory, tmp_path
         result.output
 
 
-def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path):
+def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path,
+                                                monkeypatch):
     c = cluster_factory(1)
     d = tmp_path / "in"
     d.mkdir()
     write(d / "keep.nt", "<http://e/a> <http://e/p> <http://e/b> .\n")
     gone = write(d / "gone.ttl", GOOD_TTL)
+    list_inputs = extract.list_inputs
 
-    def removed_after_listing():
+    def removed_after_listing(session, paths):
         # The file is listed (it exists when the job starts), then goes away before the
         # task that parses it runs: an error of the file system, not of its data.
+        files = list_inputs(session, paths)
         gone.unlink()
-        return spark
+        return files
 
+    monkeypatch.setattr(extract, "list_inputs", removed_after_listing)
     with pytest.raises(jobs.TaskFailed) as failed:
-        jobs.run_load(removed_after_listing, jobs.LoadConfig(c.master.url, (str(d),)), QUIET)
+        jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(d),)), QUIET)
+    monkeypatch.undo()
     message = str(failed.value)
     assert message.startswith(f"a Spark task failed on {gone}, before line 1 (read so far): "
                               "FileNotFoundError"), message
