@@ -28,6 +28,7 @@ class AuditConfig:
     work_dir: str | None = None
 
     def __post_init__(self) -> None:
+        jobs.local_work_dir(self.work_dir)
         urls = [w.rstrip("/") for w in self.workers]
         if len(urls) != 2 or urls[0] == urls[1]:
             raise ValueError("give two different workers: --worker URL --worker URL")

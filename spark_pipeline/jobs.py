@@ -50,6 +50,15 @@ def tasks_named():
         raise TaskFailed(f"a Spark task failed on {where}") from None
 
 
+def local_work_dir(work_dir: str | None) -> None:
+    """--work-dir is a local path (a shared mount on a cluster), never a URL: see
+    ``shared_work_dir``."""
+    if work_dir is not None and locations.scheme(work_dir) is not None:
+        raise ValueError(f"--work-dir {work_dir}: give a local directory (on a cluster one "
+                         "that every node mounts at the same path), not a URL: the driver "
+                         "streams a worker's export into a file there")
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     master: str
@@ -67,6 +76,7 @@ class LoadConfig:
     namespaces: bool = True  # the documents' prefixes into the repository's namespaces
 
     def __post_init__(self) -> None:
+        local_work_dir(self.work_dir)
         if self.batch_quads < 1:
             raise ValueError("--batch-quads must be at least 1")
         if self.base_iri is not None:

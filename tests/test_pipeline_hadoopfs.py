@@ -27,7 +27,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from spark_pipeline import extract, hadoop_fs, jobs, locations
+from spark_pipeline import audit, extract, hadoop_fs, jobs, locations
 from spark_pipeline.progress import Progress
 from txcluster.cli import main
 
@@ -190,6 +190,16 @@ def test_inputs_that_cannot_be_listed_are_named(spark, tmp_path, viewfs):
         extract.list_inputs(spark, [f"{base}/data/nothing.nt"])
     with pytest.raises(extract.InputError, match="no RDF files found"):
         extract.list_inputs(spark, [f"{base}/data"])
+
+
+def test_the_work_dir_stays_local():
+    with pytest.raises(ValueError, match="--work-dir hdfs://nn/w: give a local directory"):
+        jobs.LoadConfig("http://m", ("/in",), work_dir="hdfs://nn/w")
+    with pytest.raises(ValueError, match="not a URL"):
+        audit.AuditConfig(("http://a", "http://b"), work_dir="s3a://b/w")
+    with pytest.raises(ValueError, match="not a URL"):
+        jobs.LoadConfig("http://m", ("/in",), work_dir="file:///w")
+    assert jobs.LoadConfig("http://m", ("/in",), work_dir="/w").work_dir == "/w"
 
 
 # ---- outputs ----
