@@ -63,7 +63,7 @@ def raw_bulk_extend(root: Path, data: Path) -> float:
 
 
 def spark_job(spark, data: Path) -> tuple[float, jobs.Prepared]:
-    files = extract.list_inputs([data])
+    files = extract.list_inputs(spark, [data])
     with Timer() as t:
         prepared = jobs.prepare(spark, files, None, Progress(enabled=False))
     prepared.release()

@@ -5,9 +5,15 @@ Theory of operation
 A job is extract (IO) -> pure transforms (DataFrame in, DataFrame out) -> load (IO);
 configuration is passed in (``jobs.LoadConfig``, ``audit.AuditConfig``, ``ParseConfig``).
 
-    extract.py    input files walked on the driver; line formats read by Spark's text
-                  source as raw bytes, split by line across tasks; documents one per
-                  task; a replica's content exported as N-Quads from a worker's API
+    extract.py    input files listed on the driver through Hadoop (local paths and
+                  URLs: hdfs://, s3a://); line formats read by Spark's text source as
+                  raw bytes, split by line across tasks; documents one per task (from a
+                  URL by Spark's binaryFile source); a replica's content exported as
+                  N-Quads from a worker's API
+    locations.py  what a location means: a local path (file:) or a Hadoop URL, and
+                  the name an input file goes by (pure)
+    hadoop_fs.py  Hadoop's FileSystem API on Spark's JVM, through py4j: list, stat,
+                  create directories, write reports (rejects, the audit) to URLs
     rdf.py        the per-record work, plain Python: line-exact validation, canonical
                   terms (rdfcore.canonical), per-file blank node scopes, relative IRIs
                   against --base-iri, the documents' prefixes

@@ -28,6 +28,7 @@ class AuditConfig:
     work_dir: str | None = None
 
     def __post_init__(self) -> None:
+        jobs.local_work_dir(self.work_dir)
         urls = [w.rstrip("/") for w in self.workers]
         if len(urls) != 2 or urls[0] == urls[1]:
             raise ValueError("give two different workers: --worker URL --worker URL")
@@ -47,7 +48,7 @@ class AuditReport:
     only: dict[str, int]  # side -> differing quads
     graphs: list[dict]  # graphs whose content differs: graph, quads/fingerprint per side
     shown: list[dict]
-    out_dir: Path | None
+    out_dir: jobs.Output | None
     seconds: float
 
     @property
@@ -109,6 +110,7 @@ def _run_audit(session: Callable[[], SparkSession], config: AuditConfig, progres
             replicas.append(Replica(url, state))
         spark = session()
         jobs.shared_work_dir(spark, config.work_dir)
+        jobs.output_ready(spark, out_dir)
         for side in "ab":
             path = Path(work) / f"{side}.nq"
             df = transform.quads(jobs.parse_inputs(
@@ -137,16 +139,19 @@ def _run_audit(session: Callable[[], SparkSession], config: AuditConfig, progres
             graphs.sort(key=lambda g: g["graph"])
             shown = [r.asDict() for r in diff.orderBy("side", "quad").take(jobs.SHOWN)]
             written = out_dir
-            out_dir.mkdir(parents=True, exist_ok=True)
+            jobs.make_dir(spark, out_dir)
             for side in "ab":
                 only_side = diff.filter(F.col("side") == side).select("quad")
-                jobs.write_text(only_side.orderBy("quad"), out_dir / f"only-in-{side}")
-            (out_dir / "summary.json").write_text(json.dumps({
+                jobs.write_text(only_side.orderBy("quad"),
+                                jobs.child(out_dir, f"only-in-{side}"))
+            summary = json.dumps({
                 "a": urls[0], "b": urls[1], "only_in_a": only.get("a", 0),
                 "only_in_b": only.get("b", 0), "graphs": graphs,
                 "replicas": [{"url": r.url, "state": r.state, "quads": r.quads,
                               "fingerprint": to_hex(r.fingerprint)} for r in replicas],
-            }, indent=2))
+            }, indent=2)
+            with jobs.open_text(spark, jobs.child(out_dir, "summary.json")) as fh:
+                fh.write(summary)
         progress.done()
         for df in (*frames, diff):
             df.unpersist()

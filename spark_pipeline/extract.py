@@ -1,9 +1,11 @@
 """Extract: where the pipeline's data comes from (IO only).
 
-* input files: walked on the driver, read by the executors — they must see the same
-  paths (local mode; a shared filesystem on a Spark cluster). Line formats are read by
-  Spark's text source, split by line across tasks (gzip files are not splittable: one
-  task each; bzip2 and plain files are); other formats one file per task.
+* input files: listed by the driver through Hadoop's FileSystem API (``hadoop_fs``),
+  read by the executors — local paths must be at the same paths on every node (local
+  mode; a shared filesystem on a Spark cluster), URLs (``hdfs://``, ``s3a://``) are
+  read through Hadoop there. Line formats are read by Spark's text source, split by line
+  across tasks (gzip files are not splittable: one task each; bzip2 and plain files
+  are); other formats one file per task (``documents``).
 * a replica's content: N-Quads from a worker's RDF4J API (open to anyone), streamed to a
   file in the work directory, then read as line-format input.
 """
@@ -19,36 +21,45 @@ import httpx
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_pipeline import rdf
+from spark_pipeline import hadoop_fs, locations, rdf
 
 
 class InputError(Exception):
     """Inputs that cannot be loaded (nothing to read, a path that does not exist)."""
 
 
-def list_inputs(paths: Iterable[str | Path]) -> list[rdf.InputFile]:
+def list_inputs(spark: SparkSession, paths: Iterable[str | Path]) -> list[rdf.InputFile]:
     """Files to load: each path a file or a directory (walked, recursively, in name
     order); files of a known RDF extension only (``.nt .nq .ttl .trig .rdf .owl .xml
-    .jsonld``, optionally ``.gz``/``.bz2``). A file named explicitly must be RDF."""
+    .jsonld``, optionally ``.gz``/``.bz2``). A file named explicitly must be RDF.
+
+    A path may be a URL of any scheme with a Hadoop FileSystem in this Spark (``hdfs://``,
+    ``s3a://``, ``file://``); a plain path is the driver's (``file:``). Either is listed
+    through Hadoop's FileSystem API on the JVM, never the driver's Python (``hadoop_fs``;
+    what a file is named: ``locations``)."""
+    fs = hadoop_fs.HadoopFS(spark)
     out: dict[str, rdf.InputFile] = {}
-    for given in paths:
-        p = Path(given).expanduser()
-        if not p.exists():
-            raise InputError(f"{given}: no such file or directory")
-        if p.is_dir():
-            candidates = sorted(x for x in p.rglob("*") if x.is_file())
-        else:
-            if rdf.detect(p) is None:
-                raise InputError(f"{given}: not a known RDF file extension (expected .nt, "
-                                 ".nq, .ttl, .trig, .rdf, .owl, .xml or .jsonld, "
-                                 "optionally .gz or .bz2)")
-            candidates = [p]
+    for given in map(str, paths):
+        location = locations.hadoop_location(given)
+        try:
+            kind = fs.kind(location)
+            if kind is None:
+                raise InputError(f"{given}: no such file or directory")
+            if kind == "dir":
+                candidates = fs.files(location)
+            else:
+                if rdf.detect(location) is None:
+                    raise InputError(f"{given}: not a known RDF file extension (expected "
+                                     ".nt, .nq, .ttl, .trig, .rdf, .owl, .xml or .jsonld, "
+                                     "optionally .gz or .bz2)")
+                candidates = [fs.file(location)]
+        except hadoop_fs.StorageError as exc:
+            raise InputError(str(exc)) from None
         for c in candidates:
-            found = rdf.detect(c)
-            if found is None:
-                continue
-            path = str(c.resolve())
-            out.setdefault(path, rdf.InputFile(path, found[0], found[1], c.stat().st_size))
+            name = locations.name_of(c.path)
+            found = rdf.detect(name)
+            if found is not None:
+                out.setdefault(name, rdf.InputFile(name, found[0], found[1], c.size))
     if not out:
         raise InputError("no RDF files found in " + ", ".join(str(p) for p in paths))
     return list(out.values())
@@ -57,9 +68,10 @@ def list_inputs(paths: Iterable[str | Path]) -> list[rdf.InputFile]:
 _GLOB = re.compile(r"([\\*?\[\]{}])")
 
 
-def _hadoop_path(path: str) -> str:
-    # Spark expands glob characters in paths; a file name may hold them.
-    return _GLOB.sub(r"\\\1", path)
+def _hadoop_path(name: str) -> str:
+    # Spark's readers take Hadoop path strings (locations.reader_path) and expand glob
+    # characters in them; a file name may hold them.
+    return _GLOB.sub(r"\\\1", locations.reader_path(name))
 
 
 def read_lines(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:
@@ -74,13 +86,38 @@ def read_lines(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:
                     F.col("_metadata.file_block_length").alias("split_bytes")))
 
 
+DOCUMENTS = ("path string, format string, compression string, size long, "
+             "content binary")
+
+
 def documents(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:
-    """One row per document (columns path, format, compression, size), one per
-    partition."""
-    rows = [(f.path, f.format, f.compression, f.size) for f in files]
-    rdd = spark.sparkContext.parallelize(rows, numSlices=max(1, len(rows)))
-    return spark.createDataFrame(rdd, "path string, format string, compression string, "
-                                 "size long")
+    """One row per document (columns path, format, compression, size, content). A local
+    file (``file:``) has no content: its task opens it by path and streams it, one
+    document per partition (the executors see the driver's paths: shared storage).
+    Another scheme's file is read by Spark's ``binaryFile`` source, through Hadoop on the
+    executors, whole into ``content`` (at most 2 GB a file: Spark's limit)."""
+    local = [f for f in files if locations.is_local(f.path)]
+    remote = [f for f in files if not locations.is_local(f.path)]
+    parts = []
+    if local:
+        rows = [(f.path, f.format, f.compression, f.size, None) for f in local]
+        rdd = spark.sparkContext.parallelize(rows, numSlices=len(rows))
+        parts.append(spark.createDataFrame(rdd, DOCUMENTS))
+    if remote:
+        # binaryFile's ``path`` is the Hadoop path string: the file's name (locations),
+        # the key back to its format.
+        names = spark.createDataFrame(
+            [(f.path, f.format, f.compression, f.size) for f in remote],
+            "path string, format string, compression string, size long")
+        content = (spark.read.format("binaryFile").load([_hadoop_path(f.path)
+                                                         for f in remote])
+                   .select("path", "content"))
+        parts.append(content.join(F.broadcast(names), "path")
+                     .select("path", "format", "compression", "size", "content"))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
 
 
 # ---- a replica's content ----

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from rdfcore.fingerprint import MOD, to_hex
-from spark_pipeline import extract, load, rdf, transform
+from spark_pipeline import extract, hadoop_fs, load, locations, rdf, transform
 from spark_pipeline.progress import CountsParam, Progress
 from spark_pipeline.session import is_local
 
@@ -49,6 +50,15 @@ def tasks_named():
         raise TaskFailed(f"a Spark task failed on {where}") from None
 
 
+def local_work_dir(work_dir: str | None) -> None:
+    """--work-dir is a local path (a shared mount on a cluster), never a URL: see
+    ``shared_work_dir``."""
+    if work_dir is not None and locations.scheme(work_dir) is not None:
+        raise ValueError(f"--work-dir {work_dir}: give a local directory (on a cluster one "
+                         "that every node mounts at the same path), not a URL: the driver "
+                         "streams a worker's export into a file there")
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     master: str
@@ -66,6 +76,7 @@ class LoadConfig:
     namespaces: bool = True  # the documents' prefixes into the repository's namespaces
 
     def __post_init__(self) -> None:
+        local_work_dir(self.work_dir)
         if self.batch_quads < 1:
             raise ValueError("--batch-quads must be at least 1")
         if self.base_iri is not None:
@@ -189,40 +200,91 @@ def _blobs(df: DataFrame, size: int):
         yield row["data"], row["quads"]
 
 
-def output_dir(given: str | None, default_prefix: str) -> Path:
+# Where an output goes: a directory of the driver (Path) or a Hadoop URL (str).
+Output = Path | str
+
+
+def output_dir(given: str | None, default_prefix: str) -> Output:
+    """Where an output directory goes. A local path (or a ``file:`` URL: the driver's
+    filesystem) is checked here: it must not exist or be an empty directory; a URL of
+    another scheme (``hdfs://``, ``s3a://``) is checked by ``output_ready`` once Spark
+    runs (it needs Hadoop's FileSystem)."""
     if given is None:
         return Path(f"{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    path = Path(given).expanduser().resolve()
+    if not locations.is_local(given):
+        return given
+    path = Path(locations.name_of(given))
+    path = path.expanduser().resolve()
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ValueError(f"{given} exists and is not an empty directory")
     return path
 
 
+def output_ready(spark: SparkSession, output: Output) -> None:
+    """A URL output's check (``output_dir``'s rule), before the job does anything."""
+    if isinstance(output, Path):
+        return
+    fs = hadoop_fs.HadoopFS(spark)
+    try:
+        kind = fs.kind(output)
+        if kind == "file" or (kind == "dir" and not fs.is_empty_dir(output)):
+            raise ValueError(f"{output} exists and is not an empty directory")
+    except hadoop_fs.StorageError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def child(output: Output, name: str) -> Output:
+    return output / name if isinstance(output, Path) else locations.child(output, name)
+
+
+def make_dir(spark: SparkSession, output: Output) -> None:
+    if isinstance(output, Path):
+        output.mkdir(parents=True, exist_ok=True)
+    else:
+        hadoop_fs.HadoopFS(spark).mkdirs(output)
+
+
+def open_text(spark: SparkSession, output: Output) -> TextIO:
+    """A new text file: on the driver's filesystem, or through Hadoop's FileSystem API
+    (``hadoop_fs``) for a URL."""
+    if isinstance(output, Path):
+        return open(output, "w", encoding="utf-8")
+    return hadoop_fs.HadoopFS(spark).create_text(output)
+
+
 # Outputs are written by the driver from rows Spark returns (toLocalIterator: one
 # partition at a time), never by the executors: on a cluster their filesystem is not the
-# driver's. The layout is Spark's (a directory of part files, JSON lines without nulls).
+# driver's, and a URL's store (HDFS, S3) takes the driver's writes as well (one file, no
+# commit protocol needed). The layout is Spark's (a directory of part files, JSON lines
+# without nulls), wherever it goes.
 
 
-def write_rows(df: DataFrame, path: Path, line: Callable[[dict], str], suffix: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    with open(path / f"part-00000{suffix}", "w", encoding="utf-8") as fh:
+def write_rows(df: DataFrame, output: Output, line: Callable[[dict], str], suffix: str
+               ) -> None:
+    spark = df.sparkSession
+    make_dir(spark, output)
+    with open_text(spark, child(output, f"part-00000{suffix}")) as fh:
         for row in df.toLocalIterator():
             fh.write(line(row.asDict()) + "\n")
 
 
-def write_json(df: DataFrame, path: Path) -> None:
-    write_rows(df, path, lambda r: json.dumps({k: v for k, v in r.items() if v is not None},
-                                              ensure_ascii=False), ".json")
+def write_json(df: DataFrame, output: Output) -> None:
+    write_rows(df, output, lambda r: json.dumps({k: v for k, v in r.items() if v is not None},
+                                                ensure_ascii=False), ".json")
 
 
-def write_text(df: DataFrame, path: Path) -> None:
+def write_text(df: DataFrame, output: Output) -> None:
     (column,) = df.columns
-    write_rows(df, path, lambda r: r[column], ".txt")
+    write_rows(df, output, lambda r: r[column], ".txt")
 
 
 def shared_work_dir(spark: SparkSession, work_dir: str | None) -> None:
     """A replica's export is written by the driver and read by the executors: on a
-    cluster it must be on storage both see (the default is the driver's /tmp)."""
+    cluster it must be on storage both see (the default is the driver's /tmp). It stays
+    a local path, not a URL: the driver streams the worker's export (HTTP) into a file
+    there and replaces it atomically when the worker's state did not move
+    (``extract.export_worker``), which a local file does simply; a shared mount serves a
+    cluster."""
     if work_dir is None and not is_local(spark.sparkContext.master):
         raise ValueError(
             f"on a Spark cluster ({spark.sparkContext.master}) the executors read the "
@@ -243,7 +305,7 @@ class LoadReport:
     expected: int = 0  # the fingerprint the cluster must end at
     head: dict = field(default_factory=dict)
     workers: dict[str, dict] = field(default_factory=dict)
-    rejects_dir: Path | None = None
+    rejects_dir: Output | None = None
     shown_rejects: list = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -323,15 +385,15 @@ def _sync_timeout(config: LoadConfig, quads: int) -> float:
 
 def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: Progress
              ) -> LoadReport:
-    """The whole load; ``session`` is called (Spark started) once the inputs and the
-    cluster have been checked, so a wrong path or an unfit cluster fails at once."""
+    """The whole load; ``session`` is called (Spark started) once the cluster and a local
+    --rejects have been checked, so an unfit cluster fails at once; the inputs are listed
+    then (through Hadoop's FileSystem: Spark's JVM), before anything is loaded."""
     with tasks_named():
         return _run_load(session, config, progress)
 
 
 def _run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: Progress
               ) -> LoadReport:
-    files = extract.list_inputs(config.inputs)
     rejects_dir = output_dir(config.rejects_dir, "txcluster-rejects")
     with load.MasterAPI(config.master, config.auth) as master, \
             tempfile.TemporaryDirectory(prefix="txcluster-load-", dir=config.work_dir) as work:
@@ -339,6 +401,8 @@ def _run_load(session: Callable[[], SparkSession], config: LoadConfig, progress:
         repository = master.repository(config.repository)
         target = load.initial_target(status) if config.initial else None
         spark = session()
+        files = extract.list_inputs(spark, config.inputs)
+        output_ready(spark, rejects_dir)
         _seq, head_fp, head_quads = load.head(status)
         if target is None and (head_quads, head_fp) != (0, 0):
             shared_work_dir(spark, config.work_dir)  # _missing exports the repository

@@ -256,8 +256,13 @@ class CountingReader(io.RawIOBase):
         return self.newlines + (self.last != b"\n")
 
 
-def open_input(path: str, compression: str | None):
-    return COMPRESSIONS[compression](path, "rb") if compression else open(path, "rb")
+def open_input(path: str, compression: str | None, data: bytes | None = None):
+    """The file's bytes, decompressed: from ``data`` when given (a document Spark read
+    from a URL, ``extract.documents``), else from the local ``path``."""
+    source = io.BytesIO(data) if data is not None else path
+    if compression:
+        return COMPRESSIONS[compression](source, "rb")
+    return source if data is not None else open(path, "rb")
 
 
 def _scoped(term, labels: dict[str, ox.BlankNode], scope: str):
@@ -274,11 +279,11 @@ def _scoped(term, labels: dict[str, ox.BlankNode], scope: str):
 
 
 def _document_quads(file: InputFile, reader: CountingReader | None = None,
-                    base_iri: str | None = None, prefixes: dict[str, str] | None = None
-                    ) -> Iterator[ox.Quad]:
+                    base_iri: str | None = None, prefixes: dict[str, str] | None = None,
+                    data: bytes | None = None) -> Iterator[ox.Quad]:
     """The document's quads as pyoxigraph parses them (streaming); its prefixes, once
     it is read, into ``prefixes``."""
-    with open_input(file.path, file.compression) as raw:
+    with open_input(file.path, file.compression, data) as raw:
         source = io.BufferedReader(reader.wrap(raw) if reader else raw, 1 << 20)
         parser = ox.parse(source, format=file.rdf_format, base_iri=base_iri)
         yield from parser
@@ -286,11 +291,12 @@ def _document_quads(file: InputFile, reader: CountingReader | None = None,
             prefixes.update(parser.prefixes)
 
 
-def _document_error(file: InputFile, base_iri: str | None = None) -> Parsed | None:
+def _document_error(file: InputFile, base_iri: str | None = None,
+                    data: bytes | None = None) -> Parsed | None:
     """None for a good document, else its reject: (line index, text of that line,
     message), with the file's line count."""
     try:
-        for _ in _document_quads(file, base_iri=base_iri):
+        for _ in _document_quads(file, base_iri=base_iri, data=data):
             pass
     except READ_FAILURES:
         raise
@@ -298,7 +304,7 @@ def _document_error(file: InputFile, base_iri: str | None = None) -> Parsed | No
         line = getattr(exc, "lineno", None)
         text, count = "", 0
         try:
-            with open_input(file.path, file.compression) as fh:
+            with open_input(file.path, file.compression, data) as fh:
                 for count, raw in enumerate(fh, 1):
                     if count == line:
                         text = _text(raw.rstrip(b"\r\n"))
@@ -311,13 +317,14 @@ def _document_error(file: InputFile, base_iri: str | None = None) -> Parsed | No
 
 
 def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000,
-                   base_iri: str | None = None, reader: CountingReader | None = None
-                   ) -> Iterator[Parsed]:
+                   base_iri: str | None = None, reader: CountingReader | None = None,
+                   data: bytes | None = None) -> Iterator[Parsed]:
     """Parse one document, ``batch`` quads at a time (the last Parsed has the file's
     line count and its prefixes). A document is validated whole first: one with an
     error gives only its reject (index = line number - 1, or -1 when the parser gives
-    none) and no quads. ``reader`` (given by the caller) counts the lines read so far."""
-    rejected = _document_error(file, base_iri)
+    none) and no quads. ``reader`` (given by the caller) counts the lines read so far.
+    ``data``: the file's bytes when Spark read them (a URL), else it is opened by path."""
+    rejected = _document_error(file, base_iri, data)
     if rejected is not None:
         yield rejected
         return
@@ -326,7 +333,7 @@ def parse_document(file: InputFile, canon: Canonicaliser, batch: int = 10_000,
     reader = reader or CountingReader()
     prefixes: dict[str, str] = {}
     pending: list[ox.Quad] = []
-    for q in _document_quads(file, reader, base_iri, prefixes):
+    for q in _document_quads(file, reader, base_iri, prefixes, data):
         if "_:" in str(q):
             q = ox.Quad(_scoped(q.subject, labels, scope), q.predicate,
                         _scoped(q.object, labels, scope), _scoped(q.graph_name, labels, scope))

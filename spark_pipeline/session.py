@@ -3,8 +3,9 @@
 Under ``spark-submit`` the session spark-submit configured is used as it is (its
 ``--archives``/``--py-files``: ``txcluster spark-env`` prints them). Executors run the
 Python of this process in local mode (``PYSPARK_PYTHON``); on a cluster the code and a
-packed Python environment are shipped with the job (``shipping``), and the input files
-must be at the same paths on every node (shared storage).
+packed Python environment are shipped with the job (``shipping``), and local input files
+must be at the same paths on every node (shared storage; URLs such as ``hdfs://`` are
+read through Hadoop, see ``extract``).
 """
 
 from __future__ import annotations

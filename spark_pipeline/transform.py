@@ -29,7 +29,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +36,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_pipeline import rdf
+from spark_pipeline.locations import name_of_uri
 
 PARSED = ("kind int, file string, split long, idx long, statements long, quad string, "
           "graph string, message string, h0 long, h1 long, h2 long, h3 long")
@@ -92,7 +92,7 @@ def task_failure(exc: BaseException) -> str | None:
     if found := _READ_FAILURE.search(text):
         cause = _CAUSE.search(text, found.end())
         reason = f"{cause.group(1)}: {cause.group(2).strip()}" if cause else "see Spark's log"
-        return f"{local_path(found.group(1))}, while Spark's text source read it: {reason}"
+        return f"{name_of_uri(found.group(1))}, while Spark's text source read it: {reason}"
     return None
 
 
@@ -101,12 +101,6 @@ def _line_range(first: int, count: int, split: int = 0) -> str:
     # not know (rejects learn it from the other splits, at the end).
     where = f"before line {first}" if count <= 0 else f"lines {first}-{first + count - 1}"
     return where if split == 0 else f"{where} of the split at byte {split}"
-
-
-def local_path(uri: str) -> str:
-    """A Spark file URI (``file:/tmp/a%20b.nt``) as the local path it names."""
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 
 
 # ---- parsed records as Arrow batches ----
@@ -187,7 +181,7 @@ def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
                 end += 1
             uri, split = key
             if uri not in formats:
-                path = local_path(uri)
+                path = name_of_uri(uri)
                 ext, _ = rdf.detect(path) or ("nq", None)
                 scope = rdf.scope_of(path) if config.scope_blank_nodes else None
                 formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)
@@ -237,7 +231,8 @@ def _parse_document(row: dict, config: ParseConfig, canon: rdf.Canonicaliser,
                     reader: rdf.CountingReader) -> Iterator[pa.RecordBatch]:
     file = rdf.InputFile(row["path"], row["format"], row["compression"], 0)
     lines = statements = rejected = 0
-    for parsed in rdf.parse_document(file, canon, base_iri=config.base_iri, reader=reader):
+    for parsed in rdf.parse_document(file, canon, base_iri=config.base_iri, reader=reader,
+                                     data=row.get("content")):
         lines += parsed.lines
         statements += len(parsed.quads)
         rejected += len(parsed.rejects)
@@ -265,9 +260,10 @@ def parse_lines(lines: DataFrame, config: ParseConfig) -> DataFrame:
 
 
 def parse_documents(documents: DataFrame, config: ParseConfig) -> DataFrame:
-    """Documents (columns ``path``, ``format``, ``compression``, ``size``; one per
-    partition) -> PARSED records (a rejected document gives no quads)."""
-    return documents.select("path", "format", "compression", "size").mapInArrow(
+    """Documents (columns ``path``, ``format``, ``compression``, ``size``, ``content``:
+    the bytes Spark read from a URL, null for a local file read by path) -> PARSED records
+    (a rejected document gives no quads)."""
+    return documents.select("path", "format", "compression", "size", "content").mapInArrow(
         _parse_document_batches(config), PARSED)
 
 

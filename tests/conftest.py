@@ -10,6 +10,18 @@ from tests.procs import make_secret, worker_node
 from txcluster.local import master_node
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole run (a session starts in 8-20 s): the
+    pipeline's tests share it."""
+    pytest.importorskip("pyspark")
+    from spark_pipeline import session
+
+    s = session.spark_session("local[2]", app_name="txcluster-tests", ui=False)
+    yield s
+    s.stop()
+
+
 @pytest.fixture
 def secret(tmp_path):
     """(path of a mode-600 cluster secret file, its bytes)."""

@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 from pyspark.testing import assertDataFrameEqual
 
 from rdfcore import fingerprint
-from spark_pipeline import audit, extract, jobs, load, rdf, session, transform
+from spark_pipeline import audit, extract, jobs, load, rdf, transform
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
@@ -36,11 +36,7 @@ XSD = "http://www.w3.org/2001/XMLSchema#"
 QUIET = Progress(enabled=False)
 
 
-@pytest.fixture(scope="session")
-def spark():
-    s = session.spark_session("local[2]", app_name="txcluster-tests", ui=False)
-    yield s
-    s.stop()
+# ``spark``: one local[2] session for the whole run (tests/conftest.py).
 
 
 # ---- one data set with every hard case ----
@@ -75,7 +71,7 @@ def dataset(spark, tmp_path_factory):
     write(d / "doc.ttl", "@prefix : <http://e/> .\n:doc :has [ :q 1 ] .\n")
     write(d / "bad.ttl", "@prefix : <http://e/> .\n:ok :p :o .\n:broken :p .\n")
     write(d / "notes.txt", "not RDF: ignored when walking a directory")
-    files = extract.list_inputs([d])
+    files = extract.list_inputs(spark, [d])
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
     try:
         prepared = jobs.prepare(spark, files, None, QUIET)
@@ -554,21 +550,26 @@ def test_base_iri_namespaces_union_and_progress(spark, cluster_factory, tmp_path
         result.output
 
 
-def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path):
+def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path,
+                                                monkeypatch):
     c = cluster_factory(1)
     d = tmp_path / "in"
     d.mkdir()
     write(d / "keep.nt", "<http://e/a> <http://e/p> <http://e/b> .\n")
     gone = write(d / "gone.ttl", GOOD_TTL)
+    list_inputs = extract.list_inputs
 
-    def removed_after_listing():
+    def removed_after_listing(session, paths):
         # The file is listed (it exists when the job starts), then goes away before the
         # task that parses it runs: an error of the file system, not of its data.
+        files = list_inputs(session, paths)
         gone.unlink()
-        return spark
+        return files
 
+    monkeypatch.setattr(extract, "list_inputs", removed_after_listing)
     with pytest.raises(jobs.TaskFailed) as failed:
-        jobs.run_load(removed_after_listing, jobs.LoadConfig(c.master.url, (str(d),)), QUIET)
+        jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(d),)), QUIET)
+    monkeypatch.undo()
     message = str(failed.value)
     assert message.startswith(f"a Spark task failed on {gone}, before line 1 (read so far): "
                               "FileNotFoundError"), message

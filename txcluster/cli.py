@@ -350,8 +350,9 @@ def spark_env(out_dir: str | None, python_env: str | None) -> None:
 @click.option("--batch-quads", default=20_000, show_default=True, type=click.IntRange(1),
               help="quads per transaction")
 @click.option("--rejects", "rejects_dir", default=None, type=click.Path(file_okay=False),
-              help="where rejected lines go, as JSON lines (default: "
-              "./txcluster-rejects-<time> when there are any)")
+              help="where rejected lines go, as JSON lines: a directory, or a URL "
+              "such as hdfs://... or s3a://... (default: ./txcluster-rejects-<time> when "
+              "there are any)")
 @click.option("--base-iri", default=None,
               help="resolve the relative IRIs of Turtle, TriG, RDF/XML and JSON-LD inputs "
               "against this IRI (a document's own @base wins; without one a relative IRI "
@@ -367,7 +368,8 @@ def load_command(master_url: str, repository: str | None, graph: str | None, ini
                  base_iri: str | None, no_namespaces: bool, user: str | None,
                  inputs: tuple[str, ...], **spark) -> None:
     """Validate, canonicalise, deduplicate and load RDF files (N-Triples, N-Quads, Turtle,
-    TriG, RDF/XML, JSON-LD; .gz/.bz2; directories are walked) on Spark, then check that
+    TriG, RDF/XML, JSON-LD; .gz/.bz2; directories are walked; paths or URLs that Spark's
+    Hadoop reads: hdfs://, s3a://, file://) on Spark, then check that
     every worker holds the expected fingerprint. Exit 1 on a mismatch. A task that fails
     (e.g. a file gone since it was listed) stops the load, naming its file and lines."""
     _run_job(lambda pipeline: pipeline.jobs.LoadConfig(
@@ -381,8 +383,8 @@ def load_command(master_url: str, repository: str | None, graph: str | None, ini
               help="URL of a worker (give two)")
 @_spark_options
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="where the differing quads go (default: ./txcluster-audit-<time> when "
-              "the replicas differ)")
+              help="where the differing quads go: a directory, or a URL such as "
+              "hdfs://... (default: ./txcluster-audit-<time> when the replicas differ)")
 def audit_command(workers: tuple[str, ...], work_dir: str | None, out_dir: str | None,
                   **spark) -> None:
     """Compare two replicas exactly: per-graph fingerprints and the quads that differ.
