@@ -7,9 +7,11 @@ it is the plain tar. A reader tells the two apart by the framing's stream identi
 images of either form are read everywhere.
 docs/design/dependencies.md#compression-replication-images:
 RocksDB files are already compressed, so the gain is small on a store, but the format is
-the documented one and decompression is cheap. The image is written to a file first so
-that its SHA-256 and length are known before it is sent; a receiver verifies the checksum
-before it touches anything.
+the documented one and decompression is cheap. The image is written to a file, which a
+reader may follow while it is written (a seed image: worker_service/backups.py); its
+SHA-256 and length are known once it is whole. A receiver unpacks an image as it arrives
+into a directory nothing uses yet, hashing every byte, and the caller swaps that in only
+when the checksum holds (``extract_image``): a corrupt image changes nothing.
 """
 
 from __future__ import annotations

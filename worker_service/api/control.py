@@ -28,7 +28,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 from fastapi import APIRouter, HTTPException, Request
@@ -337,7 +337,12 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
                         await feed.put(chunk, install)
                 await feed.end(install)
                 if not announced and not install.done():
-                    r = await client.get(urljoin(source, later), timeout=3600)
+                    where = urljoin(source, later)
+                    if urlsplit(where)[:2] != urlsplit(source)[:2]:
+                        # Signed with the cluster credential: only to the source itself.
+                        raise HTTPException(502, f"image source named another origin for "
+                                                 f"its SHA-256: '{later}'")
+                    r = await client.get(where, timeout=3600)
                     if r.status_code != 200:
                         raise HTTPException(502, f"image source answered {r.status_code} "
                                                  f"for the image's SHA-256: {r.text[:300]}")
