@@ -103,6 +103,15 @@ def phases(log: Path) -> tuple[float | None, dict[str, float]]:
     return first, out
 
 
+def worker_line(workers: list[dict], pattern: str) -> float | None:
+    """The number a worker's log line matching ``pattern`` gives (its first group)."""
+    for w in workers:
+        text = (Path(w["dir"]) / "worker.log").read_text(errors="replace")
+        if m := re.search(pattern, text):
+            return float(m.group(1))
+    return None
+
+
 async def fetch(secret: bytes, url: str, target: Path) -> tuple[int, float]:
     """A signed GET of ``url`` into ``target``: (bytes, seconds)."""
     http = SignedSession(secret, timeout=3600)
@@ -159,6 +168,13 @@ def main() -> None:
             holder = re.search(rf"image '{name}' of (\S+) for", donor_log)
             direct = asyncio.run(fetch(secret, f"{holder.group(1)}/cluster/backups/{name}",
                                        root / "copy.image")) if holder else None
+            # The workers' own account: the donor's writing the image while it was read,
+            # the new worker's pull (receive + unpack as it arrives + checksum + swap).
+            written = worker_line(info["workers"], rf"image '{name}' written while read: "
+                                                   r"\d+ bytes in ([\d.]+) s")
+            pulled = worker_line(joined["workers"], r"pulled and installed the image of "
+                                                    rf"\S+/cluster/seed-image/{name} in "
+                                                    r"([\d.]+) s")
         finally:
             if (new / "cluster.json").exists():
                 local.down(new)
@@ -186,13 +202,17 @@ def main() -> None:
         ("join call -> all workers ON", f"{t_on - t_join:.2f} s (join returned after "
                                         f"{t_joined - t_join:.2f} s)"),
     ]
+    rows.append(("donor worker writes the image (while read)",
+                 f"{written:.2f} s" if written is not None else "(not in its log)"))
+    rows.append(("new worker pulls and installs it (while downloaded)",
+                 f"{pulled:.2f} s" if pulled is not None else "(not in its log)"))
     if first_line is not None:
         rows.append(("master's first log line -> ON", f"{t_on - first_line:.2f} s"))
     order = ["asking", "downloading", "installing", "replicating", "done"]
     marks = [(p, phase[p]) for p in order if p in phase] + [("ON", t_on)]
-    what = {"asking": "donor writes its image",
-            "downloading": "download; the first worker receives it meanwhile",
-            "installing": "that worker finishes, unpacks; log rebased",
+    what = {"asking": "donor's checkpoint: the image's state",
+            "downloading": "donor writes + download; first worker unpacks meanwhile",
+            "installing": "that worker finishes, checks, swaps; log rebased",
             "replicating": "poll of the workers",
             "done": "other workers replicated until ON"}
     for (p, t), (_, t2) in itertools.pairwise(marks):

@@ -94,9 +94,12 @@ def start(repo: Repository, name: str, compress: bool = True) -> Writing:
     writing = Writing(name, work / "image.tar.sz")
 
     def run() -> None:
+        started = time.monotonic()
         try:
             manifest = backup(repo, name, compress, writing)
             writing.sha256, writing.bytes = manifest["sha256"], manifest["bytes"]
+            log.info("image '%s' written while read: %d bytes in %.2f s", name,
+                     manifest["bytes"], time.monotonic() - started)
         except Exception as exc:  # reported to readers, who then see a cut image
             writing.error = f"{type(exc).__name__}: {exc}"
             log.error("backup '%s' failed: %s", name, writing.error)

@@ -23,8 +23,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import logging
 import re
 import ssl
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -52,6 +54,8 @@ from worker_service.bulk_load import BulkLoader
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
 from worker_service.repository import ApplyEntry, Repository, WorkerError
+
+log = logging.getLogger("txcluster.worker")
 
 IMAGE_HEADERS = ("sha256", "seq", "fingerprint", "quads")
 
@@ -315,6 +319,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         if not re.fullmatch(r"https?://\S+", source):
             raise HTTPException(400, f"'{source}' is not an http(s) URL")
         feed = image.Feed()
+        began = time.monotonic()
         sha: concurrent.futures.Future[str] = concurrent.futures.Future()
         install = asyncio.ensure_future(
             run_in_threadpool(repo.install_image_stream, feed, sha.result))
@@ -349,6 +354,8 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
                     announced = r.text.strip()
             sha.set_result(announced or "")
             new_state = await install
+            log.info("pulled and installed the image of %s in %.2f s", source,
+                     time.monotonic() - began)
         except httpx.HTTPError as exc:
             raise HTTPException(502, f"cannot fetch image from {source}: {exc}") from None
         except ImageError as exc:
