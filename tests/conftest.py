@@ -17,7 +17,12 @@ def spark():
     pytest.importorskip("pyspark")
     from spark_pipeline import session
 
-    s = session.spark_session("local[2]", app_name="txcluster-tests", ui=False)
+    # The test run's JVM (local mode: the driver is the executors too) does small jobs
+    # between Python work on a busy 2-core machine: C1 only (no C2 compiler threads
+    # competing with the job) and the serial collector are faster there; Spark's results
+    # do not depend on either.
+    s = session.spark_session("local[2]", app_name="txcluster-tests", ui=False, extra={
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
     yield s
     s.stop()
 

@@ -22,9 +22,16 @@ BIN = Path(sys.executable).parent
 def test_ansible_lint_production_profile():
     if not (BIN / "ansible-lint").exists():
         pytest.skip("ansible-lint is not installed (pip install -e '.[deploy]')")
+    # playbooks/collections/ansible_collections/txcluster/cluster links back to the
+    # repository root: ansible-lint's directory expansion follows it until the path is
+    # too deep (13,000 paths, each resolved against every argument: a minute of the run).
+    # The files behind it are the repository's own, linted through their real paths
+    # (the same 73 files are examined without it). --exclude takes several values, so
+    # an option follows it, not the paths.
     result = subprocess.run(
-        [str(BIN / "ansible-lint"), "--offline", "--nocolor", "--profile", "production",
-         "roles", "playbooks", "inventory", "molecule"],
+        [str(BIN / "ansible-lint"), "--exclude", "playbooks/collections", "--offline",
+         "--nocolor", "--profile", "production", "roles", "playbooks", "inventory",
+         "molecule"],
         cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
         env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
              # The collection is the repository (galaxy.yml), linked there.
