@@ -110,7 +110,7 @@ def test_a_backup_streamed_while_written_is_pulled_and_resumed(worker_factory, s
     the offset asked; its checksum is then the backup's."""
     src, dst = worker_factory("src"), worker_factory("dst")
     with signed_client(src, secret[1]) as c:
-        c.post("/cluster/apply", json=apply_body(1, batch(0, 30_000, "g"))).raise_for_status()
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 10_000, "g"))).raise_for_status()
         want = c.get("/cluster/state").json()
         made = c.post("/cluster/backups/seed-x?stream=true").json()
         assert (made["seq"], made["fingerprint"], made["quads"], made["sha256"]) == \
