@@ -59,6 +59,7 @@ from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, SeedPoint
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import State, TxLogError
+from txcluster import growing_file
 from txcluster.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
@@ -208,45 +209,24 @@ class Seeding:
             raise SeedingFailed(f"the download of '{name}' failed")
         return self.progress["sha256"]
 
-    async def follow(self, name: str) -> AsyncIterator[bytes]:
+    def follow(self, name: str) -> AsyncIterator[bytes]:
         """The image ``name`` as its download writes it (the .part file, then the checked
         image it is renamed to), to its end; raises if the download fails first (the
         puller then holds a cut image and refuses it)."""
         task, progress = self._download_task, self.progress
         assert task is not None and progress is not None
-        sent = 0
-        part, done = self.dir / f"{name}.part", self.dir / f"{name}.image"
-        fh = None
-        try:
-            while True:
-                finished = task.done()
-                if finished and (task.cancelled() or task.exception() is not None):
-                    raise SeedingFailed(f"the download of '{name}' failed")
-                if fh is None:
-                    for path in (part, done):
-                        with contextlib.suppress(FileNotFoundError):
-                            fh = open(path, "rb")  # noqa: SIM115 (closed in finally)
-                            break
-                # What the download wrote and flushed (a resume never cuts below it);
-                # once it finished, the whole checked image.
-                ready = progress["bytes"]
-                chunk = b""
-                if fh is not None and ready > sent:
-                    fh.seek(sent)
-                    chunk = fh.read(min(CHUNK, ready - sent))
-                if chunk:
-                    sent += len(chunk)
-                    yield chunk
-                elif finished:
-                    if sent != progress["total"]:
-                        raise SeedingFailed(f"'{name}' ended at {sent} of "
-                                            f"{progress['total']} bytes")
-                    return
-                else:
-                    await asyncio.sleep(0.005)
-        finally:
-            if fh is not None:
-                fh.close()
+
+        def failure() -> str | None:
+            if task.done() and (task.cancelled() or task.exception() is not None):
+                return f"the download of '{name}' failed"
+            return None
+
+        # What the download wrote and flushed (a resume never cuts below it); once it
+        # finished, the whole checked image (the .part renamed).
+        return growing_file.follow(
+            growing_file.opener(lambda: self.dir / f"{name}.part",
+                                lambda: self.dir / f"{name}.image"),
+            lambda: progress["bytes"], task.done, failure)
 
     def _downloaded(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is None:

@@ -45,7 +45,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset
-from txcluster import jsonbody
+from txcluster import growing_file, jsonbody
 from txcluster.auth import HmacAuth, Verifier
 from txcluster.http_auth import require_credential
 from txcluster.properties import is_backup_name
@@ -132,34 +132,11 @@ def _range_start(request: Request) -> int:
     return int(m.group(1))
 
 
-async def _follow(w: backups.Writing, start: int) -> AsyncIterator[bytes]:
-    """The image ``w`` from byte ``start`` as it is written, to its end. A failed
-    writing ends the body without its last chunk: the reader sees a cut transfer."""
-    sent, fh = start, None
-    try:
-        while True:
-            done = w.done.is_set()
-            if w.error is not None:
-                raise RuntimeError(f"backup '{w.name}' failed: {w.error}")
-            ready = (w.bytes or 0) if done else w.written
-            if fh is None:
-                try:
-                    fh = open(w.path, "rb")  # noqa: SIM115 (closed in finally)
-                except FileNotFoundError:  # moved into place meanwhile: look again
-                    await asyncio.sleep(0.005)
-                    continue
-            if ready > sent:
-                fh.seek(sent)
-                chunk = fh.read(min(1 << 20, ready - sent))
-                sent += len(chunk)
-                yield chunk
-            elif done:
-                return
-            else:
-                await asyncio.sleep(0.005)
-    finally:
-        if fh is not None:
-            fh.close()
+def _follow(w: backups.Writing, start: int) -> AsyncIterator[bytes]:
+    """The image ``w`` from byte ``start`` as it is written, to its end (its path moves
+    into data-dir/backups/ when done: looked up again until open)."""
+    return growing_file.follow(growing_file.opener(lambda: w.path), lambda: w.written,
+                               w.done.is_set, lambda: w.error, start)
 
 
 def _compression(request: Request) -> bool:
