@@ -158,7 +158,8 @@ def seeding_router(images: Callable[[], SeedImages | None],
         (text; the worker that pulled it while it downloaded compares)."""
         await require_credential(request, cluster_verifier, "seed image checksum")
         s = seeding()
-        if s is not None and (path := s.image_path(name)) is not None:
+        if s is not None and _NODE_ID.fullmatch(name) and \
+                (path := s.image_path(name)) is not None:
             return PlainTextResponse((path.parent / f"{name}.image.sha256").read_text())
         if s is None:
             raise HTTPException(404, f"no seed image named '{name}'")

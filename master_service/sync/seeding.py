@@ -313,6 +313,7 @@ class Seeding:
         # Unknown while the donor streams the image as it writes it: asked for once a
         # body ended (the worker's stream ends only when the image is whole).
         expected, total = point.sha256, point.bytes
+        body_ended = False  # a whole body arrived: only the checksum is still to ask
         for attempt in range(DOWNLOAD_ATTEMPTS + 1):
             have = part.stat().st_size if part.exists() else 0
             self.progress["bytes"] = have
@@ -324,7 +325,9 @@ class Seeding:
                 self.progress["resumed"] += 1
                 await asyncio.sleep(min(0.5 * 2 ** attempt, 10))
             try:
-                await self._fetch(url, point, part, have, hashed)
+                if not body_ended or total is not None:
+                    await self._fetch(url, point, part, have, hashed)
+                    body_ended = True
                 if total is None:
                     expected, total = await self._checksum(url, point)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
