@@ -159,7 +159,7 @@ def test_a_new_data_centre_is_seeded_from_a_peer_and_joins_at_runtime(tmp_path):
                            json={"id": "m3", "url": new.master.url}, timeout=10)
             assert r.status_code == 200, r.text
         old.dcs.append(new)
-        assert insert(new, "urn:txc:through-m3").status_code == 204
+        insert_once_replicated(new, "urn:txc:through-m3")
         assert insert(m1, "urn:txc:through-m1").status_code == 204
         old.wait_converged(timeout=120)
         acked = writers.acked | during.acked | {"urn:txc:through-m3", "urn:txc:through-m1"}
@@ -179,6 +179,20 @@ def test_a_new_data_centre_is_seeded_from_a_peer_and_joins_at_runtime(tmp_path):
         if new is not None and new not in old.dcs:
             new.stop_all()
         old.stop_all()
+
+
+def insert_once_replicated(dc: LocalCluster, subject: str) -> None:
+    """Seeding is done once one worker holds the image; until the other is replicated
+    from it, protect-single-worker refuses writes (503, nothing changed) and a client
+    tries again. Any other answer fails the test."""
+    def written() -> bool:
+        r = insert(dc, subject)
+        if r.status_code == 503 and "protect-single-worker" in r.text:
+            return False
+        assert r.status_code == 204, r.text
+        return True
+
+    wait_until(written, f"a write of {subject} through the seeded data centre", timeout=60)
 
 
 def test_a_wiped_data_centre_behind_every_floor_seeds_itself_while_the_others_write(
@@ -214,11 +228,7 @@ def test_a_wiped_data_centre_behind_every_floor_seeds_itself_while_the_others_wr
             seeded = wait_until(lambda: (s := sync_of(m3)).get("seeding", {}).get(
                 "phase") == "done" and s, "seeded")
         assert seeded["seeding"]["peer"] in ("m1", "m2"), seeded
-        # Seeding is done once one worker holds the image; until the other is replicated
-        # from it, protect-single-worker refuses writes (503, nothing changed): a client
-        # tries again.
-        wait_until(lambda: insert(m3, "urn:txc:after-wipe").status_code == 204,
-                   "a write through the seeded data centre", timeout=60)
+        insert_once_replicated(m3, "urn:txc:after-wipe")
         dcs.wait_converged(timeout=120)
         acked = before.acked | lost.acked | during.acked | {"urn:txc:after-wipe"}
         unanswered = unacknowledged(before, lost, during)

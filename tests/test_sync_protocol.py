@@ -16,6 +16,7 @@ and review the diff. Commands:
     drop [SRC->DST [KIND]]  lose the queued messages
     stabilize               deliver until nothing is queued
     crash NODE / restart NODE
+    wipe NODE               a crashed node restarts with nothing persisted
     partition A,B C,D       messages and payloads between the groups are lost (also those
                             queued now) until heal
     heal
@@ -546,6 +547,14 @@ class Scenario:
                                             **self.config[name])
         return [f"{name}: restored seq={self.nodes[name].seq} "
                 f"incoming={self.ids(self.durable[name].incoming)}"]
+
+    def cmd_wipe(self, args: list[str]) -> list[str]:
+        """A crashed node comes back with nothing: no log, no payloads (a wiped data
+        centre, before it is seeded or replayed)."""
+        name = args[0]
+        self.durable[name] = PersistentState((), (), 0)
+        self.payloads[name] = set()
+        return self.cmd_restart([name])
 
     def cmd_partition(self, args: list[str]) -> list[str]:
         groups = [g.split(",") for g in args]

@@ -688,8 +688,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             return 0
         base, seq = self.merge_base, self.seq
         least = self._clock.counter
+        required = self._required()
         collected = []
-        for node in self._required():
+        for node in required:
             peer = self._peers[node]
             st = peer.latest
             if not peer.fresh or st.seq != seq or st.merge_base != base:
@@ -697,6 +698,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             least = min(least, st.counter)
             collected.append(st.queue)
         chosen: list[str] = []
+        lost: list[str] = []
         for ts, txid in self._order:
             if ts > least:
                 break
@@ -710,11 +712,26 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                     # other agree" holds for queues without such entries, and what we add
                     # past it is post-split, which split recovery settles.
                     continue
+                if entry.tx.origin in required and not any(
+                        t.txid == txid for q in collected for t in q):
+                    # Lost at its origin (wiped, or restored from an older backup,
+                    # before anyone fetched it): the origin posted at our merge base
+                    # with a counter past it (ts <= least) and no longer lists it, and
+                    # no waited-for peer holds it (statuses list acquired transactions
+                    # only). So it was never agreed (ADD needs it in every waited-for
+                    # queue) and never can be: nobody holds its payload. Its client was
+                    # never answered (the driver answers a write once it is agreed and
+                    # applied, driver.py). Kept, it would stop agreement for good (chaos
+                    # round 203, wipe-dc, found it).
+                    lost.append(txid)
+                    continue
                 break
             n = len(chosen)
             if any(len(q) <= n or q[n].txid != txid for q in collected):
                 break
             chosen.append(txid)
+        if lost:
+            self._drop_lost(lost)
         if chosen:
             taken = set(chosen)
             self._order = [k for k in self._order if k[1] not in taken]
@@ -722,6 +739,18 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 entry = self._incoming.pop(txid)
                 self._append_synced(entry.tx, entry, self._id, now)
         return len(chosen)
+
+    def _drop_lost(self, txids: list[str]) -> None:
+        """Forget incoming transactions lost at their origin (``_add``). They were never
+        persisted here (only acquired entries are), so this changes memory only."""
+        gone = set(txids)
+        self._order = [k for k in self._order if k[1] not in gone]
+        for txid in txids:
+            entry = self._incoming.pop(txid)
+            self._fetching.arrived(txid)  # no more asks for it
+            self._report(entry.tx.origin, "lost-at-origin",
+                         f"{txid} is no longer held by its origin nor by any peer; it was "
+                         f"never agreed and is dropped")
 
     def _post(self, now: int) -> None:
         """POST our status (more than once per round is fine: statuses are cumulative

@@ -281,6 +281,9 @@ class Inconsistency:
     ``tail-diverged`` (a tail segment that does not extend our synchronised queue),
     ``conflicting-transaction`` (one id, two different transactions),
     ``mode-mismatch`` (a peer posts with another mode than we have configured for it).
+    Two are reports, not divergences: ``beyond-horizon`` (a peer behind our floor needs
+    seeding) and ``lost-at-origin`` (an incoming transaction nobody holds any more was
+    dropped, protocol.py ``_add``).
     """
 
     peer: str

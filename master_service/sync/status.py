@@ -48,6 +48,9 @@ class Health:
         for inc in ready.inconsistencies:
             if inc.kind == "beyond-horizon":
                 log.error("sync: peer %s needs seeding: %s", inc.peer, inc.detail)
+            elif inc.kind == "lost-at-origin":
+                log.warning("sync: a transaction of %s was lost there: %s", inc.peer,
+                            inc.detail)
             else:
                 self.diverged(inc.peer, inc.kind, inc.detail)
         for peer, pos in ready.fingerprint_agrees:
