@@ -181,6 +181,17 @@ def test_a_new_data_centre_is_seeded_from_a_peer_and_joins_at_runtime(tmp_path):
         old.stop_all()
 
 
+def processes_under(directory: Path) -> list[int]:
+    """PIDs of the processes whose command line names a path under ``directory``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(directory).encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+    return pids
+
+
 def insert_once_replicated(dc: LocalCluster, subject: str) -> None:
     """Seeding is done once one worker holds the image; until the other is replicated
     from it, protect-single-worker refuses writes (503, nothing changed) and a client
@@ -264,6 +275,13 @@ def test_txcluster_up_join_adds_a_data_centre_to_a_loaded_cluster(tmp_path):
         w = httpx.post(f"{repo}/statements", content=b'INSERT DATA { <urn:j:1> <urn:p> "a" }',
                        headers={"content-type": "application/sparql-update"}, timeout=30)
         assert w.status_code == 204, w.text
+        # A join that fails (here: not seeded in time) leaves no process running and no
+        # peer behind on the old master.
+        failed = tmp_path / "failed"
+        with pytest.raises(TimeoutError, match="not seeded"):
+            local.join(failed, old, workers=1, timeout=0.05)
+        assert not processes_under(failed)
+        assert sync_of_url(first["url"])["peers"] == []
         r = subprocess.run([*cli, "up", "--dir", str(new), "--join", str(old),
                             "--workers", "2"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr

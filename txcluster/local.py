@@ -318,6 +318,7 @@ def join(directory: Path, existing: Path, workers: int = 3, timeout: float = 360
     node_id, dc = f"master{n}", f"dc{n}"
     secret_file = Path(old["secret_file"])
     started: list[NodeProcess] = []
+    added: list[str] = []  # the old masters that took the new one as a peer
     info: dict = {"repository": old["repository"], "secret_file": str(secret_file),
                   "joined": str(existing), "masters": [], "workers": []}
     try:
@@ -338,6 +339,7 @@ def join(directory: Path, existing: Path, workers: int = 3, timeout: float = 360
             if r.status_code != 200:
                 raise RuntimeError(f"{url} did not add {node_id} as a peer: "
                                    f"{r.status_code} {r.text}")
+            added.append(url)
         info["masters"].append({"kind": "master", "id": node_id, "url": master.url,
                                 "pid": master.pid, "dir": str(master.directory),
                                 "config": str(master.config),
@@ -345,11 +347,16 @@ def join(directory: Path, existing: Path, workers: int = 3, timeout: float = 360
                                 "data_centre": dc,
                                 "peers": [{"id": p, "url": u} for p, u in peers.items()],
                                 "jolokia_url": f"{master.url}/jolokia"})
+        _wait_writable([master.url])
     except BaseException:
+        # A join that failed leaves nothing behind: no process (there is no cluster.json
+        # for `down` to find them by) and no old master waiting for a peer that is gone.
+        for url in added:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.delete(f"{url}/admin/sync/peers/{node_id}", timeout=10)
         for node in started:
             node.stop()
         raise
-    _wait_writable([master.url])
     (directory / "cluster.json").write_text(json.dumps(info, indent=2))
     return info
 
