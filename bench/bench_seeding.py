@@ -138,12 +138,19 @@ def main() -> None:
                     help="quads per bulk-load part")
     ap.add_argument("--transfers", type=int, default=2,
                     help="reference downloads of the image (the best counts)")
+    ap.add_argument("--no-compression", action="store_true",
+                    help="replication.compression=false on the donor (PUT /admin/parameters, "
+                         "as an operator on a fast link would): a plain tar image")
     args = ap.parse_args()
     with workdir("seeding") as root:
         old, new = root / "old", root / "new"
         try:
             info = local.up(old, masters=1, workers=args.workers)
             donor = info["masters"][0]["url"]
+            if args.no_compression:
+                r = httpx.put(f"{donor}/admin/parameters",
+                              json={"replication_compression": False}, timeout=30)
+                r.raise_for_status()
             load_s = bulk_load(donor, info["workers"][0]["url"], args.quads, args.part_quads)
             wait_all_on(donor)
 
@@ -189,7 +196,8 @@ def main() -> None:
     rows = [
         ("quads", f"{args.quads:,} ({args.workers} workers per data centre)"),
         ("bulk load of the donor", f"{load_s:.1f} s = {rate(args.quads, load_s):,.0f} quads/s"),
-        ("image", f"{total:,} bytes ({total / 2**20:.1f} MiB)"),
+        ("image", f"{total:,} bytes ({total / 2**20:.1f} MiB, "
+                  f"{'plain tar' if args.no_compression else 'snappy-framed'})"),
         ("reference transfer", "  ".join(f"{s:.2f} s" for _, s in transfers)
          + f" -> best {ref_rate / 2**20:.1f} MiB/s (signed GET /peer/seed/{name} via the "
            f"donor master into a file)"),
