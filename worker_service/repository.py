@@ -19,7 +19,6 @@ agrees with it (fingerprint.py).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import shutil
@@ -557,10 +556,6 @@ class Repository:
 def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:
     return {"txid": txid, "after": at_seq, "status": getattr(exc, "status", 400),
             "error": str(exc)}
-
-
-def _json(data: dict) -> bytes:
-    return json.dumps(data, indent=2).encode()
 
 
 def _apply_namespaces(namespaces: dict[str, str], cs: Changeset) -> None:
