@@ -175,7 +175,9 @@ class MasterBackend(Backend):
         body = await request.body()
         headers = {k: v for k, v in request.headers.items()
                    if k in ("accept", "content-type", "accept-encoding")}
-        target = target or request.url.path
+        # scope["path"] is what request.url.path gives (no root_path here) without
+        # building a URL object for every read.
+        target = target or request.scope["path"]
         query = query if query is not None else request.scope.get("query_string", b"")
         if _is_control_query(query, body):
             return await _to_every_worker(cluster, request.method, target, query, body,
