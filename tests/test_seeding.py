@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import LocalCluster
-from tests.procs import free_port
+from tests.procs import free_port, make_secret
 from tests.test_sync_peering import DataCentres, Writers, insert
 
 pytestmark = pytest.mark.slow
@@ -32,8 +32,10 @@ class CuttingRelay:
     ``cut_after`` bytes back to the client (a cut in the middle of an image download);
     the others pass untouched. Threads; ``close`` stops it."""
 
-    def __init__(self, listen: int, port: int, cut_after: int) -> None:
+    def __init__(self, listen: int, port: int, cut_after: int,
+                 rate: float | None = None) -> None:
         self.target, self.cut_after = port, cut_after
+        self.rate = rate  # bytes/s back to the client (a slow link), None: unlimited
         self.cuts = 0
         self.server = socket.create_server(("127.0.0.1", listen))
         self.port = listen
@@ -58,10 +60,13 @@ class CuttingRelay:
 
     def _pipe(self, src: socket.socket, dst: socket.socket, downstream: bool) -> None:
         sent = 0
+        began = time.monotonic()
         try:
-            while data := src.recv(65536):
+            while data := src.recv(16384 if self.rate else 65536):
                 dst.sendall(data)
                 sent += len(data)
+                if downstream and self.rate:
+                    time.sleep(max(0.0, began + sent / self.rate - time.monotonic()))
                 if downstream and self.cuts == 0 and sent > self.cut_after:
                     self.cuts += 1
                     break
@@ -204,6 +209,57 @@ def insert_once_replicated(dc: LocalCluster, subject: str) -> None:
         return True
 
     wait_until(written, f"a write of {subject} through the seeded data centre", timeout=60)
+
+
+def test_a_seeding_master_killed_mid_download_resumes_the_same_image(tmp_path):
+    """A joining master killed -9 while it downloads its seed image (over a slow link)
+    and restarted resumes that download where it stopped — the same image, not a new one
+    from the donor — and its data centre ends up identical to the donor's."""
+    relay_port = free_port()
+    old = LocalCluster(tmp_path / "old", make_secret(tmp_path / "s"), 1, node_id="m1",
+                       **{"advertised-hosts": f"127.0.0.1:{relay_port}"}).start()
+    relay = new = None
+    try:
+        for batch in range(3):
+            triples = " ".join(f'<urn:r:s{batch}-{i}> <urn:r:p> "{"v" * 40}{i}" .'
+                               for i in range(2500))
+            assert old.update(f"INSERT DATA {{ {triples} }}", timeout=60).status_code == 204
+        relay = CuttingRelay(relay_port, int(old.master.url.rsplit(":", 1)[1]),
+                             cut_after=1 << 40, rate=60_000)
+        new = LocalCluster(tmp_path / "new", (old.secret_file, old.secret), 1,
+                           master_port=free_port(), node_id="m2",
+                           **{"data-centre": "dc2", "peer.1.id": "m1",
+                              "peer.1.url": f"http://127.0.0.1:{relay.port}",
+                              "sync-seed-from": "m1"})
+        new.workers[0].start()
+        new.master.start()
+        held = wait_until(lambda: (b := sync_of(new).get("seeding", {}).get("bytes", 0))
+                          > 100_000 and b, "a part of the image downloaded", timeout=60)
+        new.master.kill9()
+        part = next((tmp_path / "new" / "master" / "data" / "seeding").glob("*.part"))
+        assert part.stat().st_size >= held
+        new.master.start()
+        seeded = wait_until(lambda: (s := sync_of(new)).get("seeding", {}).get(
+            "phase") == "done" and s, "seeded after the restart", timeout=120)
+        seeding = seeded["seeding"]
+        assert seeding["restarted_at"] >= held, seeding
+        assert seeding["bytes"] == seeding["total"] > seeding["restarted_at"], seeding
+        # One image was made for m2: the restarted master did not ask for another.
+        made = old.master.log_path.read_text().count("image 'seed-m2' of")
+        assert made == 1, old.master.log_tail()
+        assert "resuming the download of image 'seed-m2'" in new.master.log_path.read_text()
+        new.wait_in_sync()
+        fingerprints = {httpx.get(f"{w.url}/health", timeout=10).json()["fingerprint"]
+                        for w in (*old.workers, *new.workers)}
+        assert len(fingerprints) == 1
+        assert new.select("SELECT (COUNT(*) AS ?n) WHERE { ?s <urn:r:p> ?o }") == \
+            [{"n": "7500"}]
+    finally:
+        if relay is not None:
+            relay.close()
+        if new is not None:
+            new.stop_all()
+        old.stop_all()
 
 
 def test_a_wiped_data_centre_behind_every_floor_seeds_itself_while_the_others_write(

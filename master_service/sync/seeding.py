@@ -33,9 +33,12 @@ status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
 Transactions of the incoming queue that sort at or before the seed point were agreed at
 or before it (the agreed queue is the sorted sequence of all transactions): the image
 holds them, so they leave the queue; the others are negotiated as before
-(``AgreementLog.seeded``). A cut download resumes within one seeding; a master that dies
-while seeding seeds again from a new image when it restarts (sync-seed-from, the admin
-call, or ``needs_seeding``): nothing was installed before the image was whole.
+(``AgreementLog.seeded``). A cut download resumes where it was cut, within one seeding
+and across a restart of this master: the seed point is kept beside the partial download
+(``<name>.part.point``), and a seeding from the same peer within the donor's hold resumes
+that image instead of asking for a new one. If the donor no longer has it (it restarted,
+or the hold ran out) the seeding fails, the partial download is dropped and the next
+attempt asks again. Nothing is installed before the image is whole and checked.
 """
 
 from __future__ import annotations
@@ -245,9 +248,17 @@ class Seeding:
         self.running = True
         self.progress = {"peer": peer, "phase": "asking", "bytes": 0, "total": None,
                          "position": None, "started": time.time(), "finished": None,
-                         "resumed": 0, "error": None}
+                         "resumed": 0, "restarted_at": 0, "error": None}
+        saved = self._saved_point(peer)
         try:
-            point = await self._ask(url.rstrip("/"))
+            if saved is not None:
+                point, have = saved
+                self.progress["restarted_at"] = have
+                log.warning("sync: seeding from %s: resuming the download of image '%s' "
+                            "(agreed position %d) at byte %d", peer, point.name, point.pos,
+                            have)
+            else:
+                point = await self._ask(url.rstrip("/"))
             self.progress.update(position=point.pos, total=point.bytes, sha256=point.sha256)
             # The first worker pulls the image while it downloads (follow): its receive
             # overlaps the download instead of following it. It checks the announced
@@ -268,6 +279,8 @@ class Seeding:
         except SeedingFailed as exc:
             self.progress.update(phase="failed", error=str(exc), finished=time.time())
             log.error("sync: seeding from %s failed: %s", peer, exc)
+            if saved is not None:  # the donor may no longer have that image: ask again
+                self._forget_download(saved[0].name)
             raise
         except Exception as exc:  # a bug: reported as a failed seeding, not a dead task
             log.exception("sync: seeding from %s failed", peer)
@@ -276,6 +289,33 @@ class Seeding:
             raise SeedingFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.running = False
+
+    def _saved_point(self, peer: str) -> tuple[SeedPoint, int] | None:
+        """The seed point of a partial download from ``peer`` that a restart interrupted,
+        and the bytes held, when it can be resumed: the same peer, and asked within the
+        donor's hold (SEED_HOLD_MS; past it the donor may have forgotten what follows the
+        point). Anything else found is dropped."""
+        name = image_name(self.node_id)
+        tag, part = self.dir / f"{name}.part.point", self.dir / f"{name}.part"
+        try:
+            saved = json.loads(tag.read_text())
+            point = wire.seed_from_json(saved["point"])
+            have = part.stat().st_size
+            fresh = time.time() - float(saved["asked"]) < SEED_HOLD_MS / 1000 - 60
+            if saved["peer"] == peer and point.name == name and fresh and have > 0:
+                return point, have
+        except FileNotFoundError:
+            if not tag.exists():
+                return None
+        except (ValueError, KeyError, TypeError, InvalidMessage) as exc:
+            log.warning("sync: a partial seed download's point is unreadable (%s): "
+                        "dropped", exc)
+        self._forget_download(name)
+        return None
+
+    def _forget_download(self, name: str) -> None:
+        for leftover in (f"{name}.part", f"{name}.part.point"):
+            (self.dir / leftover).unlink(missing_ok=True)
 
     async def _ask(self, url: str) -> SeedPoint:
         body = json.dumps({"peer": self.node_id}).encode()
@@ -298,12 +338,19 @@ class Seeding:
         self.dir.mkdir(parents=True, exist_ok=True)
         done = self.dir / f"{point.name}.image"
         part = self.dir / f"{point.name}.part"
-        tag = self.dir / f"{point.name}.part.sha256"  # which image the .part belongs to
-        if point.sha256 is None or (tag.is_file() and tag.read_text() != point.sha256):
-            # Another image of the same name (a streamed one is new at each seed point,
-            # its SHA-256 not known yet): start again.
+        # Which image the .part belongs to: its seed point, from which peer, asked when
+        # (a restarted master resumes it: _saved_point).
+        tag = self.dir / f"{point.name}.part.point"
+        try:
+            same = json.loads(tag.read_text())["point"] == wire.seed_to_json(point)
+        except (OSError, ValueError, KeyError, TypeError):
+            same = False
+        if not same:  # another image of the same name: start again
             part.unlink(missing_ok=True)
-        tag.write_text(point.sha256 or "")
+            tmp = tag.with_name(tag.name + ".tmp")
+            tmp.write_text(json.dumps({"peer": self.progress["peer"], "asked": time.time(),
+                                       "point": wire.seed_to_json(point)}))
+            tmp.replace(tag)
         done.unlink(missing_ok=True)
         self._phase("downloading")
         last_error = ""
