@@ -445,6 +445,41 @@ def test_a_worker_on_a_wildcard_takes_its_addresses_names_and_advertised_hosts_o
         node.stop()
 
 
+def test_a_nonce_is_remembered_exactly_while_its_timestamp_is_accepted(monkeypatch):
+    """The replay cache keeps a nonce until its timestamp stops being accepted (ts +
+    window), not longer: a replay before that is refused as a replay, after it as
+    expired, and the cache then forgets the nonce. A sender whose clock is a whole window
+    ahead is still covered."""
+    from txcluster import auth
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(auth.time, "time", lambda: clock[0])
+    secret = secrets.token_bytes(32)
+    verifier = auth.Verifier(secret, NodeAuthorities("127.0.0.1", 7200))
+
+    def header(ts: int, nonce: str) -> str:
+        sig = _signature(secret, "GET", "127.0.0.1:7200", "/x", str(ts), nonce, b"")
+        return f"{SCHEME} ts={ts},nonce={nonce},sig={sig}"
+
+    def check(h: str) -> str | None:
+        return verifier.check(h, "GET", "127.0.0.1:7200", "/x", b"")
+
+    now = int(clock[0])
+    on_time, ahead = header(now, "a" * 24), header(now + WINDOW_S, "b" * 24)
+    assert check(on_time) is None and check(ahead) is None
+    clock[0] = now + WINDOW_S - 1
+    assert check(on_time) == "replayed cluster credential"
+    clock[0] = now + WINDOW_S + 1
+    assert check(on_time) == "cluster credential expired (clock skew or replay)"
+    clock[0] = now + 2 * WINDOW_S - 1
+    assert check(ahead) == "replayed cluster credential"
+    assert check(header(int(clock[0]), "c" * 24)) is None
+    assert verifier.remembered == 2  # a's entry is gone; b's is kept until now + 2 windows
+    clock[0] = now + 2 * WINDOW_S + 1
+    assert check(header(int(clock[0]), "d" * 24)) is None
+    assert verifier.remembered == 2  # c and d
+
+
 def test_which_host_headers_a_node_takes():
     """NodeAuthorities without processes: bound to one address, a name, a wildcard;
     advertised entries with and without a port; a Host without a port (80 or 443)."""

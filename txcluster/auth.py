@@ -292,7 +292,12 @@ class Verifier:
         self._secret = secret
         self.node = node
         self._window = window_s
-        self._seen: OrderedDict[str, float] = OrderedDict()
+        # nonce -> when its timestamp stops being accepted (ts + window): until then a
+        # replay would pass the time check, so the nonce must be remembered; after it, the
+        # time check refuses the replay. (Kept for 2 windows from receipt before, which is
+        # the bound for a sender a whole window ahead: twice the entries for any other,
+        # and a long-running master's memory grew for 10 minutes instead of 5.)
+        self._seen: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def check(self, header: str | None, method: str, host: str | None, target: str,
@@ -332,9 +337,17 @@ class Verifier:
                     f"({self.node.describe()}; a name or address it is reached at that it "
                     f"cannot see belongs in advertised-hosts)")
         with self._lock:
-            while self._seen and next(iter(self._seen.values())) < now - 2 * self._window:
+            # In arrival order, which is nearly expiry order: only the oldest arrivals are
+            # looked at, and one that expires later keeps those behind it a little longer
+            # (never shorter).
+            while self._seen and next(iter(self._seen.values())) < now:
                 self._seen.popitem(last=False)
             if nonce in self._seen:
                 return "replayed cluster credential"
-            self._seen[nonce] = now
+            self._seen[nonce] = when + self._window
         return None
+
+    @property
+    def remembered(self) -> int:
+        """How many nonces are remembered (replays they refuse are still possible)."""
+        return len(self._seen)
