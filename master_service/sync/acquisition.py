@@ -108,6 +108,34 @@ class AcquisitionSteps:
             self._out.fetches += self._fetching.want(entry.tx, tuple(entry.sources), now,
                                                      self._peers)
 
+    @staticmethod
+    def _lost_at_origin(entry: Entry, required: Collection[str],
+                        collected: list[tuple[TxMeta, ...]]) -> bool:
+        """Is the unacquired incoming ``entry`` lost at its origin (wiped, or restored
+        from an older backup, before anyone fetched it)? ADD (``_add``) asks when the
+        entry sorts at or below the least counter of this round: then its origin, a
+        waited-for peer, posted at our merge base with a counter past it; if that
+        status no longer lists it, and no waited-for peer does (statuses list acquired
+        transactions only), nobody holds its payload. It was never agreed (ADD needs it
+        in every waited-for queue) and never can be; its client was never answered (the
+        driver answers a write once it is agreed and applied). Kept, it would stop
+        agreement for good (chaos round 203, wipe-dc, found it)."""
+        txid = entry.tx.txid
+        return entry.tx.origin in required and not any(
+            t.txid == txid for queue in collected for t in queue)
+
+    def _drop_lost(self, txids: list[str]) -> None:
+        """Forget incoming transactions lost at their origin. Only acquired entries are
+        persisted, so this changes memory only."""
+        gone = set(txids)
+        self._order = [k for k in self._order if k[1] not in gone]
+        for txid in txids:
+            entry = self._incoming.pop(txid)
+            self._fetching.arrived(txid)  # no more asks for it
+            self._report(entry.tx.origin, "lost-at-origin",
+                         f"{txid} is no longer held by its origin nor by any peer; it was "
+                         f"never agreed and is dropped")
+
     def _retry_acquires(self, now: int) -> None:
         retry = self._timing.acquire_retry
         for entries in (self._incoming.values(), self._missing.values()):

@@ -712,18 +712,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                     # other agree" holds for queues without such entries, and what we add
                     # past it is post-split, which split recovery settles.
                     continue
-                if entry.tx.origin in required and not any(
-                        t.txid == txid for q in collected for t in q):
-                    # Lost at its origin (wiped, or restored from an older backup,
-                    # before anyone fetched it): the origin posted at our merge base
-                    # with a counter past it (ts <= least) and no longer lists it, and
-                    # no waited-for peer holds it (statuses list acquired transactions
-                    # only). So it was never agreed (ADD needs it in every waited-for
-                    # queue) and never can be: nobody holds its payload. Its client was
-                    # never answered (the driver answers a write once it is agreed and
-                    # applied, driver.py). Kept, it would stop agreement for good (chaos
-                    # round 203, wipe-dc, found it).
-                    lost.append(txid)
+                if self._lost_at_origin(entry, required, collected):
+                    lost.append(txid)  # never agreed, and never can be (acquisition.py)
                     continue
                 break
             n = len(chosen)
@@ -739,18 +729,6 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 entry = self._incoming.pop(txid)
                 self._append_synced(entry.tx, entry, self._id, now)
         return len(chosen)
-
-    def _drop_lost(self, txids: list[str]) -> None:
-        """Forget incoming transactions lost at their origin (``_add``). They were never
-        persisted here (only acquired entries are), so this changes memory only."""
-        gone = set(txids)
-        self._order = [k for k in self._order if k[1] not in gone]
-        for txid in txids:
-            entry = self._incoming.pop(txid)
-            self._fetching.arrived(txid)  # no more asks for it
-            self._report(entry.tx.origin, "lost-at-origin",
-                         f"{txid} is no longer held by its origin nor by any peer; it was "
-                         f"never agreed and is dropped")
 
     def _post(self, now: int) -> None:
         """POST our status (more than once per round is fine: statuses are cumulative

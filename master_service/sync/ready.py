@@ -283,7 +283,7 @@ class Inconsistency:
     ``mode-mismatch`` (a peer posts with another mode than we have configured for it).
     Two are reports, not divergences: ``beyond-horizon`` (a peer behind our floor needs
     seeding) and ``lost-at-origin`` (an incoming transaction nobody holds any more was
-    dropped, protocol.py ``_add``).
+    dropped: acquisition.py, ``_lost_at_origin``).
     """
 
     peer: str
