@@ -402,3 +402,39 @@ def test_images_install_on_a_python_without_tar_filters(tmp_path, monkeypatch):
     manifest = src.create_image(tmp_path / "img.tar.sz")
     dst = Repository("r", tmp_path / "dst")
     assert dst.install_image(tmp_path / "img.tar.sz", manifest["sha256"]) == src.state()
+
+
+def test_failed_transactions_leave_no_result_iterator_for_another_thread(repo, monkeypatch):
+    """pyoxigraph's query results must be dropped by the thread that made them. A
+    transaction refused with a SELECT control query, or whose WHERE fails mid-evaluation,
+    used to leave its result in a reference cycle (outcome -> traceback -> frame ->
+    outcomes) that the garbage collector freed later on another thread: pyoxigraph then
+    reports an error on that thread (a worker's log showed it, under fuzzing)."""
+    import sys
+    import threading
+
+    unraisable: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(repr(u.exc_value)))
+
+    def refused_writes() -> None:
+        [o] = repo.execute_batch(2, [("t1", update(f"INSERT DATA {{ <{EX}a> <{EX}p> 1 }}"))],
+                                 ["SELECT * { ?s ?p ?o }"])
+        assert "must be an ASK query" in str(o)
+        [o] = repo.execute_batch(2, [("t2", update(
+            "INSERT { ?s ?p 2 } WHERE { ?s ?p ?o "
+            "SERVICE <http://127.0.0.1:1/sparql> { ?a ?b ?c } }"))])
+        assert "WHERE evaluation failed" in str(o)
+        done.append(True)
+
+    done: list[bool] = []
+    repo.apply(1, "t0", adds(q("a", "1")))
+    gc.disable()  # the cycle, if any, must reach the collection below, on this thread
+    try:
+        t = threading.Thread(target=refused_writes)
+        t.start()
+        t.join()
+        gc.collect()
+    finally:
+        gc.enable()
+    assert done and unraisable == []
+    assert repo.state().seq == 1

@@ -322,7 +322,7 @@ class Repository:
                     # crash later in the group undoes everything in reverse safely.
                     for cs in reversed(steps):
                         apply_to(self.store, cs.inverse())
-                    outcomes.append(exc)
+                    outcomes.append(_detached(exc))
                     executed.append(_refusal(txid, current.seq, exc))
                     continue
                 current = current.evolve(
@@ -361,9 +361,14 @@ class Repository:
                 result = self.store.query(text)
             except SyntaxError as exc:
                 raise ControlQueryFailed(f"control query is not valid SPARQL: {exc}") from None
-            if not isinstance(result, ox.QueryBoolean):
+            answer = bool(result) if isinstance(result, ox.QueryBoolean) else None
+            # A SELECT's result iterator is "unsendable" (worker_service/api/queries.py):
+            # dropped here, in the thread that made it, not later with the frame that a
+            # raised exception keeps alive.
+            del result
+            if answer is None:
                 raise ControlQueryFailed(f"control query must be an ASK query: {text}")
-            if not bool(result):
+            if not answer:
                 raise ControlQueryFailed(f"control query failed (returned false): {text}")
 
     def execute_local(self, operations: Sequence) -> ExecuteResult:
@@ -551,6 +556,17 @@ class Repository:
         gc.collect()
         shutil.rmtree(gen, ignore_errors=True)
         self.activity = activity
+
+
+def _detached(exc: Exception) -> Exception:
+    """``exc`` without its traceback and context, to be kept as a transaction's outcome.
+    Kept with them, it would hold the frames of the failed transaction (and through the
+    list of outcomes in one of them, itself): a reference cycle that the garbage collector
+    frees later on any thread, with whatever pyoxigraph result iterator a frame held,
+    which must be dropped in the thread that made it ("unsendable": see
+    worker_service/api/queries.py)."""
+    exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+    return exc
 
 
 def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:

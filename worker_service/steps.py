@@ -237,6 +237,8 @@ class ModifyStep(Step):
                 options["custom_functions"] = functions
         if self.default_graph is not None:
             options["default_graph"] = self.default_graph
+        failure = None
+        result = None
         try:
             # The WHERE part is evaluated exactly once, here, on the probe worker.
             result = store.query(query, base_iri=self.base_iri, **options)
@@ -250,7 +252,14 @@ class ModifyStep(Step):
                 if has_insert:
                     _fill(insert, values, minter, inserted)
         except (RuntimeError, OSError) as exc:  # evaluation errors (e.g. a failing SERVICE)
-            raise UpdateExecutionError(f"WHERE evaluation failed: {exc}") from None
+            failure = f"WHERE evaluation failed: {exc}"
+        finally:
+            # The result iterator is "unsendable" (worker_service/api/queries.py): dropped
+            # here, in the thread that made it, not later with a frame that an
+            # exception's traceback keeps alive.
+            result = None
+        if failure is not None:
+            raise UpdateExecutionError(failure)
         # The result is (S - D) + I: pyoxigraph removes all of D before inserting I.
         removed = [q for q in deleted if q not in inserted and q in store]
         added = [q for q in inserted if q not in store]
