@@ -88,7 +88,9 @@ class MasterService:
         # jmx.port is set (master_service/jmx).
         self.cluster_info = ClusterInfo(self)
         self.jmx: JmxBridge | None = None
-        self.metrics = MasterMetrics()  # the peering driver reports rounds: metrics.sync_round
+        # The peering driver reports its rounds to it (metrics.sync_round).
+        self.metrics = MasterMetrics(
+            lambda: self.peer_verifier.remembered + self.cluster_verifier.remembered)
         # Every runtime change (admin API, JMX, Jolokia) is validated, persisted and
         # applied there (master_service/control.py).
         self.control = Control(self)

@@ -146,6 +146,8 @@ def test_peering_metrics(request):
     samples = scrape(uk.master.url)
     assert value(samples, "txcluster_sync_seq") >= 1
     assert value(samples, "txcluster_sync_incoming") >= 0
+    # us signs every peer call it makes to uk: uk remembers their nonces against replays.
+    assert value(samples, "txcluster_credential_nonces") > 0
     us.master.kill9()
     deadline = time.monotonic() + 60
     while value(scrape(uk.master.url), "txcluster_peer_reachable", peer="master-us") != 0:

@@ -478,6 +478,12 @@ def test_a_nonce_is_remembered_exactly_while_its_timestamp_is_accepted(monkeypat
     clock[0] = now + 2 * WINDOW_S + 1
     assert check(header(int(clock[0]), "d" * 24)) is None
     assert verifier.remembered == 2  # c and d
+    clock[0] = now + 100 * WINDOW_S  # a clock jump: everything before it is forgotten
+    late = header(int(clock[0]), "e" * 24)
+    assert check(late) is None and check(late) == "replayed cluster credential"
+    assert verifier.remembered == 1
+    odd = header(int(clock[0]), "not-hex")  # another sender's nonce, kept as it is
+    assert check(odd) is None and check(odd) == "replayed cluster credential"
 
 
 def test_which_host_headers_a_node_takes():

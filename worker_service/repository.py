@@ -362,10 +362,7 @@ class Repository:
             except SyntaxError as exc:
                 raise ControlQueryFailed(f"control query is not valid SPARQL: {exc}") from None
             answer = bool(result) if isinstance(result, ox.QueryBoolean) else None
-            # A SELECT's result iterator is "unsendable" (worker_service/api/queries.py):
-            # dropped here, in the thread that made it, not later with the frame that a
-            # raised exception keeps alive.
-            del result
+            del result  # dropped by its own thread, not with a raised exception's frame
             if answer is None:
                 raise ControlQueryFailed(f"control query must be an ASK query: {text}")
             if not answer:
@@ -559,12 +556,10 @@ class Repository:
 
 
 def _detached(exc: Exception) -> Exception:
-    """``exc`` without its traceback and context, to be kept as a transaction's outcome.
-    Kept with them, it would hold the frames of the failed transaction (and through the
-    list of outcomes in one of them, itself): a reference cycle that the garbage collector
-    frees later on any thread, with whatever pyoxigraph result iterator a frame held,
-    which must be dropped in the thread that made it ("unsendable": see
-    worker_service/api/queries.py)."""
+    """``exc`` without traceback and context, kept as an outcome: with them it holds the
+    failed transaction's frames, one of which holds it (the outcomes list), a cycle the
+    collector frees on any thread, with any pyoxigraph result iterator a frame held (it
+    must be dropped by its own thread: "unsendable", worker_service/api/queries.py)."""
     exc.__traceback__ = exc.__context__ = exc.__cause__ = None
     return exc
 

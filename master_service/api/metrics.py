@@ -78,7 +78,10 @@ class LatencyMiddleware:
 class MasterMetrics:
     """One master's registry: recorded series plus a collector that reads the cluster."""
 
-    def __init__(self) -> None:
+    def __init__(self, nonces: Callable[[], int] = lambda: 0) -> None:
+        # How many credential nonces this master remembers (txcluster/auth.py Verifier):
+        # the replay cache is the largest memory a busy peered master holds for a while.
+        self.nonces = nonces
         self.registry = CollectorRegistry(auto_describe=True)
         self.request_seconds = Histogram(
             "txcluster_request_duration_seconds",
@@ -159,6 +162,9 @@ class _ClusterCollector:
              "2 no workers (Status)", cluster.status_code()),
             (gauge, "txcluster_writable", "1 when this master takes writes (IsWritable)",
              1 if cluster.writable_reason() is None else 0),
+            (gauge, "txcluster_credential_nonces", "Nonces of signed requests remembered "
+             "against replays (each for the acceptance window of its timestamp)",
+             self.metrics.nonces()),
         ]
         for family, name, doc, value in scalars:
             yield family(name, doc, value=value)
