@@ -433,6 +433,25 @@ class Seeding:
                     hashed.length += len(chunk)
                     self.progress["bytes"] = hashed.length
 
+    async def _until_listening(self, timeout_s: float = 60.0) -> None:
+        """Until this master answers at master_url, where its workers pull the image. A
+        master restarted mid-download resumes at once, without asking the donor first,
+        while its HTTP server may not listen yet: a worker's pull then failed with
+        "connection refused" and that attempt of the seeding with it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                status, _ = await self._http.request("GET", f"{self.master_url}/health",
+                                                     timeout=5)
+                if status == 200:
+                    return
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise SeedingFailed(f"this master does not answer at its master-url "
+                                    f"{self.master_url}, where its workers fetch the image")
+            await asyncio.sleep(0.2)
+
     async def _install(self, point: SeedPoint, download: asyncio.Task[None]) -> None:
         pool = self.cluster
         source = f"{self.master_url}/cluster/seed-image/{point.name}"
@@ -444,6 +463,7 @@ class Seeding:
         try:
             for w in workers:
                 pool.disable(w, WorkerStatus.REPLICATION_CLIENT, "seeding from a peer's image")
+            await self._until_listening()
             for w in workers:
                 if problems:  # the next worker pulls the complete, checked image
                     await download
