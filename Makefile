@@ -50,8 +50,18 @@ deps-debian:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The Molecule scenario (~13 minutes, mostly Ansible's round trips to the nspawn hosts)
+# runs beside the rest of the suite, in its own pytest; its report is printed at the end.
+MOLECULE_TEST := tests/test_deploy_molecule.py
 test: $(STAMP) $(VENV)/.installed-deploy deps-debian $(NODE_STAMP) $(W3C_STAMP) lint
-	$(BIN)/pytest -q
+	@mkdir -p build
+	@$(BIN)/pytest -q -p no:cacheprovider $(MOLECULE_TEST) > build/molecule-test.out 2>&1 & \
+	  molecule=$$!; \
+	  $(BIN)/pytest -q --ignore $(MOLECULE_TEST); suite=$$?; \
+	  wait $$molecule; deploy=$$?; \
+	  echo "== $(MOLECULE_TEST) (run beside the suite above)"; cat build/molecule-test.out; \
+	  echo "== make test: the suite exited $$suite, $(MOLECULE_TEST) exited $$deploy"; \
+	  exit $$(( suite || deploy ))
 
 # graphdb.js (npm graphdb, pinned with its dependencies in tests/js/package-lock.json) for
 # tests/test_clients_graphdbjs.py, in the venv's folder: npm ci once, offline afterwards.

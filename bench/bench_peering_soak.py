@@ -8,7 +8,8 @@ written over Jolokia on every master, then small writes (one-statement INSERT DA
 ``--writers`` client threads per master until ``--writes`` are acknowledged. After
 ``--warmup`` writes and then ``--samples`` times until the end, each master's RSS
 (/proc/<pid>/status VmRSS), its txlog file size (txlog.db + its WAL) and its agreed queue
-(floor, entries held: GET /admin/sync) are read. Prints each master's growth from the
+(floor, entries held: GET /admin/sync) and its replay cache (txcluster_credential_nonces
+of /metrics) are read. Prints each master's growth from the
 warm-up sample to the end (target: RSS and txlog size grow <= 5 %) and the write rate.
 """
 
@@ -39,12 +40,21 @@ def txlog_bytes(data_dir: str) -> int:
     return sum(p.stat().st_size for p in Path(data_dir).glob("txlog.db*"))
 
 
+def nonces(url: str) -> int:
+    """txcluster_credential_nonces of /metrics: the replay cache's size."""
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("txcluster_credential_nonces "):
+            return int(float(line.split()[1]))
+    raise RuntimeError(f"no txcluster_credential_nonces in {url}/metrics")
+
+
 def sample(masters: list[dict]) -> list[dict]:
     out = []
     for m in masters:
         st = httpx.get(f"{m['url']}/admin/sync", timeout=30).json()
         out.append({"rss": rss_kib(m["pid"]), "txlog": txlog_bytes(m["data_dir"]),
-                    "seq": st["seq"], "floor": st["floor"], "held": st["agreed_held"]})
+                    "seq": st["seq"], "floor": st["floor"], "held": st["agreed_held"],
+                    "nonces": nonces(m["url"])})
     return out
 
 
@@ -102,7 +112,7 @@ def main() -> None:
                 samples.append((done[0], time.monotonic() - t0, sample(masters)))
                 print(f"{done[0]:>8} writes {samples[-1][1]:7.0f} s  " + "  ".join(
                     f"{m['id']}: rss {s['rss'] / 1024:.1f} MiB txlog "
-                    f"{s['txlog'] / 2**20:.2f} MiB held {s['held']}"
+                    f"{s['txlog'] / 2**20:.2f} MiB held {s['held']} nonces {s['nonces']}"
                     for m, s in zip(masters, samples[-1][2], strict=True)), flush=True)
             for t in threads:
                 t.join()
