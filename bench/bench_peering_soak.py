@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench._common import EX, show, workdir
 from bench.bench_master import Conn
@@ -42,9 +43,10 @@ def txlog_bytes(data_dir: str) -> int:
 
 def nonces(url: str) -> int:
     """txcluster_credential_nonces of /metrics: the replay cache's size."""
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("txcluster_credential_nonces "):
-            return int(float(line.split()[1]))
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "txcluster_credential_nonces":
+            return int(family.samples[0].value)
     raise RuntimeError(f"no txcluster_credential_nonces in {url}/metrics")
 
 

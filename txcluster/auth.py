@@ -301,7 +301,6 @@ class Verifier:
         # remembers tens of thousands (~20,000 at 38 writes/s in issue 16's soak), and
         # their cache was the largest growth of its memory.
         self._seen: dict[int, set[int | str]] = {}
-        self._count = 0
         self._forgotten_below = int(time.time()) - window_s  # timestamps swept so far
         self._lock = threading.Lock()
 
@@ -351,7 +350,6 @@ class Verifier:
             if key in seen:
                 return "replayed cluster credential"
             seen.add(key)
-            self._count += 1
         return None
 
     def _forget(self, now: float) -> None:
@@ -362,10 +360,11 @@ class Verifier:
         else:
             gone = [ts for ts in range(self._forgotten_below, below) if ts in self._seen]
         for ts in gone:
-            self._count -= len(self._seen.pop(ts))
+            del self._seen[ts]
         self._forgotten_below = max(self._forgotten_below, below)
 
     @property
     def remembered(self) -> int:
         """How many nonces are remembered (replays they refuse are still possible)."""
-        return self._count
+        with self._lock:
+            return sum(map(len, self._seen.values()))
