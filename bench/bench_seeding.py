@@ -1,7 +1,7 @@
 """Seeding a data centre from a peer (issue 16): its time against the transfer of the image.
 
     .venv/bin/python -m bench.bench_seeding [--quads 1000000] [--workers 2]
-        [--part-quads 200000]
+        [--part-quads 200000] [--link-mbit N]
 
 A one-master data centre (``txcluster.local.up``, ``--workers`` workers) is filled with
 ``--quads`` generated quads through the initial bulk load (``PUT
@@ -21,6 +21,14 @@ new master's log (asking = the donor writes its image; downloading = the downloa
 the first worker already receives it from the new master; installing = that worker
 finishes receiving, checks and unpacks it, and the log is rebased; replicating and then
 until the other workers are ON = the usual recovery).
+
+The link: loopback by default, where the "transfer" is a memory copy and the seeding's
+own CPU work (the donor packing and compressing its store, the new worker unpacking it)
+is what the figure compares with it. ``--link-mbit N`` (root: a network lab of
+tests/netlab.py) runs each data centre in a network namespace of its own, the two joined
+by a link limited to N Mbit/s each way (tc netem rate): the link between two data
+centres that the issue's figure is about. The reference download then runs in the new
+data centre's namespace, over that same link.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import argparse
 import asyncio
 import itertools
 import re
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -38,8 +48,10 @@ import xxhash
 
 from bench._common import EX, rate, show, workdir
 from rdfcore import fingerprint
+from tests import netlab
 from txcluster import local
 from txcluster.auth import load_secret
+from txcluster.local import NodeProcess, master_node, worker_node
 from txcluster.signed_session import SignedSession
 
 PHASE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*sync: seeding from \S+: (\w+)$")
@@ -130,6 +142,100 @@ async def fetch(secret: bytes, url: str, target: Path) -> tuple[int, float]:
         await http.close()
 
 
+class Loopback:
+    """Both data centres on this machine's loopback (``txcluster.local``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.old, self.new = root / "old", root / "new"
+
+    def donor(self, workers: int) -> dict:
+        return local.up(self.old, masters=1, workers=workers)
+
+    def join(self, workers: int) -> dict:
+        return local.join(self.new, self.old, workers=workers)
+
+    def fetch(self, secret_file: str, url: str, target: Path) -> tuple[int, float]:
+        return asyncio.run(fetch(load_secret(secret_file), url, target))
+
+    def close(self) -> None:
+        if (self.new / "cluster.json").exists():
+            local.down(self.new)
+        if (self.old / "cluster.json").exists():
+            local.down(self.old)
+
+
+class Lab:
+    """Each data centre in a network namespace of its own (hosts "dc1", "dc2" of a
+    tests/netlab.py lab), the link between them limited to ``mbit`` each way. The bench
+    reaches every node over the lab's management path, which the limit does not touch."""
+
+    def __init__(self, root: Path, mbit: float) -> None:
+        self.root = root
+        self.lab = netlab.NetLab(["dc1", "dc2"]).start()
+        self.nodes: list[NodeProcess] = []
+        self.secret = local.new_secret(root / "secret")
+        try:
+            self.lab.slow("dc1", "dc2", delay_ms=0, rate_mbit=mbit)
+        except BaseException:
+            self.lab.close()
+            raise
+
+    def _dc(self, host: str, workers: int, props: dict[str, str]) -> dict:
+        ip, ns = self.lab.service_ip(host), self.lab.netns(host)
+        ws = [worker_node(self.root / host / f"worker{i}", self.secret, host=ip, netns=ns)
+              for i in range(1, workers + 1)]
+        for w in ws:
+            w.write_config()
+            w.start(wait=False)
+            self.nodes.append(w)
+        for w in ws:
+            w.wait_ready()
+        m = master_node(self.root / host / "master", self.secret, f"master{host[2:]}",
+                        [w.url for w in ws], host=ip, netns=ns, **{"data-centre": host, **props})
+        m.write_config()
+        m.start(wait=False)
+        self.nodes.insert(0, m)  # masters are stopped first
+        return {"secret_file": str(self.secret),
+                "masters": [{"id": m.properties["node-id"], "url": m.url,
+                             "dir": str(m.directory)}],
+                "workers": [{"url": w.url, "dir": str(w.directory)} for w in ws],
+                "node": m}
+
+    def donor(self, workers: int) -> dict:
+        self.old = self._dc("dc1", workers, {})
+        self.old["node"].wait_ready()
+        local._wait_writable([self.old["masters"][0]["url"]])
+        return self.old
+
+    def join(self, workers: int) -> dict:
+        """What ``txcluster.local.join`` does, in the lab: the new master seeds from the
+        donor (sync-seed-from), then the donor takes it as a peer at runtime."""
+        donor = self.old["masters"][0]
+        new = self._dc("dc2", workers, {"sync-seed-from": donor["id"],
+                                        "peer.1.id": donor["id"], "peer.1.url": donor["url"]})
+        url = new["masters"][0]["url"]
+        new["node"].wait_ready()
+        local._wait_seeded(url, 3600)
+        r = httpx.post(f"{donor['url']}/admin/sync/peers",
+                       json={"id": new["masters"][0]["id"], "url": url}, timeout=30)
+        r.raise_for_status()
+        return new
+
+    def fetch(self, secret_file: str, url: str, target: Path) -> tuple[int, float]:
+        """The signed download, run in the new data centre's namespace: over the link."""
+        out = subprocess.run(
+            [*self.lab.exec_prefix("dc2"), sys.executable, "-m", "bench.bench_seeding",
+             "--fetch", secret_file, url, str(target)],
+            capture_output=True, text=True, timeout=3600, check=True)
+        n, seconds = out.stdout.split()
+        return int(n), float(seconds)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.lab.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quads", type=int, default=1_000_000)
@@ -141,11 +247,22 @@ def main() -> None:
     ap.add_argument("--no-compression", action="store_true",
                     help="replication.compression=false on the donor (PUT /admin/parameters, "
                          "as an operator on a fast link would): a plain tar image")
+    ap.add_argument("--link-mbit", type=float, default=0,
+                    help="run each data centre in a network namespace, the link between "
+                         "them limited to this many Mbit/s each way (root; default: both "
+                         "on loopback, no limit)")
+    ap.add_argument("--fetch", nargs=3, metavar=("SECRET_FILE", "URL", "TARGET"),
+                    help=argparse.SUPPRESS)  # the lab's reference download, in a namespace
     args = ap.parse_args()
+    if args.fetch:
+        secret_file, url, target = args.fetch
+        n, seconds = asyncio.run(fetch(load_secret(secret_file), url, Path(target)))
+        print(n, seconds)
+        return
     with workdir("seeding") as root:
-        old, new = root / "old", root / "new"
+        where = Lab(root, args.link_mbit) if args.link_mbit else Loopback(root)
         try:
-            info = local.up(old, masters=1, workers=args.workers)
+            info = where.donor(args.workers)
             donor = info["masters"][0]["url"]
             if args.no_compression:
                 r = httpx.put(f"{donor}/admin/parameters",
@@ -155,7 +272,7 @@ def main() -> None:
             wait_all_on(donor)
 
             t_join = time.time()
-            joined = local.join(new, old, workers=args.workers)
+            joined = where.join(args.workers)
             t_joined = time.time()
             master = joined["masters"][0]
             t_on = wait_all_on(master["url"])
@@ -164,16 +281,17 @@ def main() -> None:
             phase.setdefault("asking", seeding["started"])  # set before any phase line
             assert seeding["phase"] == "done", seeding
             # The same image, the same link: the donor master streams it from its worker.
-            secret = load_secret(info["secret_file"])
             name = f"seed-{master['id']}"
-            transfers = [asyncio.run(fetch(
-                secret, f"{donor}/peer/seed/{name}?peer={master['id']}", root / "copy.image"))
-                for _ in range(args.transfers)]
+            transfers = [where.fetch(info["secret_file"],
+                                     f"{donor}/peer/seed/{name}?peer={master['id']}",
+                                     root / "copy.image")
+                         for _ in range(args.transfers)]
             (root / "copy.image").unlink()
             # Context: the worker that wrote the image, read directly (no master between).
             donor_log = (Path(info["masters"][0]["dir"]) / "master.log").read_text()
             holder = re.search(rf"image '{name}' of (\S+) for", donor_log)
-            direct = asyncio.run(fetch(secret, f"{holder.group(1)}/cluster/backups/{name}",
+            direct = asyncio.run(fetch(load_secret(info["secret_file"]),
+                                       f"{holder.group(1)}/cluster/backups/{name}",
                                        root / "copy.image")) if holder else None
             # The workers' own account: the donor's writing the image while it was read,
             # the new worker's pull (receive + unpack as it arrives + checksum + swap).
@@ -183,9 +301,7 @@ def main() -> None:
                                                     rf"\S+/cluster/seed-image/{name} in "
                                                     r"([\d.]+) s")
         finally:
-            if (new / "cluster.json").exists():
-                local.down(new)
-            local.down(old)
+            where.close()
     total = seeding["total"]
     for n, _ in transfers:
         assert n == total, f"reference download got {n} bytes, the image has {total}"
@@ -225,7 +341,8 @@ def main() -> None:
             "done": "other workers replicated until ON"}
     for (p, t), (_, t2) in itertools.pairwise(marks):
         rows.append((f"  {p} ({what.get(p, p)})", f"{t2 - t:.2f} s"))
-    show("Seeding a data centre from a peer (1 master + workers each, loopback)", rows)
+    link = f"a {args.link_mbit:g} Mbit/s link" if args.link_mbit else "loopback"
+    show(f"Seeding a data centre from a peer (1 master + workers each, {link})", rows)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,11 @@ Faults (all idempotent):
   from every other host (the test process still reaches it, over the management path).
 * ``lossy(a, b, percent)``: an nftables rule in each of the two namespaces drops that
   share of the packets to the other (random, per packet; works wherever nft does).
-* ``slow(a, b, delay_ms, jitter_ms, loss_pct)``: tc netem delays (and drops) what each of
-  the two sends to the other, and only that: nftables sets the packets' priority to the
-  class of an htb qdisc on the host's adapters whose leaf is the netem qdisc (one netem
-  setting per host). Needs the kernel's sch_netem: ``netem_unavailable()`` says why not.
+* ``slow(a, b, delay_ms, jitter_ms, loss_pct, rate_mbit)``: tc netem delays (drops,
+  limits to a bandwidth) what each of the two sends to the other, and only that:
+  nftables sets the packets' priority to the class of an htb qdisc on the host's
+  adapters whose leaf is the netem qdisc (one netem setting per host). Needs the
+  kernel's sch_netem: ``netem_unavailable()`` says why not.
 * ``heal()``: no cuts, no loss, no slow links, every adapter up.
 
 Cleanup: ``close()`` (also from ``with``, and from atexit if the test never got there)
@@ -149,8 +150,9 @@ class NetLab:
         self.subnet: ipaddress.IPv4Network | None = None
         self._cuts: set[frozenset[str]] = set()
         self._loss: dict[frozenset[str], int] = {}  # pair -> percent of packets dropped
-        self._slow: dict[frozenset[str], str] = {}  # pair -> leaf qdisc ("netem delay ..")
-        self._leaf: dict[str, str] = {}  # host -> leaf qdisc installed on its adapters
+        # pair -> (rate in kbit/s or 0, leaf qdisc "netem delay .." or None)
+        self._slow: dict[frozenset[str], tuple[int, str | None]] = {}
+        self._leaf: dict[str, tuple[int, str | None]] = {}  # host -> what its adapters have
         self._netem_why: str | bool | None = False  # False: not probed yet
         self._down: set[tuple[str, str]] = set()
         self._routes: set[tuple[str, str, str]] = set()  # (from ns key, to host, net)
@@ -396,20 +398,25 @@ class NetLab:
         self._apply_loss(b)
 
     def slow(self, a: str, b: str, delay_ms: int, jitter_ms: int = 0,
-             loss_pct: float = 0.0) -> None:
+             loss_pct: float = 0.0, rate_mbit: float = 0.0) -> None:
         """What a and b send each other is delayed by ``delay_ms`` (+- ``jitter_ms``) and
         ``loss_pct`` % of it dropped (tc netem; each way, so the round trip gains twice the
-        delay). A host takes one netem setting: every slow pair it is in shares it.
-        NetlabError where the kernel has no netem (``netem_unavailable``)."""
+        delay) and, with ``rate_mbit``, limited to that bandwidth each way (the htb class
+        the packets go through; a bandwidth alone needs no netem). A host takes one
+        setting: every slow pair it is in shares it. NetlabError where a delay or loss is
+        asked and the kernel has no netem (``netem_unavailable``)."""
         self._pair(a, b)
-        why = self.netem_unavailable()
-        if why:
-            raise NetlabError(why)
-        args = f"netem delay {int(delay_ms)}ms"
-        if jitter_ms:
-            args += f" {int(jitter_ms)}ms"
-        if loss_pct:
-            args += f" loss {loss_pct:g}%"
+        netem = None
+        if delay_ms or jitter_ms or loss_pct or not rate_mbit:
+            why = self.netem_unavailable()
+            if why:
+                raise NetlabError(why)
+            netem = f"netem delay {int(delay_ms)}ms"
+            if jitter_ms:
+                netem += f" {int(jitter_ms)}ms"
+            if loss_pct:
+                netem += f" loss {loss_pct:g}%"
+        args = (int(rate_mbit * 1000), netem)
         for host in (a, b):
             other = {p for p, v in self._slow.items() if host in p and v != args}
             if other - {frozenset((a, b))}:
@@ -461,8 +468,9 @@ class NetLab:
         run("ip", "netns", "exec", self.netns(host), "nft", "-f", "-", input=script)
 
     def _apply_slow(self, host: str) -> None:
-        """The host's egress: htb root 1: (default class 1:1, unshaped), class 1:2 with the
-        leaf qdisc (netem); nftables gives packets to the slow peers priority 1:2."""
+        """The host's egress: htb root 1: (default class 1:1, unshaped), class 1:2 at the
+        rate asked (10 Gbit/s if none) with the leaf qdisc (netem) if any; nftables gives
+        packets to the slow peers priority 1:2."""
         peers = self._peers(host, self._slow)
         leaf = peers[0][1] if peers else None
         ns = self.netns(host)
@@ -480,11 +488,16 @@ class NetLab:
             if leaf:
                 run(*tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
                     "default", "1")
-                for cls in ("1:1", "1:2"):
+                kbit, netem = leaf
+                for cls, rate in (("1:1", "10gbit"), ("1:2", f"{kbit}kbit" if kbit
+                                                       else "10gbit")):
+                    # A burst of 256 KiB: the veth passes segments of up to 64 KiB (GSO),
+                    # which htb's default burst at these rates would hold back.
                     run(*tc, "class", "add", "dev", dev, "parent", "1:", "classid", cls,
-                        "htb", "rate", "10gbit")
-                run(*tc, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:",
-                    *leaf.split())
+                        "htb", "rate", rate, "burst", "256k", "cburst", "256k")
+                if netem:
+                    run(*tc, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:",
+                        *netem.split())
         if leaf:
             self._leaf[host] = leaf
         else:

@@ -567,6 +567,63 @@ def test_lab_leaves_nothing_behind():
     assert not _running(int(pid)), "the killed run's process was not stopped"
 
 
+_SINK = """
+import socket, sys
+srv = socket.create_server((sys.argv[1], 0))
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+n = 0
+while chunk := conn.recv(1 << 16):
+    n += len(chunk)
+print(n, flush=True)
+"""
+_SEND = """
+import socket, sys, time
+data = b"x" * int(sys.argv[3])
+t0 = time.perf_counter()
+with socket.create_connection((sys.argv[1], int(sys.argv[2]))) as s:
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)
+print(time.perf_counter() - t0, flush=True)
+"""
+
+
+def _send_time(lab: netlab.NetLab, src: str, dst: str, size: int) -> float:
+    """Seconds ``size`` bytes take over TCP from a process in ``src``'s namespace to one
+    in ``dst``'s (the receiver closes once it has read them all)."""
+    sink = subprocess.Popen([*lab.exec_prefix(dst), sys.executable, "-c", _SINK,
+                             lab.service_ip(dst)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = sink.stdout.readline().strip()
+        out = subprocess.run([*lab.exec_prefix(src), sys.executable, "-c", _SEND,
+                              lab.service_ip(dst), port, str(size)],
+                             capture_output=True, text=True, timeout=120, check=True)
+        assert int(sink.stdout.readline()) == size
+        return float(out.stdout)
+    finally:
+        sink.kill()  # by PID; it has normally exited already
+        sink.wait(timeout=30)
+
+
+def test_a_slow_link_has_the_bandwidth_asked():
+    """``slow(rate_mbit=...)`` limits what the two hosts send each other to that bandwidth
+    (the seeding bench's link between data centres), each way, and nothing else; ``heal``
+    lifts it. 2.5 MB at 20 Mbit/s take 1.0 s: never less (a limit cannot be beaten), and
+    not many times more."""
+    size, mbit = 2_500_000, 20
+    expected = size * 8 / (mbit * 1e6)
+    with netlab.NetLab(["x1", "x2", "x3"]) as lab:
+        lab.slow("x1", "x2", delay_ms=0, rate_mbit=mbit)
+        for src, dst in (("x1", "x2"), ("x2", "x1")):
+            took = _send_time(lab, src, dst, size)
+            assert 0.9 * expected <= took <= 4 * expected, (src, dst, took)
+        assert _send_time(lab, "x1", "x3", size) < 0.5 * expected  # not that pair
+        lab.heal()
+        assert _send_time(lab, "x1", "x2", size) < 0.5 * expected
+    assert lab.leftovers() == []
+
+
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
