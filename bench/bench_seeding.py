@@ -17,10 +17,11 @@ the same image over the same link measured right after: a signed ``GET
 /peer/seed/<name>`` from the donor master (worker -> donor master -> here, as the seeding
 downloads it) into a file on the same disk, no hashing. The ratio time / (bytes / rate)
 is issue 16's figure (target <= 1.25). The breakdown comes from the phase lines of the
-new master's log (asking = the donor writes its image; downloading = the download, while
-the first worker already receives it from the new master; installing = that worker
-finishes receiving, checks and unpacks it, and the log is rebased; replicating and then
-until the other workers are ON = the usual recovery).
+new master's log (asking = the donor's checkpoint of its image's state; downloading =
+the download, while the workers already receive it from the new master; installing =
+they finish receiving, check and unpack it, and the log is rebased; replicating and then
+until every worker is ON = the poll of the workers, and the usual recovery of one that
+could not install the image).
 
 The link: loopback by default, where the "transfer" is a memory copy and the seeding's
 own CPU work (the donor packing and compressing its store, the new worker unpacking it)
@@ -335,10 +336,10 @@ def main() -> None:
     order = ["asking", "downloading", "installing", "replicating", "done"]
     marks = [(p, phase[p]) for p in order if p in phase] + [("ON", t_on)]
     what = {"asking": "donor's checkpoint: the image's state",
-            "downloading": "donor writes + download; first worker unpacks meanwhile",
-            "installing": "that worker finishes, checks, swaps; log rebased",
+            "downloading": "donor writes + download; the workers unpack meanwhile",
+            "installing": "the workers finish, check, swap; log rebased",
             "replicating": "poll of the workers",
-            "done": "other workers replicated until ON"}
+            "done": "until every worker is ON"}
     for (p, t), (_, t2) in itertools.pairwise(marks):
         rows.append((f"  {p} ({what.get(p, p)})", f"{t2 - t:.2f} s"))
     link = f"a {args.link_mbit:g} Mbit/s link" if args.link_mbit else "loopback"

@@ -12,6 +12,7 @@ the others, and no acknowledged write is lost.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -158,6 +159,15 @@ def test_a_new_data_centre_is_seeded_from_a_peer_and_joins_at_runtime(tmp_path):
                       if line.startswith("txcluster_seed_"))
         assert float(values["txcluster_seed_bytes"]) == seeded["seeding"]["total"], values
         assert float(values["txcluster_seed_position"]) == seeded["floor"], values
+        # Both workers installed the image while it downloaded (none was replicated from
+        # the other afterwards), and nothing reported a worker without a source.
+        text = new.master.log_path.read_text()
+        seeded_on = re.search(r"seeded from a peer's image at agreed position \d+ .* on (.*)",
+                              text)
+        assert seeded_on, new.master.log_tail()
+        assert sorted(seeded_on.group(1).split(", ")) == sorted(w.url for w in new.workers)
+        assert "cannot replicate" not in text and "replication of" not in text, \
+            new.master.log_tail()
         # The others add it at runtime; it catches up by replay from its floor.
         for dc in old.dcs:
             r = httpx.post(f"{dc.master.url}/admin/sync/peers",

@@ -17,17 +17,17 @@ there, the hash chain up to it, the newest timestamp up to it) that makes the
 *The recipient* (``Seeding``). With its sync driver stopped (writes are refused
 meanwhile): asks the donor for a seed point; downloads the image into
 ``<data-dir>/seeding/`` — a cut download is resumed from the bytes it has, and the
-SHA-256 (computed as the bytes arrive) is checked at the end; has one worker pull it from
-this master (``GET /cluster/seed-image/<name>``, the cluster credential, as a worker pulls
-from a worker) *while it downloads* — the master serves the file as it grows
-(``Seeding.follow``), the worker checks the announced SHA-256 itself, and nothing is
-adopted before the download is complete and checked too; a worker that could not install
-it is followed by the next, which pulls the complete image — and checks that the worker
-now holds the point's state; then, in one SQLite transaction, the
-agreed queue is forgotten up to P as a compaction would (the floor) and the data
-centre's log starts over at the image's state (``AgreementLog.seeded``). The other
-workers are then replicated from that worker by the usual recovery, and peering resumes
-from P: peers send what was agreed after it. Progress (phase, bytes, total) is on the
+SHA-256 (computed as the bytes arrive) is checked at the end; has every worker pull it
+from this master at once (``GET /cluster/seed-image/<name>``, the cluster credential, as
+a worker pulls from a worker) *while it downloads* — the master serves the file as it
+grows (``Seeding.follow``), each worker checks the announced SHA-256 itself, and nothing
+is adopted before the download is complete and checked too; if none could install it,
+they try one at a time with the complete image — and checks that the workers now hold
+the point's state; then, in one SQLite transaction, the agreed queue is forgotten up to P
+as a compaction would (the floor) and the data centre's log starts over at the image's
+state (``AgreementLog.seeded``). A worker that could not install it is replicated from
+one that did by the usual recovery, and peering resumes from P: peers send what was
+agreed after it. Progress (phase, bytes, total) is on the
 status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
 
 Transactions of the incoming queue that sort at or before the seed point were agreed at
@@ -260,8 +260,8 @@ class Seeding:
             else:
                 point = await self._ask(url.rstrip("/"))
             self.progress.update(position=point.pos, total=point.bytes, sha256=point.sha256)
-            # The first worker pulls the image while it downloads (follow): its receive
-            # overlaps the download instead of following it. It checks the announced
+            # The workers pull the image while it downloads (follow): their receiving
+            # overlaps the download instead of following it. Each checks the announced
             # SHA-256 itself, and nothing is adopted before the download checked it too.
             self._following = point.name
             self._download_task = asyncio.create_task(
@@ -459,50 +459,75 @@ class Seeding:
         # Until the log is rebased, a worker's new state is unknown to it: the health
         # check leaves them alone (as during a restore).
         pool.restoring = set(pool.workers)
-        chosen, problems = None, []
+        installed: list[Any] = []
         try:
             for w in workers:
                 pool.disable(w, WorkerStatus.REPLICATION_CLIENT, "seeding from a peer's image")
             await self._until_listening()
-            for w in workers:
-                if problems:  # the next worker pulls the complete, checked image
-                    await download
-                try:
-                    res = await w.client.pull_image(source)
-                except (WorkerUnavailable, WorkerRefused) as exc:
-                    problems.append(f"{w.url}: {exc}")
-                    continue
-                if (res["seq"], res["fingerprint"], res["quads"]) != \
-                        (point.seq, point.fingerprint, point.quads):
-                    problems.append(f"{w.url} installed seq {res['seq']} ({res['fingerprint']})"
-                                    f", not the image's seq {point.seq} ({point.fingerprint})")
-                    continue
-                chosen = w
-                break
+            # Every worker pulls the image while it downloads, all at once: over a link
+            # between data centres the download is the slow part, and each worker's
+            # receiving and unpacking keeps up with it, so the whole data centre holds
+            # the image when the download ends (each worker replicated from the first
+            # afterwards took as long again: the image packed anew, sent, unpacked).
+            problems = await asyncio.gather(*(self._pull(w, source, point)
+                                              for w in workers))
+            installed = [w for w, problem in zip(workers, problems, strict=True)
+                         if problem is None]
+            if not installed:
+                # None of them could install it while it downloaded: one at a time, the
+                # complete, checked image (SeedingFailed here names the download's own
+                # problem).
+                await download
+                for w in workers:
+                    problem = await self._pull(w, source, point)
+                    if problem is None:
+                        installed = [w]
+                        break
+                    problems.append(problem)
             # Nothing is adopted before the download is complete and its SHA-256 checked
             # (SeedingFailed from here names the download's own problem).
             await download
-            if chosen is None:
-                raise SeedingFailed("no worker installed the image: " + "; ".join(problems))
+            if not installed:
+                raise SeedingFailed("no worker installed the image: "
+                                    + "; ".join(p for p in problems if p))
             state = State(point.seq, point.fingerprint, point.quads)
             try:
                 await pool.db(self.agreement.seeded, point, state)
             except TxLogError as exc:
                 raise SeedingFailed(str(exc)) from None
             pool.set_head(point.seq, point.fingerprint, point.quads)
-            chosen.seq, chosen.fingerprint, chosen.quads = point.seq, point.fingerprint, \
-                point.quads
+            for w in installed:
+                w.seq, w.fingerprint, w.quads = point.seq, point.fingerprint, point.quads
+                # At the head: in sync now, not after a poll. The poll of every worker
+                # below runs in parallel, and a worker still to be replicated that was
+                # polled first would find no source ("no worker can serve a
+                # replication", an ERROR) and wait for the next health check.
+                w.status = pool.settled(w)
         finally:
             for w in workers:
                 if w.status == WorkerStatus.REPLICATION_CLIENT:
                     w.status = WorkerStatus.OUT_OF_SYNC  # recovered: replayed or replicated
             pool.restoring = set()
         pool.note(f"seeded from a peer's image at agreed position {point.pos} "
-                  f"(seq {point.seq}, {point.quads} quads) on {chosen.url}")
+                  f"(seq {point.seq}, {point.quads} quads) on "
+                  f"{', '.join(w.url for w in installed)}")
         self._phase("replicating")
         await pool.poll_all()
         for leftover in (f"{point.name}.image", f"{point.name}.image.sha256"):
             (self.dir / leftover).unlink(missing_ok=True)
+
+    async def _pull(self, w: Any, source: str, point: SeedPoint) -> str | None:
+        """Worker ``w`` installs the image at ``source``: None once it holds the point's
+        state, else what went wrong."""
+        try:
+            res = await w.client.pull_image(source)
+        except (WorkerUnavailable, WorkerRefused) as exc:
+            return f"{w.url}: {exc}"
+        if (res["seq"], res["fingerprint"], res["quads"]) != \
+                (point.seq, point.fingerprint, point.quads):
+            return (f"{w.url} installed seq {res['seq']} ({res['fingerprint']}), not the "
+                    f"image's seq {point.seq} ({point.fingerprint})")
+        return None
 
 
 @dataclass
