@@ -196,6 +196,45 @@ def test_a_new_data_centre_is_seeded_from_a_peer_and_joins_at_runtime(tmp_path):
         old.stop_all()
 
 
+def test_a_worker_down_while_seeding_is_replicated_from_one_that_installed_the_image(
+        tmp_path):
+    """Every worker pulls the image while it downloads; one that cannot (here: not
+    running) does not stop the seeding. The others install it, only they are named in
+    the master's log, and the one that was down is replicated from them once it is
+    back: both workers end up identical, holding the donor's data."""
+    old = DataCentres(tmp_path / "old", n=1, workers=1)
+    new = None
+    try:
+        old.start()
+        [m1] = old.dcs
+        triples = " ".join(f'<urn:down:s{i}> <urn:down:p> "v{i}" .' for i in range(500))
+        assert m1.update(f"INSERT DATA {{ {triples} }}").status_code == 204
+        new = LocalCluster(tmp_path / "dc2", old.secret, 2, master_port=free_port(),
+                           node_id="m2", **{"data-centre": "dc2", "sync-seed-from": "m1",
+                                            "peer.1.id": "m1", "peer.1.url": m1.master.url})
+        up, down = new.workers
+        up.start()
+        new.master.start()
+        seeded = wait_until(lambda: (s := sync_of(new)).get("seeding", {}).get(
+            "phase") == "done" and s, "seeded with one worker down")
+        assert seeded["seeding"]["error"] is None, seeded["seeding"]
+        text = new.master.log_path.read_text()
+        assert re.search(r"seeded from a peer's image at agreed position \d+ .* on "
+                         rf"{re.escape(up.url)}$", text, re.M), new.master.log_tail()
+        down.start()
+        new.wait_for(lambda st: all(w["status"] == "ON" for w in st["workers"]),
+                     "the worker that was down replicated", timeout=120)
+        assert f"replication of {down.url} done" in new.master.log_path.read_text()
+        assert len({httpx.get(f"{w.url}/health", timeout=10).json()["fingerprint"]
+                    for w in (up, down, *m1.workers)}) == 1
+        assert new.select("SELECT (COUNT(*) AS ?n) WHERE { ?s <urn:down:p> ?o }") == \
+            [{"n": "500"}]
+    finally:
+        if new is not None:
+            new.stop_all()
+        old.stop_all()
+
+
 def processes_under(directory: Path) -> list[int]:
     """PIDs of the processes whose command line names a path under ``directory``."""
     pids = []

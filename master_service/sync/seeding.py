@@ -56,6 +56,7 @@ from typing import Any
 
 import aiohttp
 
+from master_service.cluster.pool import Worker
 from master_service.cluster.statuses import WorkerStatus
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from master_service.sync import wire
@@ -459,7 +460,7 @@ class Seeding:
         # Until the log is rebased, a worker's new state is unknown to it: the health
         # check leaves them alone (as during a restore).
         pool.restoring = set(pool.workers)
-        installed: list[Any] = []
+        installed: list[Worker] = []
         try:
             for w in workers:
                 pool.disable(w, WorkerStatus.REPLICATION_CLIENT, "seeding from a peer's image")
@@ -469,8 +470,12 @@ class Seeding:
             # receiving and unpacking keeps up with it, so the whole data centre holds
             # the image when the download ends (each worker replicated from the first
             # afterwards took as long again: the image packed anew, sent, unpacked).
-            problems = await asyncio.gather(*(self._pull(w, source, point)
-                                              for w in workers))
+            outcomes = await asyncio.gather(*(self._pull(w, source, point)
+                                              for w in workers), return_exceptions=True)
+            for outcome in outcomes:  # a bug, raised once no pull is left running
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            problems: list[str | None] = list(outcomes)  # type: ignore[arg-type]
             installed = [w for w, problem in zip(workers, problems, strict=True)
                          if problem is None]
             if not installed:
@@ -516,7 +521,7 @@ class Seeding:
         for leftover in (f"{point.name}.image", f"{point.name}.image.sha256"):
             (self.dir / leftover).unlink(missing_ok=True)
 
-    async def _pull(self, w: Any, source: str, point: SeedPoint) -> str | None:
+    async def _pull(self, w: Worker, source: str, point: SeedPoint) -> str | None:
         """Worker ``w`` installs the image at ``source``: None once it holds the point's
         state, else what went wrong."""
         try:
