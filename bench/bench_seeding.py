@@ -24,12 +24,12 @@ until every worker is ON = the poll of the workers, and the usual recovery of on
 could not install the image).
 
 The link: loopback by default, where the "transfer" is a memory copy and the seeding's
-own CPU work (the donor packing and compressing its store, the new worker unpacking it)
+own CPU work (the donor packing and compressing its store, the new workers unpacking it)
 is what the figure compares with it. ``--link-mbit N`` (root: a network lab of
 tests/netlab.py) runs each data centre in a network namespace of its own, the two joined
-by a link limited to N Mbit/s each way (tc netem rate): the link between two data
-centres that the issue's figure is about. The reference download then runs in the new
-data centre's namespace, over that same link.
+by a link limited to N Mbit/s each way (an htb class, ``NetLab.slow``): the link between
+two data centres that the issue's figure is about. The reference download then runs in
+the new data centre's namespace, over that same link.
 """
 
 from __future__ import annotations
@@ -172,9 +172,9 @@ class Lab:
 
     def __init__(self, root: Path, mbit: float) -> None:
         self.root = root
-        self.lab = netlab.NetLab(["dc1", "dc2"]).start()
         self.nodes: list[NodeProcess] = []
         self.secret = local.new_secret(root / "secret")
+        self.lab = netlab.NetLab(["dc1", "dc2"]).start()
         try:
             self.lab.slow("dc1", "dc2", delay_ms=0, rate_mbit=mbit)
         except BaseException:

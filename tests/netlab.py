@@ -32,11 +32,12 @@ Faults (all idempotent):
   from every other host (the test process still reaches it, over the management path).
 * ``lossy(a, b, percent)``: an nftables rule in each of the two namespaces drops that
   share of the packets to the other (random, per packet; works wherever nft does).
-* ``slow(a, b, delay_ms, jitter_ms, loss_pct, rate_mbit)``: tc netem delays (drops,
-  limits to a bandwidth) what each of the two sends to the other, and only that:
-  nftables sets the packets' priority to the class of an htb qdisc on the host's
-  adapters whose leaf is the netem qdisc (one netem setting per host). Needs the
-  kernel's sch_netem: ``netem_unavailable()`` says why not.
+* ``slow(a, b, delay_ms, jitter_ms, loss_pct, rate_mbit)``: what each of the two sends
+  to the other, and only that, is delayed and dropped (tc netem) and limited to a
+  bandwidth: nftables sets the packets' priority to a class of an htb qdisc on the
+  host's adapters, at that rate, whose leaf is the netem qdisc (one setting per host).
+  A delay or loss needs the kernel's sch_netem (``netem_unavailable()`` says why not);
+  a bandwidth alone does not.
 * ``heal()``: no cuts, no loss, no slow links, every adapter up.
 
 Cleanup: ``close()`` (also from ``with``, and from atexit if the test never got there)
