@@ -50,8 +50,9 @@ deps-debian:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# The Molecule scenario (~13 minutes, mostly Ansible's round trips to the nspawn hosts)
-# runs beside the rest of the suite, in its own pytest; its report is printed at the end.
+# The Molecule scenario (~12 minutes alone, 15-16 beside the suite; mostly Ansible's round
+# trips to the nspawn hosts) runs beside the rest of the suite, in its own pytest; its
+# report is printed at the end.
 MOLECULE_TEST := tests/test_deploy_molecule.py
 test: $(STAMP) $(VENV)/.installed-deploy deps-debian $(NODE_STAMP) $(W3C_STAMP) lint
 	@mkdir -p build

@@ -475,9 +475,9 @@ class Seeding:
             for outcome in outcomes:  # a bug, raised once no pull is left running
                 if isinstance(outcome, BaseException):
                     raise outcome
-            problems: list[str | None] = list(outcomes)  # type: ignore[arg-type]
-            installed = [w for w, problem in zip(workers, problems, strict=True)
-                         if problem is None]
+            installed = [w for w, outcome in zip(workers, outcomes, strict=True)
+                         if outcome is None]
+            problems = [outcome for outcome in outcomes if isinstance(outcome, str)]
             if not installed:
                 # None of them could install it while it downloaded: one at a time, the
                 # complete, checked image (SeedingFailed here names the download's own
@@ -493,8 +493,7 @@ class Seeding:
             # (SeedingFailed from here names the download's own problem).
             await download
             if not installed:
-                raise SeedingFailed("no worker installed the image: "
-                                    + "; ".join(p for p in problems if p))
+                raise SeedingFailed("no worker installed the image: " + "; ".join(problems))
             state = State(point.seq, point.fingerprint, point.quads)
             try:
                 await pool.db(self.agreement.seeded, point, state)
