@@ -137,7 +137,8 @@ class Writers:
     @property
     def written(self) -> set[str]:
         """Everything a client may have written (acknowledged or not)."""
-        return set(self.acked) | {s for s, _ in self.failed}
+        with self._lock:  # the writers may still be adding to both
+            return set(self.acked) | {s for s, _ in self.failed}
 
 
 def _assert_no_write_lost(ukus: UkUs, writers: Writers, before: set[str],

@@ -130,7 +130,7 @@ class Writers:
     def __init__(self, targets: list[tuple[str, LocalCluster]], per_thread: int | None = None,
                  timeout: float = 30) -> None:
         self.per_thread = per_thread
-        self.acked: set[str] = set()
+        self._acked: set[str] = set()
         self.failed: list[tuple[str, str]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -149,10 +149,19 @@ class Writers:
                 ok, why = False, f"{type(exc).__name__}"
             with self._lock:
                 if ok:
-                    self.acked.add(subject)
+                    self._acked.add(subject)
                 else:
                     self.failed.append((subject, why))
-                    time.sleep(0.05)
+            if not ok:
+                time.sleep(0.05)  # outside the lock: the others go on recording
+
+    @property
+    def acked(self) -> set[str]:
+        """The acknowledged statements so far: a copy, taken under the lock, so that a
+        test may read it while the writers still add to it (iterating the live set then
+        failed with "Set changed size during iteration")."""
+        with self._lock:
+            return set(self._acked)
 
     def __enter__(self) -> Writers:
         for t in self.threads:
