@@ -278,6 +278,9 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
     log = c.master.log_path.read_text()
     assert "initial bulk load" in log
     assert sum(f"Replicating (empty): worker {w.url}" in log for w in c.workers) == 2
+    # Both at once, from the one worker that loaded (they share its image): none waits
+    # for a source ("cannot replicate ...: no worker can serve a replication").
+    assert "cannot replicate" not in log, log[-3000:]
     assert _hub_subjects(c) == 2  # _:hub of one.nq and _:hub of two.nq
     [rejected] = [json.loads(line) for p in (tmp_path / "rejects").glob("part-*.json")
                   for line in p.read_text().splitlines()]

@@ -180,11 +180,27 @@ def test_a_bad_load_id_is_refused(client):
 # ---- preserveNodeId ----
 
 
-def _added(repo: Repository, params: str) -> set[str]:
+def _added(repo: Repository, params: str,
+           data: bytes = b"_:b1 <http://e/p> _:b2 .\n") -> set[str]:
     ops = writes.statements_write("POST", parameters.parse_params(params.encode()),
-                                 b"_:b1 <http://e/p> _:b2 .\n", "application/n-quads")
+                                 data, "application/n-quads")
     result = repo.execute_local(parse_operations(ops))
     return {f"{q} ." for q in result.changeset.added}
+
+
+def test_preserve_node_id_adds_typed_literals_as_the_store_holds_them(repo):
+    """The add's quads kept as written (labels, graphs) still have their typed literals
+    in canonical form, so the changeset (and the fingerprint) is what the store holds."""
+    added = _added(repo, "preserveNodeId=true", (
+        b'_:b1 <http://e/p> "01"^^<http://www.w3.org/2001/XMLSchema#integer> <http://e/g> .\n'
+        b'<http://e/s> <http://e/p> "1.50"^^<http://www.w3.org/2001/XMLSchema#decimal> .\n'
+        b'<http://e/s> <http://e/p> "x"@EN .\n'))
+    assert added == {
+        '_:b1 <http://e/p> "1"^^<http://www.w3.org/2001/XMLSchema#integer> <http://e/g> .',
+        '<http://e/s> <http://e/p> "1.5"^^<http://www.w3.org/2001/XMLSchema#decimal> .',
+        '<http://e/s> <http://e/p> "x"@en .'}
+    assert {f"{q} ." for q in repo.store} == added
+    assert repo.verify()["matches"]
 
 
 def test_preserve_node_id_keeps_the_labels_of_an_add(repo):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 
@@ -101,6 +102,65 @@ def test_image_between_two_worker_processes(worker_factory, secret):
     dst.start()
     with signed_client(dst, secret[1]) as c:
         assert c.get("/cluster/state").json()["fingerprint"] == want["fingerprint"]
+
+
+def test_receivers_that_ask_at_once_share_one_image(worker_factory, secret):
+    """Workers that pull a source's image while another receiver reads it get that same
+    image (one packing of the store, streamed to each; its SHA-256 asked for at the
+    location the answer names); a request once nobody reads it makes a new one; no image
+    file is left behind; an unknown image's checksum is a 404."""
+    src = worker_factory("src")
+    dsts = [worker_factory("d1"), worker_factory("d2")]
+    with signed_client(src, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 60_000, "g"))).raise_for_status()
+        want = c.get("/cluster/state").json()
+    answers: list = []
+
+    def pull(node) -> None:
+        with signed_client(node, secret[1]) as c:
+            answers.append(c.post("/cluster/image/pull", timeout=120,
+                                  json={"source": f"{src.url}/cluster/image"}))
+
+    with signed_client(src, secret[1]) as c, c.stream("GET", "/cluster/image") as first:
+        # A receiver that has the answer's head and reads nothing yet: the image is
+        # read until it ends, whether its writing has finished or not.
+        assert first.status_code == 200
+        threads = [threading.Thread(target=pull, args=(d,)) for d in dsts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        body = first.read()
+        location = first.headers["x-image-sha256-location"]
+        sha = c.get(f"/cluster/{location}")
+        assert sha.status_code == 200, sha.text
+        assert sha.text == hashlib.sha256(body).hexdigest()
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    for d in dsts:
+        with signed_client(d, secret[1]) as c:
+            got = c.get("/cluster/state").json()
+            assert c.post("/cluster/verify").json()["matches"]
+        assert (got["seq"], got["fingerprint"], got["quads"]) == \
+            (want["seq"], want["fingerprint"], want["quads"])
+    written = [line for line in src.log_path.read_text().splitlines()
+               if "written while read" in line]
+    assert len(written) == 1, written
+    with signed_client(src, secret[1]) as c:
+        r = c.get("/cluster/image")
+        assert r.status_code == 200
+        assert (r.headers["x-image-seq"], r.headers["x-image-fingerprint"]) == \
+            (str(want["seq"]), want["fingerprint"])
+        again = c.get(f"/cluster/{r.headers['x-image-sha256-location']}")
+        assert again.status_code == 200, again.text
+        assert again.text == hashlib.sha256(r.content).hexdigest()
+        assert int(again.headers["x-image-bytes"]) == len(r.content)
+        missing = c.get("/cluster/image/0123abcd/sha256")
+        assert missing.status_code == 404 and "0123abcd" in missing.text
+    written = [line for line in src.log_path.read_text().splitlines()
+               if "written while read" in line]
+    assert len(written) == 2, written
+    assert not list((src.directory / "data" / "tmp").glob("image-*")), \
+        "an image file was left behind"
 
 
 def test_a_backup_streamed_while_written_is_pulled_and_resumed(worker_factory, secret):

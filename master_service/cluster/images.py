@@ -94,12 +94,8 @@ class Images:
             raise NoWorkerAvailable("no up-to-date worker can make a backup")
         # Prefer a worker that is not the probe, so writes go on undisturbed.
         w = next((c for c in candidates if c.url != pool.probe), candidates[0])
-        w.status = WorkerStatus.REPLICATION_SERVER
-        try:
+        with pool.serving(w):
             manifest = await w.client.backup(name, pool.params.compression)
-        finally:
-            if w.status == WorkerStatus.REPLICATION_SERVER:
-                w.status = pool.settled(w)
         record = {"name": name, "created": time.time(), "seq": manifest["seq"],
                   "fingerprint": manifest["fingerprint"], "quads": manifest["quads"],
                   "worker": w.url, "sha256": manifest["sha256"], "bytes": manifest["bytes"],

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +52,9 @@ class Worker:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     forwarder: asyncio.Task | None = None
     recovering: bool = False
+    # Images this worker is serving now (replications, a backup): REPLICATION_SERVER
+    # until the last of them ends (Pool.serving).
+    serving: int = 0
     # (seq, fingerprint) ahead of the log whose journal was found not to roll forward:
     # not asked again until the worker's state changes.
     not_rolled_forward: tuple[int, str] | None = None
@@ -177,6 +180,20 @@ class WorkerPool:
         """The status of an in-sync worker that is not applying anything right now:
         WAITING_WRITE while forwarded writes are queued for it, else ON."""
         return WorkerStatus.WAITING_WRITE if w.queue else WorkerStatus.ON
+
+    @contextlib.contextmanager
+    def serving(self, w: Worker) -> Iterator[None]:
+        """``w`` is REPLICATION_SERVER while it serves an image: several at once (the
+        receivers of one replication round share its image: worker_service/
+        shared_images.py), settled again when the last one ends."""
+        w.serving += 1
+        w.status = WorkerStatus.REPLICATION_SERVER
+        try:
+            yield
+        finally:
+            w.serving -= 1
+            if not w.serving and w.status == WorkerStatus.REPLICATION_SERVER:
+                w.status = self.settled(w)
 
     def readable(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.status in READABLE and w.readable]

@@ -242,11 +242,15 @@ class Recovery:
     async def _replicate(self, w: Worker) -> bool:
         """Full replication: stream an up-to-date worker's image into ``w``."""
         pool = self.pool
-        sources = [s for s in pool.in_sync() if s.url != w.url
-                   and s.status in (WorkerStatus.ON, WorkerStatus.WAITING_WRITE)]
+        # A source already serving an image serves this one too: the receivers that
+        # ask while it is written share it (worker_service/shared_images.py), so workers
+        # brought back together (after an initial bulk load, say) replicate at once.
+        sources = [s for s in pool.in_sync() if s.url != w.url and s.status in (
+            WorkerStatus.ON, WorkerStatus.WAITING_WRITE, WorkerStatus.REPLICATION_SERVER)]
         if sources:
-            src = min(sources, key=lambda s: pool.router.stats.get(s.url).running
-                      if s.url in pool.router.stats else 0)
+            src = min(sources, key=lambda s: (
+                not s.serving, pool.router.stats.get(s.url).running
+                if s.url in pool.router.stats else 0))
             source_url = f"{src.url}/cluster/image"
             if not pool.params.compression:
                 source_url += "?compression=false"
@@ -260,14 +264,9 @@ class Recovery:
             source_url = f"{backup.worker.rstrip('/')}/cluster/backups/default"
             pool.note(f"replicating {w.url} from the 'default' backup image")
         w.status = WorkerStatus.REPLICATION_CLIENT
-        if src:
-            src.status = WorkerStatus.REPLICATION_SERVER
         started = time.monotonic()
-        try:
+        with pool.serving(src) if src else contextlib.nullcontext():
             result = await w.client.pull_image(source_url)
-        finally:
-            if src and src.status == WorkerStatus.REPLICATION_SERVER:
-                src.status = pool.settled(src)
         pool.counters.replications += 1
         pool.counters.replication_bytes += (src.size_bytes or 0) if src else 0
         w.status = WorkerStatus.OUT_OF_SYNC

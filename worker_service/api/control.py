@@ -6,8 +6,10 @@
     POST /cluster/execute            probe: exact changeset + control queries
     POST /cluster/apply              apply a changeset with the expected fingerprint
     POST /cluster/verify             full recomputation of the fingerprint
-    GET  /cluster/image              stream a storage image (tar + snappy framing; a plain
-                                     tar with ?compression=false)
+    GET  /cluster/image              stream a storage image while it is written, shared by
+                                     the requests that come meanwhile (tar + snappy
+                                     framing; a plain tar with ?compression=false)
+    GET  /cluster/image/{id}/sha256  its SHA-256, once written
     POST /cluster/image/pull         fetch an image from another worker and swap it in
     GET  /cluster/backups            list named images
     POST /cluster/backups/{name}     write a named image (?compression=false: a plain tar)
@@ -27,7 +29,6 @@ import logging
 import re
 import ssl
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -54,6 +55,7 @@ from worker_service.bulk_load import BulkLoader
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
 from worker_service.repository import ApplyEntry, Repository, WorkerError
+from worker_service.shared_images import SharedImages
 
 log = logging.getLogger("txcluster.worker")
 
@@ -279,13 +281,41 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         repo = await guard(request)
         return await run_in_threadpool(repo.verify)
 
+    # The images of GET /image, one for every receiver that asks while it is written.
+    images = SharedImages(repo_provider)
+
     @router.get("/image")
     async def get_image(request: Request):
-        repo = await guard(request)
+        """A storage image of the current state, streamed while it is written; a request
+        that comes meanwhile gets the same image (shared_images.py). Its SHA-256 is at
+        ``X-Image-Sha256-Location`` once the body has ended."""
+        await guard(request)
         compress = _compression(request)
-        path = repo.data_dir / "tmp" / f"image-{uuid.uuid4().hex}.tar.sz"
-        manifest = await run_in_threadpool(repo.create_image, path, compress)
-        return _image_response(path, manifest, cleanup=True)
+        try:
+            shared = await run_in_threadpool(images.join, compress)
+        except WorkerError as exc:
+            raise fail(exc) from None
+        w = shared.writing
+        headers = {f"X-Image-{k.capitalize()}": str((w.state or {})[k])
+                   for k in IMAGE_HEADERS if k != "sha256"}
+        headers["X-Image-Sha256-Location"] = f"image/{shared.id}/sha256"
+        return StreamingResponse(_follow(w, 0), headers=headers,
+                                 media_type="application/x-snappy-framed",
+                                 background=BackgroundTask(images.leave, shared))
+
+    @router.get("/image/{image_id}/sha256")
+    async def image_sha256(image_id: str, request: Request):
+        """The SHA-256 of an image of GET /image, once written (waits for it): text,
+        with its length in ``X-Image-Bytes``."""
+        await guard(request)
+        found = await run_in_threadpool(images.checksum, image_id)
+        if found is None:
+            raise HTTPException(404, f"no storage image '{image_id}' here (or not any "
+                                     "more)")
+        sha, size, error = found
+        if error is not None or sha is None:
+            raise HTTPException(500, f"storage image '{image_id}' failed: {error}")
+        return PlainTextResponse(sha, headers={"X-Image-Bytes": str(size)})
 
     async def pull(repo: Repository, source: str) -> dict:
         """Fetch an image and unpack it *as it arrives* (Repository.install_image_stream),
