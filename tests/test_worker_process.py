@@ -161,6 +161,13 @@ def test_receivers_that_ask_at_once_share_one_image(worker_factory, secret):
     assert len(written) == 2, written
     assert not list((src.directory / "data" / "tmp").glob("image-*")), \
         "an image file was left behind"
+    # A receiver that goes away mid-image leaves no file behind either.
+    with signed_client(src, secret[1]) as c, c.stream("GET", "/cluster/image") as cut:
+        assert len(next(cut.iter_raw(64 * 1024))) > 0
+    deadline = time.monotonic() + 30
+    while list((src.directory / "data" / "tmp").glob("image-*")):
+        assert time.monotonic() < deadline, "a cut reader's image file was left behind"
+        time.sleep(0.1)
 
 
 def test_a_backup_streamed_while_written_is_pulled_and_resumed(worker_factory, secret):

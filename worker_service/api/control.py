@@ -299,9 +299,17 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         headers = {f"X-Image-{k.capitalize()}": str((w.state or {})[k])
                    for k in IMAGE_HEADERS if k != "sha256"}
         headers["X-Image-Sha256-Location"] = f"image/{shared.id}/sha256"
-        return StreamingResponse(_follow(w, 0), headers=headers,
-                                 media_type="application/x-snappy-framed",
-                                 background=BackgroundTask(images.leave, shared))
+        return StreamingResponse(read_shared(shared), headers=headers,
+                                 media_type="application/x-snappy-framed")
+
+    async def read_shared(shared) -> AsyncIterator[bytes]:
+        # Left in a finally, not a background task: that one is skipped when the image's
+        # writing fails mid-stream, and the file would stay behind.
+        try:
+            async for chunk in _follow(shared.writing, 0):
+                yield chunk
+        finally:
+            images.leave(shared)
 
     @router.get("/image/{image_id}/sha256")
     async def image_sha256(image_id: str, request: Request):
