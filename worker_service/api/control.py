@@ -55,7 +55,7 @@ from worker_service.bulk_load import BulkLoader
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
 from worker_service.repository import ApplyEntry, Repository, WorkerError
-from worker_service.shared_images import SharedImages
+from worker_service.shared_images import SharedImage, SharedImages
 
 log = logging.getLogger("txcluster.worker")
 
@@ -302,7 +302,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         return StreamingResponse(read_shared(shared), headers=headers,
                                  media_type="application/x-snappy-framed")
 
-    async def read_shared(shared) -> AsyncIterator[bytes]:
+    async def read_shared(shared: SharedImage) -> AsyncIterator[bytes]:
         # Left in a finally, not a background task: that one is skipped when the image's
         # writing fails mid-stream, and the file would stay behind.
         try:
