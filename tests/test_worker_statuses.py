@@ -138,3 +138,28 @@ def test_a_health_answer_overtaken_by_a_forward_is_not_a_worker_going_back_in_ti
                 await cluster.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_worker_serving_several_images_is_replication_server_until_the_last_ends():
+    """Two replications (or a backup and a replication) served by one worker at once: it
+    stays REPLICATION_SERVER, and in sync, until the last of them ends, whichever order
+    they end in; then it is settled again (WAITING_WRITE with a write queued for it)."""
+    pool = WorkerPool(node_id="m1", txlog=None, secret=b"s" * 32,
+                      params=replication.Parameters(), control_queries=[])
+    w = Worker("http://w1", None)  # type: ignore[arg-type]
+    w.status = WorkerStatus.ON
+    first, second = pool.serving(w), pool.serving(w)
+    first.__enter__()
+    second.__enter__()
+    assert w.status is WorkerStatus.REPLICATION_SERVER and w.status in IN_SYNC
+    first.__exit__(None, None, None)  # the first to start ends first
+    assert w.status is WorkerStatus.REPLICATION_SERVER
+    w.queue.append({"seq": 1})
+    second.__exit__(None, None, None)
+    assert w.status is WorkerStatus.WAITING_WRITE and w.serving == 0
+    try:
+        with pool.serving(w):
+            raise RuntimeError("the pull failed")
+    except RuntimeError:
+        pass
+    assert w.status is WorkerStatus.WAITING_WRITE and w.serving == 0
