@@ -47,6 +47,14 @@ class Writing:
     started: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
+    # Repository.create_image's callbacks: the checkpoint's state, the bytes so far.
+    def begun(self, snap: dict) -> None:
+        self.state = snap
+        self.started.set()
+
+    def wrote(self, n: int) -> None:
+        self.written = n
+
 
 def backups_dir(repo: Repository) -> Path:
     return repo.data_dir / "backups"
@@ -61,18 +69,9 @@ def backup(repo: Repository, name: str, compress: bool = True,
         repo.data_dir / "tmp" / f"backup-{uuid.uuid4().hex}"
     work.mkdir(parents=True, exist_ok=True)
 
-    def started(snap: dict) -> None:
-        if writing is not None:
-            writing.state = snap
-            writing.started.set()
-
-    def progress(n: int) -> None:
-        if writing is not None:
-            writing.written = n
-
     manifest = repo.create_image(work / "image.tar.sz", compress,
-                                 started if writing else None,
-                                 progress if writing else None)
+                                 writing.begun if writing else None,
+                                 writing.wrote if writing else None)
     manifest["name"] = name
     manifest["created"] = time.time()
     state.write_atomically(work / "manifest.json", _json(manifest))

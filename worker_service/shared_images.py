@@ -116,15 +116,9 @@ class SharedImages:
         w = shared.writing
         began = time.monotonic()
 
-        def started(snap: dict) -> None:
-            w.state = snap
-            w.started.set()
-
-        def progress(n: int) -> None:
-            w.written = n
-
         try:
-            manifest = self.repo_provider().create_image(w.path, shared.compress, started, progress)
+            manifest = self.repo_provider().create_image(w.path, shared.compress, w.begun,
+                                                         w.wrote)
             w.sha256, w.bytes = manifest["sha256"], manifest["bytes"]
             log.info("storage image %s written while read: %d bytes in %.2f s", shared.id,
                      w.bytes, time.monotonic() - began)

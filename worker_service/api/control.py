@@ -41,7 +41,6 @@ from fastapi.responses import (
     PlainTextResponse,
     StreamingResponse,
 )
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from rdfcore import fingerprint
@@ -151,12 +150,18 @@ def _compression(request: Request) -> bool:
     return text == "true"
 
 
-def _image_response(path: Path, manifest: dict, cleanup: bool) -> FileResponse:
+def _image_response(path: Path, manifest: dict) -> FileResponse:
     headers = {f"X-Image-{k.capitalize()}": str(manifest[k]) for k in IMAGE_HEADERS}
-    return FileResponse(
-        path, media_type="application/x-snappy-framed", headers=headers,
-        background=BackgroundTask(path.unlink, missing_ok=True) if cleanup else None,
-    )
+    return FileResponse(path, media_type="application/x-snappy-framed", headers=headers)
+
+
+def _written_image_headers(w: backups.Writing, sha256_location: str) -> dict[str, str]:
+    """The headers of an image streamed while it is written: its state, and where to ask
+    for its SHA-256 (relative to the image's URL) once the body has ended."""
+    headers = {f"X-Image-{k.capitalize()}": str((w.state or {})[k])
+               for k in IMAGE_HEADERS if k != "sha256"}
+    headers["X-Image-Sha256-Location"] = sha256_location
+    return headers
 
 
 def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
@@ -295,10 +300,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
             shared = await run_in_threadpool(images.join, compress)
         except WorkerError as exc:
             raise fail(exc) from None
-        w = shared.writing
-        headers = {f"X-Image-{k.capitalize()}": str((w.state or {})[k])
-                   for k in IMAGE_HEADERS if k != "sha256"}
-        headers["X-Image-Sha256-Location"] = f"image/{shared.id}/sha256"
+        headers = _written_image_headers(shared.writing, f"image/{shared.id}/sha256")
         return StreamingResponse(read_shared(shared), headers=headers,
                                  media_type="application/x-snappy-framed")
 
@@ -428,17 +430,15 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         w = writing.get(name)
         if w is not None and not w.done.is_set():
             start = _range_start(request)
-            headers = {f"X-Image-{k.capitalize()}": str((w.state or {})[k])
-                       for k in IMAGE_HEADERS if k != "sha256"}
-            headers.update({"X-Image-Offset": str(start),
-                            "X-Image-Sha256-Location": f"{name}/sha256"})
+            headers = _written_image_headers(w, f"{name}/sha256")
+            headers["X-Image-Offset"] = str(start)
             return StreamingResponse(_follow(w, start), headers=headers,
                                      media_type="application/x-snappy-framed")
         folder = backups.backups_dir(repo) / name
         if not (folder / "manifest.json").is_file():
             raise HTTPException(404, f"no backup named '{name}'")
         manifest = json.loads((folder / "manifest.json").read_text())
-        return _image_response(folder / "image.tar.sz", manifest, cleanup=False)
+        return _image_response(folder / "image.tar.sz", manifest)
 
     @router.get("/backups/{name}/sha256")
     async def backup_sha256(name: str, request: Request):
