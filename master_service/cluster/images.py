@@ -113,7 +113,7 @@ class Images:
         record = await pool.db(pool.txlog.backup, name)
         if record is None:
             raise KeyError(f"no backup named '{name}'")
-        async with self.writes.lock:
+        async with self.writes.quiet():
             await pool.db(forget_after, record.seq)
             head = await pool.db(pool.txlog.head)
             if (head.seq, head.fingerprint) != (record.seq, record.fingerprint):

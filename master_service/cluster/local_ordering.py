@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from master_service.cluster import rollforward
@@ -49,6 +49,7 @@ class LocalOrdering:
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._answering: set[asyncio.Task] = set()  # groups waiting for their record
 
     @property
     def pending(self) -> int:
@@ -72,6 +73,9 @@ class LocalOrdering:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        if self._answering:
+            # Groups the probe executed: answered once recorded, as they would have been.
+            await asyncio.wait(list(self._answering), timeout=10)
         for p in self._pending:
             if not p.future.done():
                 p.future.set_exception(NotWritable("master is shutting down"))
@@ -105,14 +109,28 @@ class LocalOrdering:
                 group = self._pending[:MAX_GROUP]
                 del self._pending[:MAX_GROUP]
                 try:
-                    await self._commit_group(group)
+                    recorded = await self.writes.execute_pipelined(
+                        group, self._record, admit=self.pool.writable_reason)
                 except asyncio.CancelledError:
                     raise
+                except NotWritable as exc:
+                    self._failed(group, exc)
+                    continue
                 except Exception as exc:
                     log.exception("write group failed")
-                    for p in group:
-                        if not p.future.done():
-                            p.future.set_exception(WriteFailed(503, f"write failed: {exc}"))
+                    self._failed(group, WriteFailed(503, f"write failed: {exc}"))
+                    continue
+                # The next group goes to the probe while this one is recorded
+                # (write_path.py); its clients are answered once it is durable.
+                answer = asyncio.create_task(self._answer(group, recorded))
+                self._answering.add(answer)
+                answer.add_done_callback(self._answering.discard)
+
+    def _failed(self, group: Sequence[_Pending], exc: Exception) -> None:
+        for p in group:
+            if not p.future.done():
+                p.future.set_exception(exc)
+        self.pool.counters.failed_writes += len(group)
 
     def _record(self, outcome: Outcome, now: float) -> None:
         """(log thread) The group's transactions, their changesets and refusals, in one
@@ -122,15 +140,15 @@ class LocalOrdering:
              for p in outcome.group],
             outcome.entries, outcome.failures)
 
-    async def _commit_group(self, group: Sequence[_Pending]) -> None:
+    async def _answer(self, group: Sequence[_Pending], recorded: Awaitable[Outcome]) -> None:
         counters = self.pool.counters
         try:
-            outcome = await self.writes.execute(group, self._record,
-                                                admit=self.pool.writable_reason)
-        except NotWritable as exc:
-            for p in group:
-                p.future.set_exception(exc)
-            counters.failed_writes += len(group)
+            outcome = await recorded
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("write group not recorded: %s", exc)
+            self._failed(group, WriteFailed(503, f"write failed: {exc}"))
             return
         for p, res in zip(group, outcome.results, strict=True):
             if res["ok"]:

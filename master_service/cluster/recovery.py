@@ -150,14 +150,15 @@ class Recovery:
         """Record what worker ``w`` executed after the log head when it is exactly what the
         log expects next (rollforward.py); True when the log moved to ``w``'s state."""
         pool, writes = self.pool, self.writes
-        if writes.lock.locked():
-            # A group, a rollback or a restore is under way: asked again at the next
-            # health check. Never wait for the lock here: a rollback holds it while its
-            # restore polls the workers, and a worker whose restore failed is still
-            # ahead (the master stayed "recovering" for good).
+        if writes.lock.locked() or writes.recording:
+            # A group (executing or being recorded), a rollback or a restore is under
+            # way: asked again at the next health check. Never wait for the lock here:
+            # a rollback holds it while its restore polls the workers, and a worker
+            # whose restore failed is still ahead (the master stayed "recovering" for
+            # good).
             return False
         ordering = writes.ordering
-        async with writes.lock:  # no group executes meanwhile: the head stays put
+        async with writes.quiet():  # no group executes meanwhile: the head stays put
             if w.seq <= pool.head_seq or ordering is None:
                 return False
             head = State(pool.head_seq, pool.head_fingerprint, pool.head_quads)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,6 +39,17 @@ MAX_GROUP = 256
 # acknowledgement path (eventual consistency), and each request costs the master CPU
 # that the next group commit needs.
 FORWARD_COALESCE_S = 0.003
+
+
+class WriteNotRecorded(Exception):
+    """A group executed on the probe was not recorded because the group before it was
+    not: its clients are told the write failed (nothing of it is acknowledged)."""
+
+
+def _done(outcome: Outcome) -> Awaitable[Outcome]:
+    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    fut.set_result(outcome)
+    return fut
 
 
 class Transaction(Protocol):
@@ -103,8 +114,14 @@ class WritePath:
         self._orderings: list[Ordering] = []
         self._started = False
         # One group at a time on the probe; a roll-forward, a rollback or a restore takes
-        # it too, so that the log head does not move under them.
+        # it too and settles (quiet()), so that the log head does not move under them.
         self.lock = asyncio.Lock()
+        # Pipelined group commit: the record of the last group executed (each waits for
+        # the one before), the state the probe reached by it, and that probe.
+        self._tail: asyncio.Future | None = None
+        self._before_tail: asyncio.Future | None = None
+        self._ahead: tuple[int, str, int] | None = None
+        self._ahead_probe: Worker | None = None
 
     # ---- the ordering ----
 
@@ -161,18 +178,40 @@ class WritePath:
 
         ``admit()``: why the cluster cannot execute now, or None; NotWritable when it
         cannot or no worker can be the probe (nothing was executed). ``due(group)``:
-        asked once no other group, roll-forward or rollback can run, the part of the
-        group still to execute (an empty outcome when none is)."""
+        asked once no other group, roll-forward or rollback can run and every group
+        executed before is recorded, the part of the group still to execute (an empty
+        outcome when none is)."""
+        recorded = await self.execute_pipelined(group, record, admit=admit, due=due)
+        return await recorded
+
+    async def execute_pipelined(self, group: Sequence[Transaction],
+                                record: Callable[[Outcome, float], None], *,
+                                admit: Callable[[], str | None],
+                                due: Callable[[Sequence], Awaitable[Sequence]] | None = None
+                                ) -> Awaitable[Outcome]:
+        """``execute`` in two steps: returns once the probe has executed the group, with
+        what to await for its outcome once recorded. The next group may execute on the
+        probe while this one is being recorded (pipelined group commit, module
+        docstring); groups are recorded in the order they executed."""
         pool = self.pool
         async with self.lock:
+            if due is not None or not self._may_overlap():
+                # A peered ordering's ``due`` reads the log: everything executed before
+                # must be in it. A new probe must be at the log's head.
+                await self.settle()
             if due is not None:
                 group = await due(group)
-            fingerprint, quads = pool.head_fingerprint, pool.head_quads
             if not group:
-                return Outcome(group, [], [], [], fingerprint, quads)
+                return _done(Outcome(group, [], [], [], pool.head_fingerprint,
+                                     pool.head_quads))
+            if self._before_tail is not None:
+                # At most one group's record waits behind another's.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._before_tail)
             txs = [{"txid": t.txid, "operations": t.operations, "timestamp": t.timestamp}
                    for t in group]
-            probe, response, started = await self._execute_on_probe(txs, admit)
+            probe, response, started, (_, fingerprint, quads) = \
+                await self._execute_on_probe(txs, admit)
             pool.count_task(probe, time.monotonic() - started, len(group))
             pool.counters.write_groups += 1
             entries, failures = [], []
@@ -184,12 +223,78 @@ class WritePath:
                     failures.append((t.txid, res["error"]))
             outcome = Outcome(group, response["results"], entries, failures, fingerprint,
                               quads)
-            # One durable commit for the whole group; nothing is answered before it.
-            await pool.db(record, outcome, time.time())
-            self.committed(probe, entries)
-        if pool.strict and entries:
-            await self.wait_forwarded(pool.head_seq)
+            if entries:
+                last = entries[-1]
+                self._ahead = (last[0], last[3], last[4])
+            self._ahead_probe = probe
+            tail = asyncio.ensure_future(self._record(self._tail, record, outcome, probe))
+            # Its failure reaches its own clients through _answer (and the next group);
+            # retrieved here too, so that one nobody awaits any more is not reported lost.
+            tail.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._before_tail, self._tail = self._tail, tail
+        return self._answer(tail, outcome)
+
+    async def _answer(self, tail: asyncio.Future, outcome: Outcome) -> Outcome:
+        # Shielded: a caller that goes away does not stop the record, which the groups
+        # after it wait for.
+        await asyncio.shield(tail)
+        if self.pool.strict and outcome.entries:
+            await self.wait_forwarded(outcome.entries[-1][0])
         return outcome
+
+    async def _record(self, previous: asyncio.Future | None,
+                      record: Callable[[Outcome, float], None], outcome: Outcome,
+                      probe: Worker) -> None:
+        """Record ``outcome`` durably once the group before it is (one commit; nothing is
+        answered before it), then move the head and queue the forwards."""
+        pool = self.pool
+        try:
+            if previous is not None:
+                try:
+                    await asyncio.shield(previous)
+                except Exception as exc:
+                    raise WriteNotRecorded(f"the group executed before it was not recorded "
+                                           f"({exc})") from None
+            await pool.db(record, outcome, time.time())
+        except BaseException as exc:
+            if outcome.entries and probe.status in IN_SYNC:
+                # The probe executed transactions the log does not hold: it is ahead of
+                # the log, and recovered like any worker out of sync.
+                pool.disable(probe, WorkerStatus.OUT_OF_SYNC,
+                             f"executed transactions the log did not record: {exc}")
+            raise
+        self.committed(probe, outcome.entries)
+
+    def _may_overlap(self) -> bool:
+        """Whether the next group may execute on the probe while the last one is still
+        being recorded: only on the same probe, still in sync (it holds that group; any
+        other worker is at the log's head at best)."""
+        tail, probe = self._tail, self._ahead_probe
+        return tail is not None and not tail.done() and probe is not None and \
+            probe.url == self.pool.probe and probe.status in IN_SYNC
+
+    @property
+    def recording(self) -> bool:
+        """A group executed on the probe is not recorded yet."""
+        return self._tail is not None and not self._tail.done()
+
+    async def settle(self) -> None:
+        """(Under ``lock``.) Wait until every executed group is recorded (or failed to
+        be): the log's head is then the probe's state, or the probe is out of sync."""
+        tail = self._tail
+        if tail is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(tail)  # its own group got its failure
+        self._tail = self._before_tail = None
+        self._ahead, self._ahead_probe = None, None
+
+    @contextlib.asynccontextmanager
+    async def quiet(self) -> AsyncIterator[None]:
+        """No group executes and every executed group is recorded: the head stays put (a
+        roll-forward, a rollback, a restore)."""
+        async with self.lock:
+            await self.settle()
+            yield
 
     def _choose_probe(self) -> Worker | None:
         pool = self.pool
@@ -204,9 +309,11 @@ class WritePath:
         return None
 
     async def _execute_on_probe(self, txs: list[dict], reason_now: Callable[[], str | None]
-                                ) -> tuple[Worker, dict, float]:
-        """Execute a group on the probe: (probe, its response, start time); NotWritable
-        when ``reason_now`` says the cluster can't execute or no worker can be the probe."""
+                                ) -> tuple[Worker, dict, float, tuple[int, str, int]]:
+        """Execute a group on the probe: (probe, its response, start time, the (seq,
+        fingerprint, quads) it started from: the log's head, or the state the probe
+        reached by groups not recorded yet); NotWritable when ``reason_now`` says the
+        cluster can't execute or no worker can be the probe."""
         pool = self.pool
         while True:
             reason = reason_now()
@@ -221,17 +328,22 @@ class WritePath:
             if probe is None:
                 msg = reason or "no in-sync worker can act as probe"
                 raise NotWritable(f"cluster is not writable: {msg}")
+            if self._ahead is not None and probe is not self._ahead_probe:
+                await self.settle()
+                continue  # chosen again against the recorded head
             started = time.monotonic()
+            base = self._ahead or (pool.head_seq, pool.head_fingerprint, pool.head_quads)
             try:
                 response = await pool.while_alive(probe, probe.client.execute(
-                    pool.head_seq + 1, txs, pool.control_queries))
+                    base[0] + 1, txs, pool.control_queries))
             except (WorkerUnavailable, WorkerRefused) as exc:
                 # The probe may or may not have executed the group; either way its state
                 # is now unknown to the log, so it is recovered like any other worker.
                 pool.disable(probe, WorkerStatus.OFF if isinstance(exc, WorkerUnavailable)
                              else WorkerStatus.OUT_OF_SYNC, f"probe failed: {exc}")
+                await self.settle()  # the next probe starts from the recorded head
                 continue
-            return probe, response, started
+            return probe, response, started, base
 
     def committed(self, probe: Worker, entries: list[tuple]) -> None:
         """The log holds ``entries`` durably: move the head, queue the forwards.
