@@ -63,8 +63,14 @@ class Changeset:
         return Changeset(removed, added, created, dropped,
                          {**self.namespaces, **later.namespaces})
 
-    def moved_fingerprint(self, before: int) -> int:
-        return fingerprint.moved(before, self.added, self.removed)
+    def moved_fingerprint(self, before: int, wire: Mapping | None = None) -> int:
+        """The fingerprint after this changeset; ``wire``, when given, must be this
+        changeset's ``to_wire()``: its text is hashed line by line instead of writing
+        every quad again."""
+        if wire is None:
+            return fingerprint.moved(before, self.added, self.removed)
+        return (before + fingerprint.sum_line_hashes(wire["added"])
+                - fingerprint.sum_line_hashes(wire["removed"])) % fingerprint.MOD
 
     # ---- wire form (JSON-able; quads as N-Quads text keeps blank node labels) ----
 

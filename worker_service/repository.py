@@ -305,17 +305,24 @@ class Repository:
                 namespaces = dict(current.namespaces)
                 steps: list[Changeset] = []
                 total = Changeset()
+                # The wire form of a one-step transaction (most are) is its step's:
+                # written once for the journal, the answer and the fingerprint.
+                total_wire: dict | None = None
                 try:
                     for op in operations:
                         for step in op.steps():
                             cs = step.changeset(self.store, minter, namespaces)
                             if cs.empty:
                                 continue
-                            self._journal.append(cs)
+                            wire = cs.to_wire()
+                            self._journal.append(cs, wire)
                             steps.append(cs)
                             apply_to(self.store, cs)
                             _apply_namespaces(namespaces, cs)
-                            total = total.then(cs)
+                            if total.empty:
+                                total, total_wire = cs, wire
+                            else:
+                                total, total_wire = total.then(cs), None
                     self._run_control_queries(control_queries)
                 except Exception as exc:
                     # Take this transaction back; journaled inverses are idempotent, so a
@@ -325,13 +332,14 @@ class Repository:
                     outcomes.append(_detached(exc))
                     executed.append(_refusal(txid, current.seq, exc))
                     continue
+                wire = total_wire or total.to_wire()
                 current = current.evolve(
                     seq=seq, txid=txid,
-                    fingerprint=total.moved_fingerprint(current.fingerprint),
+                    fingerprint=total.moved_fingerprint(current.fingerprint, wire),
                     quads=current.quads + len(total.added) - len(total.removed),
                     namespaces=namespaces,
                 )
-                duration, wire = time.perf_counter() - started, total.to_wire()
+                duration = time.perf_counter() - started
                 outcomes.append(ExecuteResult(total, current, duration, wire))
                 executed.append({"seq": seq, "txid": txid, "changeset": wire,
                                  "fingerprint": fingerprint.to_hex(current.fingerprint),
