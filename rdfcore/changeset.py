@@ -63,6 +63,14 @@ class Changeset:
         return Changeset(removed, added, created, dropped,
                          {**self.namespaces, **later.namespaces})
 
+    def apply_namespaces(self, namespaces: dict[str, str]) -> None:
+        """Its namespace part applied to ``namespaces`` (a None IRI removes the prefix)."""
+        for prefix, iri in self.namespaces.items():
+            if iri is None:
+                namespaces.pop(prefix, None)
+            else:
+                namespaces[prefix] = iri
+
     def moved_fingerprint(self, before: int, wire: Mapping | None = None) -> int:
         """The fingerprint after this changeset; ``wire``, when given, must be this
         changeset's ``to_wire()``: its text is hashed line by line instead of writing

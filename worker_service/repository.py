@@ -318,11 +318,9 @@ class Repository:
                             self._journal.append(cs, wire)
                             steps.append(cs)
                             apply_to(self.store, cs)
-                            _apply_namespaces(namespaces, cs)
-                            if total.empty:
-                                total, total_wire = cs, wire
-                            else:
-                                total, total_wire = total.then(cs), None
+                            cs.apply_namespaces(namespaces)
+                            total, total_wire = (cs, wire) if total.empty else \
+                                (total.then(cs), None)
                     self._run_control_queries(control_queries)
                 except Exception as exc:
                     # Take this transaction back; journaled inverses are idempotent, so a
@@ -415,7 +413,7 @@ class Repository:
                         f" the state the changeset was computed against"
                     )
                 namespaces = dict(current.namespaces)
-                _apply_namespaces(namespaces, e.changeset)
+                e.changeset.apply_namespaces(namespaces)
                 current = current.evolve(
                     seq=e.seq, txid=e.txid, fingerprint=after_fp,
                     quads=current.quads + len(e.changeset.added) - len(e.changeset.removed),
@@ -575,14 +573,6 @@ def _detached(exc: Exception) -> Exception:
 def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:
     return {"txid": txid, "after": at_seq, "status": getattr(exc, "status", 400),
             "error": str(exc)}
-
-
-def _apply_namespaces(namespaces: dict[str, str], cs: Changeset) -> None:
-    for prefix, iri in cs.namespaces.items():
-        if iri is None:
-            namespaces.pop(prefix, None)
-        else:
-            namespaces[prefix] = iri
 
 
 def _inexact(store: ox.Store, total: Changeset, before: WorkerState,
