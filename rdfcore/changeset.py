@@ -72,13 +72,13 @@ class Changeset:
                 namespaces[prefix] = iri
 
     def moved_fingerprint(self, before: int, wire: Mapping | None = None) -> int:
-        """The fingerprint after this changeset; ``wire``, when given, must be this
-        changeset's ``to_wire()``: its text is hashed line by line instead of writing
-        every quad again."""
+        """The fingerprint after this changeset; ``wire``, when given, is this changeset's
+        ``to_wire()`` (or a text of it written the same way, one quad per line): its text is
+        hashed line by line instead of writing every quad again."""
         if wire is None:
             return fingerprint.moved(before, self.added, self.removed)
-        return (before + fingerprint.sum_line_hashes(wire["added"])
-                - fingerprint.sum_line_hashes(wire["removed"])) % fingerprint.MOD
+        return (before + fingerprint.sum_line_hashes(wire.get("added", ""))
+                - fingerprint.sum_line_hashes(wire.get("removed", ""))) % fingerprint.MOD
 
     # ---- wire form (JSON-able; quads as N-Quads text keeps blank node labels) ----
 

@@ -223,6 +223,30 @@ def test_apply_batch_is_all_or_nothing(repo):
     assert repo.state().seq == 2 and repo.verify()["matches"]
 
 
+@pytest.mark.parametrize("text", [
+    lambda lines: lines + lines[:1],  # a line twice: the same quads, counted twice
+    lambda lines: [lines[0].replace("> <", ">  <", 1), *lines[1:]],  # other spacing
+    lambda lines: lines[1:],  # a quad missing from the text
+], ids=["line-twice", "other-spacing", "line-missing"])
+def test_apply_hashes_the_text_received_and_refuses_one_not_written_as_the_probe_does(
+        repo, text):
+    """A worker applying a changeset hashes its text as received, one quad per line (the
+    probe's form): a text of the same quads written otherwise, or of other quads, is not
+    the probe's fingerprint, and the batch is refused, changing nothing; the probe's own
+    text applies."""
+    cs = adds(q("a", "1"), q("b", "2", "g"), q("c", '3"\n'))
+    wire = cs.to_wire()
+    expected = cs.moved_fingerprint(0)
+    lines = wire["added"].splitlines(keepends=True)
+    other = {**wire, "added": "".join(text(lines))}
+    with pytest.raises(FingerprintMismatch):
+        repo.apply_batch([ApplyEntry(1, "t1", Changeset.from_wire(other), expected, other)])
+    assert repo.state().seq == 0 and len(repo.store) == 0
+    [done] = repo.apply_batch([ApplyEntry(1, "t1", Changeset.from_wire(wire), expected,
+                                          wire)])
+    assert done.state.fingerprint == expected and repo.verify()["matches"]
+
+
 @pytest.mark.parametrize("batch", [
     [adds(q("a", "1"))],  # already held
     [Changeset(removed=frozenset({q("zz", "9")}))],  # not held

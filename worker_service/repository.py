@@ -404,7 +404,10 @@ class Repository:
                     raise SequenceError(
                         f"sequence number {e.seq} does not follow this worker's {current.seq}"
                     )
-                after_fp = e.changeset.moved_fingerprint(current.fingerprint)
+                # From the text as received when there is one: the probe wrote it one
+                # quad per line (changeset.nquads); any other text hashes to another
+                # fingerprint than the probe's, and the batch is refused.
+                after_fp = e.changeset.moved_fingerprint(current.fingerprint, e.wire)
                 if e.expected_fingerprint is not None and after_fp != e.expected_fingerprint:
                     raise FingerprintMismatch(
                         f"applying seq {e.seq} would give fingerprint "
