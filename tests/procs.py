@@ -14,9 +14,8 @@ import uvicorn
 from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, free_port, new_secret, worker_node
 
-__all__ = ["NodeProcess", "agreed_queue", "free_port", "make_secret", "same_agreed",
-           "signed_client",
-           "worker_node"]
+__all__ = ["NodeProcess", "agreed_queue", "free_port", "make_secret", "run_on_cluster",
+           "same_agreed", "signed_client", "worker_node"]
 
 
 def make_secret(directory: Path) -> tuple[Path, bytes]:
@@ -72,3 +71,33 @@ def uvicorn_in_thread(app, **options) -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def run_on_cluster(tmp_path: Path, secret: tuple[Path, bytes], workers: list[NodeProcess],
+                   scenario) -> None:
+    """Run ``await scenario(cluster, txlog)`` on a master's cluster object (no HTTP API, no
+    scheduler: the test calls poll itself) over a real SQLite log in ``tmp_path`` and the
+    running ``workers``, once every worker is ON; the cluster is stopped after."""
+    import asyncio
+
+    from master_service.cluster import replication
+    from master_service.cluster.core import Cluster
+    from master_service.cluster.statuses import WorkerStatus
+    from master_service.txlog.log import TxLog
+
+    async def main() -> None:
+        with TxLog.open(tmp_path / "txlog.db") as txlog:
+            cluster = Cluster(node_id="m1", txlog=txlog, secret=secret[1],
+                              worker_urls=[w.url for w in workers],
+                              params=replication.Parameters(), control_queries=[])
+            await cluster.start()
+            try:
+                deadline = time.monotonic() + 30
+                while not all(w.status == WorkerStatus.ON for w in cluster.workers.values()):
+                    assert time.monotonic() < deadline, "workers not ON in 30 s"
+                    await asyncio.sleep(0.01)
+                await scenario(cluster, txlog)
+            finally:
+                await cluster.stop()
+
+    asyncio.run(main())

@@ -18,12 +18,11 @@ import time
 
 import pytest
 
-from master_service.cluster import replication
 from master_service.cluster.core import Cluster
 from master_service.cluster.statuses import WorkerStatus
 from master_service.errors import WriteFailed
 from master_service.txlog.log import TxLog
-from tests.procs import signed_client
+from tests.procs import run_on_cluster, signed_client
 
 
 def insert(n: int) -> list[dict]:
@@ -42,23 +41,6 @@ async def until_async(condition, what: str, timeout: float = 30.0) -> None:
     while not await condition():
         assert time.monotonic() < deadline, f"not reached in {timeout} s: {what}"
         await asyncio.sleep(0.01)
-
-
-def run_cluster(tmp_path, secret, workers, scenario) -> None:
-    async def main() -> None:
-        with TxLog.open(tmp_path / "txlog.db") as txlog:
-            cluster = Cluster(node_id="m1", txlog=txlog, secret=secret[1],
-                              worker_urls=[w.url for w in workers],
-                              params=replication.Parameters(), control_queries=[])
-            await cluster.start()
-            try:
-                await until(lambda: all(w.status == WorkerStatus.ON
-                                        for w in cluster.workers.values()), "workers ON")
-                await scenario(cluster, txlog)
-            finally:
-                await cluster.stop()
-
-    asyncio.run(main())
 
 
 def lock_the_log(tmp_path) -> sqlite3.Connection:
@@ -106,7 +88,7 @@ def test_a_group_executes_on_the_probe_while_the_one_before_is_recorded(
         assert txlog.head().fingerprint == b["fingerprint"] == state["fingerprint"]
         assert [e.seq for e in txlog.entries(0, 10)] == [1, 2, 3]
 
-    run_cluster(tmp_path, secret, [worker], scenario)
+    run_on_cluster(tmp_path, secret, [worker], scenario)
 
 
 async def _at(cluster: Cluster, seq: int) -> bool:
@@ -167,7 +149,7 @@ def test_groups_the_log_could_not_record_are_not_acknowledged_and_the_probe_is_r
                 assert [b["s"]["value"] for b in r.json()["results"]["bindings"]] == \
                     ["urn:pipe:s0", "urn:pipe:s3"]
 
-    run_cluster(tmp_path, secret, workers, scenario)
+    run_on_cluster(tmp_path, secret, workers, scenario)
 
 
 @pytest.mark.parametrize("n", [40])
@@ -194,4 +176,4 @@ def test_many_concurrent_writers_get_consecutive_seqs_recorded_in_order(
             assert (state["seq"], state["fingerprint"], state["quads"]) == \
                 (n, by_seq[n]["fingerprint"], n)
 
-    run_cluster(tmp_path, secret, workers, scenario)
+    run_on_cluster(tmp_path, secret, workers, scenario)

@@ -15,6 +15,7 @@ from master_service.cluster.pool import Worker, WorkerPool
 from master_service.cluster.statuses import IN_SYNC, READABLE, WorkerStatus
 from master_service.cluster.write_path import WritePath
 from master_service.txlog.log import TxLog
+from tests.procs import run_on_cluster
 
 
 class HeldClient:
@@ -99,45 +100,35 @@ def test_a_health_answer_overtaken_by_a_forward_is_not_a_worker_going_back_in_ti
             assert time.monotonic() < deadline, "condition not reached"
             await asyncio.sleep(0.01)
 
-    async def scenario() -> None:
-        with TxLog.open(tmp_path / "txlog.db") as txlog:
-            cluster = Cluster(node_id="m1", txlog=txlog, secret=secret[1],
-                              worker_urls=[w.url for w in workers],
-                              params=replication.Parameters(), control_queries=[])
-            await cluster.start()
-            try:
-                await until(lambda: all(w.status == WorkerStatus.ON
-                                        for w in cluster.workers.values()))
-                insert = [{"type": "update",
-                           "update": "INSERT DATA { <urn:late:s> <urn:late:p> 1 }"}]
-                await cluster.write(insert)
-                await until(lambda: cluster.probe is not None)
-                [other] = [w for w in cluster.workers.values() if w.url != cluster.probe]
-                await until(lambda: other.seq == cluster.head_seq and not other.queue)
-                real_state = other.client.state
+    async def scenario(cluster: Cluster, txlog: TxLog) -> None:
+        insert = [{"type": "update",
+                   "update": "INSERT DATA { <urn:late:s> <urn:late:p> 1 }"}]
+        await cluster.write(insert)
+        await until(lambda: cluster.probe is not None)
+        [other] = [w for w in cluster.workers.values() if w.url != cluster.probe]
+        await until(lambda: other.seq == cluster.head_seq and not other.queue)
+        real_state = other.client.state
 
-                async def overtaken_state(timeout: float = 5.0) -> dict:
-                    answer = await real_state(timeout)
-                    # The answer is on its way; meanwhile a write is forwarded to
-                    # this worker and its answer read first.
-                    await cluster.write([{"type": "update",
-                                          "update": "INSERT DATA { <urn:late:s> <urn:late:p> 2 }"}])
-                    await until(lambda: other.seq == cluster.head_seq and not other.queue)
-                    return answer
+        async def overtaken_state(timeout: float = 5.0) -> dict:
+            answer = await real_state(timeout)
+            # The answer is on its way; meanwhile a write is forwarded to
+            # this worker and its answer read first.
+            await cluster.write([{"type": "update",
+                                  "update": "INSERT DATA { <urn:late:s> <urn:late:p> 2 }"}])
+            await until(lambda: other.seq == cluster.head_seq and not other.queue)
+            return answer
 
-                other.client.state = overtaken_state
-                before = other.seq
-                await cluster.poll(other)
-                assert other.seq == before + 1
-                assert other.status in IN_SYNC, (other.status, other.last_error)
-                assert cluster.writable_reason() is None
-                del other.client.state
-                await cluster.poll(other)  # a fresh answer agrees with the log
-                assert other.status in IN_SYNC and other.seq == cluster.head_seq
-            finally:
-                await cluster.stop()
+        other.client.state = overtaken_state
+        before = other.seq
+        await cluster.poll(other)
+        assert other.seq == before + 1
+        assert other.status in IN_SYNC, (other.status, other.last_error)
+        assert cluster.writable_reason() is None
+        del other.client.state
+        await cluster.poll(other)  # a fresh answer agrees with the log
+        assert other.status in IN_SYNC and other.seq == cluster.head_seq
 
-    asyncio.run(scenario())
+    run_on_cluster(tmp_path, secret, workers, scenario)
 
 
 def test_a_worker_serving_several_images_is_replication_server_until_the_last_ends():
