@@ -77,8 +77,8 @@ class Changeset:
         hashed line by line instead of writing every quad again."""
         if wire is None:
             return fingerprint.moved(before, self.added, self.removed)
-        return (before + fingerprint.sum_line_hashes(wire.get("added", ""))
-                - fingerprint.sum_line_hashes(wire.get("removed", ""))) % fingerprint.MOD
+        return fingerprint.moved_by_text(before, wire.get("added", ""),
+                                         wire.get("removed", ""))
 
     # ---- wire form (JSON-able; quads as N-Quads text keeps blank node labels) ----
 

@@ -47,6 +47,11 @@ def moved(fingerprint: int, added: Iterable[ox.Quad], removed: Iterable[ox.Quad]
     return (fingerprint + sum_hashes(added) - sum_hashes(removed)) % MOD
 
 
+def moved_by_text(fingerprint: int, added: str, removed: str) -> int:
+    """``moved`` for a changeset given as N-Quads text, one "<quad> ." line each."""
+    return (fingerprint + sum_line_hashes(added) - sum_line_hashes(removed)) % MOD
+
+
 def to_hex(fingerprint: int) -> str:
     return f"{fingerprint:032x}"
 
