@@ -61,6 +61,15 @@ def local_work_dir(work_dir: str | None) -> None:
                          "streams a worker's export into a file there")
 
 
+# Quads per transaction of a load without --initial. Each transaction's add goes into
+# every worker through pyoxigraph's bulk loader, whose new files RocksDB then compacts
+# into the store: the fewer and larger the transactions, the less data is rewritten
+# (1,000,000 quads on 2 cores, load phase: 52.5 s in transactions of 20,000, 44.8 s of
+# 50,000, 42.0 s of 100,000; compaction ~13 -> ~4 CPU-s per non-probe worker; peak RSS
+# of a worker ~400 MB at 100,000; docs/design/dependencies.md#pyoxigraph-the-workers-store).
+BATCH_QUADS = 100_000
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     master: str
@@ -68,7 +77,7 @@ class LoadConfig:
     repository: str | None = None
     graph: str | None = None
     initial: bool = False
-    batch_quads: int = 20_000
+    batch_quads: int = BATCH_QUADS
     rejects_dir: str | None = None  # default: ./txcluster-rejects-<time>, when there are any
     work_dir: str | None = None  # exports of the repository (shared with executors)
     auth: tuple[str, str] | None = None

@@ -347,8 +347,9 @@ def spark_env(out_dir: str | None, python_env: str | None) -> None:
 @click.option("--initial", is_flag=True,
               help="empty cluster only: bulk-load one worker, replicate it to the others")
 @_spark_options
-@click.option("--batch-quads", default=20_000, show_default=True, type=click.IntRange(1),
-              help="quads per transaction")
+@click.option("--batch-quads", default=None, type=click.IntRange(1),
+              help="quads per transaction  [default: 100,000: spark_pipeline/jobs.py, "
+              "BATCH_QUADS]")
 @click.option("--rejects", "rejects_dir", default=None, type=click.Path(file_okay=False),
               help="where rejected lines go, as JSON lines: a directory, or a URL "
               "such as hdfs://... or s3a://... (default: ./txcluster-rejects-<time> when "
@@ -364,7 +365,7 @@ def spark_env(out_dir: str | None, python_env: str | None) -> None:
 @click.option("--user", default=None, help="user:password when client auth is on")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 def load_command(master_url: str, repository: str | None, graph: str | None, initial: bool,
-                 work_dir: str | None, batch_quads: int, rejects_dir: str | None,
+                 work_dir: str | None, batch_quads: int | None, rejects_dir: str | None,
                  base_iri: str | None, no_namespaces: bool, user: str | None,
                  inputs: tuple[str, ...], **spark) -> None:
     """Validate, canonicalise, deduplicate and load RDF files (N-Triples, N-Quads, Turtle,
@@ -373,7 +374,8 @@ def load_command(master_url: str, repository: str | None, graph: str | None, ini
     every worker holds the expected fingerprint. Exit 1 on a mismatch. A task that fails
     (e.g. a file gone since it was listed) stops the load, naming its file and lines."""
     _run_job(lambda pipeline: pipeline.jobs.LoadConfig(
-        master_url, tuple(inputs), repository, graph, initial, batch_quads, rejects_dir,
+        master_url, tuple(inputs), repository, graph, initial,
+        batch_quads or pipeline.jobs.BATCH_QUADS, rejects_dir,
         work_dir, tuple(user.split(":", 1)) if user else None, base_iri=base_iri,
         namespaces=not no_namespaces), "jobs.run_load", spark)
 
