@@ -53,8 +53,8 @@ def generate(path: Path, n: int, seed: int = 1) -> None:
             f.write(f"{s} {p} {o}{g} .\n")
 
 
-def raw_bulk_extend(root: Path, data: Path) -> float:
-    store = ox.Store(str(root / "raw-store"))
+def raw_bulk_extend(root: Path, data: Path, name: str = "raw-store") -> float:
+    store = ox.Store(str(root / name))
     with Timer() as t:
         store.bulk_extend(ox.parse(path=str(data), format=ox.RdfFormat.N_QUADS))
         store.flush()
@@ -121,7 +121,7 @@ def main() -> None:
             rows.append(("load --initial, 3 workers", f"{init:,.0f} quads/s ({init_s:.1f}s: "
                          + ", ".join(f"{k} {v:.1f}s" for k, v in report.seconds.items())
                          + ")"))
-            rows.append(("  ratio to raw (target >= 0.5)", f"{init / raw:.2f}"))
+            ratios = [("--initial / raw (target >= 0.5)", init)]
             if not args.skip_transactions:
                 tx_s, report = cluster_load(root / "tx", spark, data, initial=False,
                                             batch_quads=args.batch_quads)
@@ -130,9 +130,16 @@ def main() -> None:
                              f"{tx:,.0f} quads/s ({tx_s:.1f}s, {report.transactions} "
                              "transactions: " + ", ".join(
                                  f"{k} {v:.1f}s" for k, v in report.seconds.items()) + ")"))
-                rows.append(("  ratio to raw (target >= 0.2)", f"{tx / raw:.2f}"))
+                ratios.append(("transactions / raw (target >= 0.2)", tx))
         finally:
             spark.stop()
+        # The raw baseline moved by up to 50% between runs on this machine: measured
+        # again after the loads, and the faster of the two is the one compared with.
+        again_s = raw_bulk_extend(root, data, "raw-store-again")
+        rows.append(("raw again, after the loads", f"{rate(n, again_s):,.0f} quads/s "
+                     f"({again_s:.1f}s); ratios below are to the faster"))
+        raw = max(raw, rate(n, again_s))
+        rows += [(label, f"{value / raw:.2f}") for label, value in ratios]
         show("txcluster load (issue: data pipeline)", rows)
 
 

@@ -530,8 +530,12 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
     report.seconds["compare"] = time.monotonic() - started
     started = time.monotonic()
     if report.added:
-        # Few quads in many partitions would make many small transactions.
-        batches = missing.coalesce(-(-report.added // config.batch_quads))
+        # About as many partitions as transactions (few quads in many partitions would
+        # make many small ones), each holding whole subjects; a twentieth to spare, as
+        # hashing fills them unevenly and one just past the batch would send its few
+        # quads over as a transaction of their own.
+        partitions = -(-report.added * 20 // (config.batch_quads * 19))
+        batches = transform.by_subject(missing, partitions)
         _, report.transactions = load.send_transactions(
             master, repository, _blobs(batches, config.batch_quads),
             config.parallel, progress.counter("load", "quads", report.added, started))

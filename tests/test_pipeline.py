@@ -213,6 +213,22 @@ def test_nquads_blobs_hold_at_most_the_batch(spark):
     assert sorted(text.splitlines()) == sorted(f"<x:{i}> <x:p> <x:o> ." for i in range(25))
 
 
+def test_by_subject_puts_every_quad_of_a_subject_in_one_partition(spark):
+    lines = [f"<x:s{i % 40}> <x:p{i}> <x:o> ." for i in range(400)] + \
+        [f'_:b{i % 7} <x:q> "{i}" <x:g> .' for i in range(70)]
+    # Scattered first: every subject spread over the 8 partitions.
+    df = transform.by_subject(_quads(spark, lines).repartition(8, "quad"), 5)
+    parts = df.rdd.glom().map(lambda rows: [r.quad for r in rows]).collect()
+    assert len(parts) == 5
+    assert sorted(q for p in parts for q in p) == sorted(lines)
+    where: dict[str, set[int]] = {}
+    for i, part in enumerate(parts):
+        for q in part:
+            where.setdefault(q.split(" ", 1)[0], set()).add(i)
+    assert len(where) == 47
+    assert all(len(w) == 1 for w in where.values())
+
+
 # ---- a real cluster ----
 
 
