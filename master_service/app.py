@@ -212,6 +212,8 @@ class MasterService:
             await self._start_sync()
             if failed:  # still needing seeding then: ask again later (_needs_seeding)
                 asyncio.get_running_loop().call_later(SEED_RETRY_S + 1, self._retry_seeding)
+        if not failed:
+            self.seeding.done()
 
     def _retry_seeding(self) -> None:
         if self.sync is not None and self.sync.health.needs_seeding:

@@ -241,6 +241,10 @@ class Seeding:
         self.progress.update(phase=phase, **more)
         log.info("sync: seeding from %s: %s", self.progress["peer"], phase)
 
+    def done(self) -> None:
+        """The seeded data centre peers again (after a successful ``run``)."""
+        self._phase("done", finished=time.time())
+
     async def run(self, peer: str, url: str) -> SeedPoint:
         """Seed this data centre from ``peer`` (module docstring). The caller stopped
         the sync driver and starts it again afterwards."""
@@ -275,7 +279,9 @@ class Seeding:
                     self._download_task.cancel()
                     with contextlib.suppress(BaseException):
                         await self._download_task
-            self._phase("done", finished=time.time())
+            # "done" is the caller's to say (done()), once peering runs from the seeded
+            # floor: a status read in between would show the seeding over and the floor
+            # still the old one.
             return point
         except SeedingFailed as exc:
             self.progress.update(phase="failed", error=str(exc), finished=time.time())
