@@ -498,7 +498,9 @@ class Simulation:
         d = sn.durable
         donors = [o for o in self.nodes.values() if o is not sn and o.up
                   and o.durable.executed >= len(d.synced) and o.durable.executed > d.executed
-                  and o.durable.synced[:len(d.synced)] == d.synced]
+                  and o.durable.synced[:len(d.synced)] == d.synced
+                  # a split donor gives no image past its split point (seed_point)
+                  and o.node is not None and o.node.seed_point(o.durable.executed)]
         if not donors:  # no peer has executed past us yet: ask again later
             self.at(self.now + self.cfg.execute_delay, self.seed, name, incarnation)
             return

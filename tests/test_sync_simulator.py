@@ -25,7 +25,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from master_service.sync import Mode, SplitRecovery, Status, SyncNode
-from tests.sync_sim import SimConfig, Simulation, SimulationFailure, run_simulation, soak
+from tests.sync_sim import (
+    Retention,
+    SimConfig,
+    Simulation,
+    SimulationFailure,
+    run_simulation,
+    soak,
+)
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 RATES = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
@@ -183,6 +190,34 @@ def test_smart_split_recovery_converges_and_loses_nothing(
     result = run_simulation(_split_config(seed, fault_rate, nodes, SplitRecovery.SMART, lag,
                                           partitions, long_partitions))
     assert result.converged_at is not None
+
+
+# Runs that failed once (random seeds of the tests above and of the soak), replayed on
+# every run: (seed, nodes, fault rate, strategy, max peer lag, partitions, long partitions,
+# LogMaxSize).
+FOUND = [
+    # A split node took a peer's lower split point with its tail segment and later
+    # truncated what its own statuses had posted as good, which peers had forgotten on
+    # that account: it was stranded behind their floors.
+    (119, 5, 0.046875, SplitRecovery.SMART, 300, 3, 2, None),
+    # A muted node was seeded from a split donor's image past its split point, and kept
+    # the losing side's entries for ever (its floor was past them).
+    (3382604175, 3, 0.8303835856409308, SplitRecovery.SMART, 800, 0, 3, 5),
+    # ... and with that refused, a keeping node whose only excluded peer needed seeding
+    # stayed split for ever, so it never gave an image.
+    (1462120463, 3, 0.9462541957079901, SplitRecovery.SMART, 300, 3, 3, 2),
+]
+
+
+@pytest.mark.parametrize("seed, nodes, rate, strategy, lag, partitions, long_partitions, "
+                         "max_entries", FOUND)
+def test_runs_that_failed_once(seed, nodes, rate, strategy, lag, partitions,
+                               long_partitions, max_entries):
+    extra = {} if max_entries is None else dict(retention=Retention(max_entries=max_entries))
+    config = SimConfig.derive(seed, nodes, rate, max_peer_lag=lag, partitions=partitions,
+                              long_partitions=long_partitions, fault_time=5_000,
+                              split_recovery=strategy, **extra)
+    assert run_simulation(config).converged_at is not None
 
 
 @settings(FAST, max_examples=100)

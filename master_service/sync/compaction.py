@@ -14,8 +14,9 @@ LogMaxDepth). Each status carries the sender's executed position and floor.
 
 *What is forgotten.* Up to the least *stable* position of all nodes: for a peer, the
 executed position of its newest status, but not past its good prefix (its split point,
-while split: a split node may truncate to it and need what follows again; good prefixes
-only shrink to another node's split point, whose own stable position was no further);
+while split: a split node may truncate to it and need what follows again; a split point
+is set to the node's queue length when its split starts and never lowered, so a good
+prefix never shrinks below what the node's statuses posted as good);
 for ourselves, what we executed. A peer not heard from since we started forgets nothing
 on its account. Beyond that, the *horizon*: entries older than LogMaxSize positions or
 whose timestamp is older than LogMaxDepth are forgotten even if a peer has not executed
@@ -135,9 +136,14 @@ class CompactionSteps:
     def seed_point(self, pos: int) -> tuple[str | None, str, int] | None:
         """What a node seeded from our image of agreed position ``pos`` starts from as
         its floor: (id of the entry at ``pos``, hash chain up to it, newest timestamp up
-        to it); None when ``pos`` is before our floor or past our queue. The simulator's
-        ``seed`` builds the same from the donor's queue."""
+        to it); None when ``pos`` is before our floor or past our queue, or, while we are
+        split (SIMPLE, SMART), past our split point: we may take back what follows it,
+        and a node seeded there could not (its floor is past it) — the simulator found
+        a muted node seeded from a split donor that kept the losing side's entries. The
+        simulator's ``seed`` builds the same from the donor's queue."""
         if not self._floor <= pos <= self.seq:
+            return None
+        if self._split() and pos > self._split_point:
             return None
         newest = max((tx.timestamp for tx in self._synced[:pos - self._floor]),
                      default=0)
@@ -147,10 +153,11 @@ class CompactionSteps:
         """The peer to seed from when we need seeding: the one that executed the most, of
         those that executed past us (None: nobody did). Past what we *executed*: a node
         may hold agreed entries whose payloads every peer forgot (it needs seeding then
-        too, ``_check_seeding``)."""
+        too, ``_check_seeding``). What a split peer executed counts up to its split point
+        only: it gives no image past it (``seed_point``)."""
         mine = self._posted_executed()
-        ahead = [(st.executed, name) for name, p in self._peers.items()
-                 if (st := p.latest) is not None and st.executed > mine]
+        ahead = [(stable, name) for name, p in self._peers.items()
+                 if (st := p.latest) is not None and (stable := self._stable(st)) > mine]
         return max(ahead)[1] if ahead else None
 
     def hold_for_seeding(self, requester: str, pos: int, *, until: int, now: int) -> Ready:

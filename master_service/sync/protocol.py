@@ -560,6 +560,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             if st.sender not in self._beyond:
                 self._beyond.add(st.sender)
                 self._out.beyond_changed = True
+            self._rejoin_beyond(st, now)
             self._report(st.sender, "beyond-horizon",
                          f"its agreed position {st.seq} is before our floor {self._floor}: "
                          "it can no longer be served by replay and needs seeding from a "

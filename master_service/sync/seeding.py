@@ -119,6 +119,12 @@ class SeedImages:
         seq, fp = manifest["seq"], manifest["fingerprint"]
         pos = await pool.db(self.agreement.position_of, seq, fp)
         point = None if pos is None else driver.node.seed_point(pos)
+        split = driver.node.split_point
+        if point is None and pos is not None and split is not None and pos > split:
+            raise SeedingFailed(f"this data centre is split from some of its peers since "
+                                f"agreed position {split} and may take back what it agreed "
+                                f"after it (the image is at {pos}); ask again once the "
+                                f"split has healed")
         if point is None:
             raise SeedingFailed(f"the image of {w.url} (seq {seq}) is at no agreed position "
                                 f"this master still holds; ask again")

@@ -101,16 +101,18 @@ side (neither excluded nor rejoining; read-write or read-only) it sends everythi
 every tail segment of a split node carries its ``split_point`` and whom it went on
 without (``excluded``: excluded and rejoining peers). The receiver appends entries past
 the sender's split point only if it is split itself (it has a split point and excludes
-somebody, not the sender, and is not restored-and-rejoining); it then takes ``min(its
-split point, its queue length, the sender's split point)`` as split point (persisted
-like any split point) and adds the sender's excluded peers to its own. Otherwise it
+somebody, not the sender, and is not restored-and-rejoining); they land past its own
+split point (at most its queue's length), which stays — lowering it to the sender's
+would take back entries that its statuses posted as good, which peers may have forgotten
+on that account (the simulator found it: seed 119, five masters, Smart) — and it adds the
+sender's excluded peers to its own. Otherwise it
 appends only the entries up to the sender's split point: a node that waits for everybody
 — one that truncated at its rejoin, or has not noticed the split yet — re-negotiates
 instead of taking back post-split decisions (the simulator found SIMPLE nodes of one
 side handing a truncated peer its old post-split entries back, over and over); one that
 has not noticed the split yet joins once it excludes the missing peers itself (after
-``max_peer_lag``). So the receiver treats those entries exactly as the sender does: its
-good prefix stops no later than the sender's; at its rejoin it truncates (SIMPLE) or
+``max_peer_lag``). So the receiver treats those entries exactly as the sender does: they
+are past its good prefix; at its rejoin it truncates (SIMPLE) or
 votes with (at least) the sender's view of the split (SMART: ``side = n - excluded``
 counts the inherited exclusions; the deadlock breaker and re-votes apply as for any
 split node); after a restart it holds the persisted split point and truncates at its
@@ -155,6 +157,7 @@ from __future__ import annotations
 
 from master_service.sync.messages import Mode, Status, TailSegment, TxMeta
 from master_service.sync.ready import AHEAD as _AHEAD
+from master_service.sync.ready import BEHIND as _BEHIND
 from master_service.sync.ready import DIVERGED as _DIVERGED
 from master_service.sync.ready import Activity, SplitRecovery, Tail, Truncation
 from master_service.sync.ready import Entry as _Entry
@@ -207,9 +210,9 @@ class SplitRecoverySteps:
         """We are about to append ``new`` (the end of ``seg``) after our queue. Entries
         past the sender's split point are post-split decisions of its side: we take them
         only if we are split ourselves (a split point and somebody excluded, the sender
-        not) — then we join its side: its split point (if lower than ours; never above
-        our queue) and whom it went on without — else only those up to its split point
-        (a node that truncated, or that waits for everybody, re-negotiates instead)."""
+        not) — then we join its side: whom it went on without (our split point stays:
+        the entries land past it) — else only those up to its split point (a node that
+        truncated, or that waits for everybody, re-negotiates instead)."""
         point = seg.split_point
         if point is None or self._recovery is SplitRecovery.NONE:
             return new
@@ -223,10 +226,10 @@ class SplitRecoverySteps:
             # — only the retention horizon passes a peer's split point — so we can't
             # join its side, which could make us truncate there)
             return new[:max(0, len(new) - past)]
-        point = min(point, self.seq)
-        if point < self._split_point:
-            self._split_point = point
-            self._out.split_point_changed = True
+        # Our split point stays: the entries we append are past it anyway (it is at most
+        # our queue's length), and lowering it to the sender's would take back entries
+        # that our statuses already posted as good, which peers may have forgotten on
+        # our account since (module docstring, "Tail segments while split").
         joined = {p for p in seg.excluded if p in self._peers} - self._excluded
         if joined:
             self._excluded |= joined
@@ -309,6 +312,27 @@ class SplitRecoverySteps:
             if now - since < patience or self._id < peer:
                 return
         self._truncate(now)
+
+    def _rejoin_beyond(self, st: Status, now: int) -> None:
+        """A peer we went on without posts a position before our floor: we can't compare
+        its queue, but a status without a split point says its whole queue is its good
+        prefix, consistent with ours (the claim above), so it is back and consistent,
+        only behind our horizon. It rejoins as a consistent lagger would (the vote may
+        make us truncate); without this, a keeping node whose only excluded peer needs
+        seeding stays split for ever, and a split node gives no image past its split
+        point (``seed_point``): the simulator found the two waiting for each other."""
+        if (st.split_point is not None or not self._split()
+                or st.sender not in self._excluded | self._rejoining
+                or self._peers[st.sender].mode is Mode.MUTED):
+            return
+        self._rejoin(st.sender, _BEHIND, now, False)
+        if self._split_point is None:
+            return  # truncated: the excluded set is empty again
+        self._apart_since.pop(st.sender, None)
+        self._excluded.discard(st.sender)
+        self._rejoining.discard(st.sender)
+        self._out.split_changed = True
+        self._split_maybe_over()
 
     def _truncate(self, now: int) -> None:
         """Back to the split point: later synchronised entries become incoming again."""
