@@ -67,6 +67,7 @@ from master_service.sync import (
     TxMeta,
     chain_hash,
 )
+from master_service.sync.compaction import leaves_incoming
 
 START = 10_000  # simulated time starts here so that negative clock skews stay >= 0
 
@@ -188,6 +189,8 @@ class Durable:
     floor: int = 0
     floor_chain: str = ""
     floor_newest: int = 0
+    # the ids of synced[ids_after:floor] are kept after compaction (sync_forgotten)
+    ids_after: int = 0
     executed: int = 0  # this data centre executed synced[:executed] (its workers' state)
 
     def state(self) -> PersistentState:
@@ -518,11 +521,21 @@ class Simulation:
             self.fail(f"{donor.name}'s seed point at {pos} is {point}, its queue says "
                       f"{(image[-1].txid, chain, newest)}")
         ids = {t.txid for t in image}
+        # The seed point carries the ids the donor still knows, of (ids_after, pos]
+        # (AgreementLog.known_ids); the recipient decides with the real rule
+        # (AgreementLog.seeded), so a transaction it drops wrongly is lost here as it
+        # would be there, and one it keeps wrongly is agreed twice; and it keeps the ids.
+        known = {t.txid for t in donor.durable.synced[donor.durable.ids_after:pos]}
+        point_newest = max(newest, donor.durable.floor_newest)
         sn.durable = Durable(
             counter=max(d.counter, newest), synced=image, synced_ids=ids,
-            incoming={t: i for t, i in d.incoming.items() if t not in ids},
+            incoming={t: i for t, i in d.incoming.items() if not leaves_incoming(
+                t, i.tx.timestamp, point_txid=image[-1].txid, point_newest=point_newest,
+                agreed=known, known_after=donor.durable.ids_after,
+                position=len(d.synced))},
             payloads=set(d.payloads), split_point=None, floor=pos, floor_chain=chain,
-            floor_newest=max(newest, d.floor_newest), executed=pos)
+            floor_newest=max(newest, d.floor_newest), ids_after=donor.durable.ids_after,
+            executed=pos)
         self.seedings.append(f"{name} from {donor.name} at {pos}")
         self.log("%s is seeded from %s's image at agreed position %d", name, donor.name, pos)
         sn.node = None
@@ -702,6 +715,8 @@ class Simulation:
                               f"{o.executed}")
         for tx in d.synced[d.floor:c.floor]:
             d.payloads.discard(tx.txid)  # pruned with the entries
+        # AgreementLog._compact: the forgotten ids after c.ids_after are kept
+        d.ids_after = min(max(d.ids_after, c.ids_after), c.floor)
         d.floor, d.floor_chain, d.floor_newest = c.floor, c.chain, c.newest
         self.compactions += 1
         self.log("%s forgets up to %d", sn.name, c.floor)

@@ -417,6 +417,78 @@ def test_a_compaction_leaves_sqlite_and_a_reload_resumes_from_the_floor(tmp_path
         assert [a.pos for a in ag.to_execute(5, 10)] == [6]  # after the floor
 
 
+def test_a_seed_point_names_the_ids_it_holds_and_a_late_write_survives_the_seeding(
+        tmp_path):
+    """The donor keeps the ids of what it forgot after Compaction.ids_after and a seed
+    point carries them; the seeded log drops exactly those of its incoming queue and
+    keeps a write that sorts before the point but was never agreed (a write of a master
+    beyond the horizon: the timestamp rule alone dropped it, acknowledged and lost — the
+    simulator found it). It keeps the ids too: a lagger behind it may seed from it."""
+    from master_service.sync import Compaction, Incoming, SeedPoint, chain_hash
+    from master_service.txlog.log import State
+
+    with TxLog.open(tmp_path / "donor.db") as dlog, TxLog.open(tmp_path / "rec.db") as rlog:
+        donor = AgreementLog(dlog)
+        donor.enable()
+        metas = _agreed_and_executed(donor, dlog, 5)  # t0..t4, timestamps 1000..1004
+        chains = [""]
+        for m in metas:
+            chains.append(chain_hash(chains[-1], m.txid))
+        donor.persist(counter=None, incoming=[], synchronised=[],
+                      compacted=Compaction(3, "t2", chains[3], 1_002, ids_after=1))
+        assert donor.known_ids(5) == (1, ["t1", "t2", "t3", "t4"])
+        assert donor.payload("t1") is None  # the payloads went; the ids stay
+
+        rec = AgreementLog(rlog)
+        rec.enable()
+        rec.persist(counter=2_000, incoming=[], synchronised=[metas[0]])  # at position 1
+        late = TxMeta("late", 1_001, "m1", 3, "d")  # sorts before t4, never agreed
+        after = TxMeta("t9", 1_009, "m1", 3, "d")
+        rec.persist(counter=None, synchronised=[], incoming=[
+            Incoming(metas[1], True), Incoming(late, True), Incoming(after, True)])
+        known_after, ids = donor.known_ids(5)
+        point = SeedPoint("seed-m1", 5, "t4", chains[5], 1_004, 5, f"{5:032x}", 5, None,
+                          None, tuple(ids), known_after)
+        rec.seeded(point, State(5, f"{5:032x}", 5))
+        state, _ = rec.load()
+        assert sorted(i.tx.txid for i in state.incoming) == ["late", "t9"]
+        assert (state.floor, rec.known_ids(5)) == (5, (1, ["t1", "t2", "t3", "t4"]))
+
+        # A later compaction of the donor, with no peer lagging behind 4: ids up to 4 go.
+        donor.persist(counter=None, incoming=[], synchronised=[],
+                      compacted=Compaction(5, "t4", chains[5], 1_004, ids_after=4))
+        assert donor.known_ids(5) == (4, ["t4"])
+
+
+def test_a_seed_point_travels_with_its_ids_and_a_wrong_count_is_refused():
+    from master_service.sync import InvalidMessage, SeedPoint, chain_hash
+    from master_service.sync.wire import seed_from_json, seed_to_json
+
+    chain = chain_hash(chain_hash("", "t1"), "t2")
+    point = SeedPoint("seed-m1", 2, "t2", chain, 1_002, 2, f"{2:032x}", 2, None, None,
+                      ("t1", "t2"), 0)
+    assert seed_from_json(seed_to_json(point)) == point
+    old = {k: v for k, v in seed_to_json(point).items() if k not in ("ids", "known_after")}
+    assert seed_from_json(old).known_after is None  # a donor of an earlier release
+    with pytest.raises(InvalidMessage, match="must name the 2 entries in"):
+        seed_from_json({**seed_to_json(point), "ids": ["t2"]})
+
+
+def test_from_a_donor_that_names_no_ids_the_timestamp_rule_decides():
+    """A donor of an earlier release sends no ids: what sorts at or before the point
+    leaves (exact while the agreed queue is sorted by timestamp); a donor that forgot
+    ids the recipient may lack (known_after past its position) is treated the same."""
+    from master_service.sync.compaction import leaves_incoming
+
+    def leaves(txid, ts, known_after, agreed=()):
+        return leaves_incoming(txid, ts, point_txid="t4", point_newest=1_004,
+                               agreed=set(agreed), known_after=known_after, position=1)
+
+    assert leaves("late", 1_001, None) and not leaves("t9", 1_009, None)
+    assert leaves("late", 1_001, 3) and not leaves("late", 1_001, 1)
+    assert leaves("t9", 1_009, 1, agreed=["t9"])  # agreed out of order: in the image
+
+
 # ---------------------------------------------------------------- real processes
 
 

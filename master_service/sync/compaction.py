@@ -44,6 +44,24 @@ seeding* (``Ready.needs_seeding``) when every peer has posted and no peer ahead 
 holds its position (every floor is past it), or a payload it lacks was forgotten by a
 peer and no peer surely holds it (floor <= position < executed).
 
+*Seeding and the incoming queue.* A node seeded from a peer's image of agreed position
+P starts from P (its floor); which of its incoming transactions does the image hold? By
+timestamp alone (those sorting at or before the entry at P) only while the agreed queue
+is sorted by timestamp, which it is not after a split recovery (truncated entries are
+agreed again after newer ones) nor for a write acknowledged by a node beyond the horizon
+(nobody merges its queue until it is seeded, and the others agree newer ones
+meanwhile): the simulator found such writes dropped at seeding, acknowledged and lost.
+So the recipient sends its agreed position r and its incoming ids; the donor answers
+which of them it agreed at or before P, from its queue and from the *ids of forgotten
+entries* it keeps: compaction forgets payloads and entries, but keeps the id and
+position of each forgotten entry after ``Compaction.ids_after`` — the least stable
+position of its peers (none holds one agreed at or before that in its incoming queue),
+0 while a peer has not posted since we started — and the donor knows every id in
+(known_after, P]. When r >= known_after the answer is exact (``leaves_incoming``);
+otherwise (the donor forgot ids before it heard of the recipient's position, e.g. a data
+centre restored from an old backup) the timestamp rule decides what is left. The ids
+are ~50 bytes per transaction and kept only while some peer lags behind them.
+
 The simulator models execution (with delays; read-only masters execute nothing),
 compaction (payloads leave with the entries), restarts from a floor, and seeding (a
 node restarted from a peer's image: floor = seq = the peer's executed position); it
@@ -54,13 +72,33 @@ horizon of 2 to 20 entries, where laggers are seeded.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import replace
 
 from master_service.sync.messages import Status, TailSegment, chain_hash
 from master_service.sync.ready import Compaction, Ready, SplitRecovery
 from master_service.sync.ready import check_time as _check_time
 
-__all__ = ["CompactionSteps"]
+__all__ = ["CompactionSteps", "leaves_incoming"]
+
+
+def leaves_incoming(txid: str, timestamp: int, *, point_txid: str | None, point_newest: int,
+                    agreed: Container[str], known_after: int | None, position: int) -> bool:
+    """Seeding from a peer's image of agreed position P (module docstring, "Seeding and
+    the incoming queue"): does an incoming transaction of the seeded node leave its
+    queue (the image holds it)? ``agreed``: those of our incoming ids that the donor
+    found agreed at or before P; ``known_after``: the donor knows the id of every entry
+    agreed in (known_after, P] (None: it did not say); ``position``: our agreed position
+    (no entry up to it is in our incoming queue)."""
+    if point_txid is None:
+        return False  # position 0: nothing agreed
+    if txid in agreed:
+        return True
+    if known_after is not None and position >= known_after:
+        return False  # the donor knows every entry we may lack: not agreed by P
+    # The donor forgot some of what we lack: the old rule, exact while the agreed queue
+    # is sorted by timestamp (no split recovery, no late write of a node beyond horizon).
+    return (timestamp, txid) <= (point_newest, point_txid)
 
 
 class CompactionSteps:
@@ -131,7 +169,18 @@ class CompactionSteps:
             self._split_point = target
             self._out.split_point_changed = True
         self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
-                                         self._forgotten_ts)
+                                         self._forgotten_ts, self._ids_after(target))
+
+    def _ids_after(self, target: int) -> int:
+        """Up to where no peer can still hold a forgotten transaction in its incoming
+        queue: none holds one agreed at or before its own stable position (it holds
+        that prefix). A peer not heard from since we started: 0 (keep every id)."""
+        after = target
+        for peer in self._peers.values():
+            if peer.latest is None:
+                return 0
+            after = min(after, self._stable(peer.latest))
+        return after
 
     def seed_point(self, pos: int) -> tuple[str | None, str, int] | None:
         """What a node seeded from our image of agreed position ``pos`` starts from as

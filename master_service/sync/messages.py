@@ -259,7 +259,10 @@ class SeedPoint:
     the data centre state after it (its log's seq, fingerprint, quads) that the image
     holds; ``name`` names the image to fetch. ``sha256`` and ``bytes`` are None when
     the donor streams the image while it writes it (it is fixed by its checkpoint, not
-    yet written): the recipient asks for them once the body ended."""
+    yet written): the recipient asks for them once the body ended. ``ids``: the ids of
+    the entries agreed in (known_after, pos], in order, which the donor still knows
+    (``known_after`` None: a donor that did not say; compaction.py, "Seeding and the
+    incoming queue")."""
 
     name: str
     pos: int
@@ -271,6 +274,8 @@ class SeedPoint:
     quads: int
     sha256: str | None
     bytes: int | None
+    ids: tuple[str, ...] = ()
+    known_after: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _IMAGE_NAME.fullmatch(self.name):
@@ -292,3 +297,15 @@ class SeedPoint:
         if self.sha256 is not None and (not isinstance(self.sha256, str)
                                         or not _HEX64.fullmatch(self.sha256)):
             raise InvalidMessage(f"sha256 must be 64 hex digits, got {self.sha256!r}")
+        if not isinstance(self.ids, tuple):
+            raise InvalidMessage("ids must be a list of transaction ids")
+        for txid in self.ids:
+            _check_txid("agreed transaction id", txid)
+        if self.known_after is not None:
+            _check_int("known_after", self.known_after)
+            if len(self.ids) != self.pos - self.known_after:
+                raise InvalidMessage(f"ids must name the {self.pos - self.known_after} "
+                                     f"entries in ({self.known_after}, {self.pos}], got "
+                                     f"{len(self.ids)}")
+        elif self.ids:
+            raise InvalidMessage("ids come with known_after")

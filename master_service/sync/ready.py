@@ -207,12 +207,17 @@ class Compaction:
     """The agreed entries up to position ``floor`` are forgotten, with their payloads:
     every node executed them, or they are past the retention horizon. ``txid`` and
     ``chain``: the entry at ``floor`` and the hash chain up to it (what a restarted node
-    compares statuses and tail segments at ``floor`` with)."""
+    compares statuses and tail segments at ``floor`` with). ``ids_after``: the ids of
+    forgotten entries after this position are kept (only the ids, with their positions),
+    those up to it may go — a peer behind our floor may hold a transaction agreed there
+    in its incoming queue, and seeding it from our image must tell whether the image
+    holds it (compaction.py, "Seeding and the incoming queue")."""
 
     floor: int
     txid: str
     chain: str
     newest: int  # the newest timestamp of every entry forgotten so far
+    ids_after: int = 0
 
 
 @dataclass(frozen=True, slots=True)

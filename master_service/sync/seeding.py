@@ -11,7 +11,8 @@ probe, when another can) writes a named image ``seed-<requester>``; the image pa
 store with the worker's exact state, which is the state after some agreed position P of
 the data centre's agreed queue (``AgreementLog.position_of``: in a peered data centre
 every transaction is an agreed one). With the core's seed point at P (the id of the entry
-there, the hash chain up to it, the newest timestamp up to it) that makes the
+there, the hash chain up to it, the newest timestamp up to it) and the ids of the
+entries agreed up to P that it still knows (``AgreementLog.known_ids``) that makes the
 ``SeedPoint``. ``GET /peer/seed/<name>`` streams the image (a Range request resumes it).
 
 *The recipient* (``Seeding``). With its sync driver stopped (writes are refused
@@ -30,15 +31,17 @@ one that did by the usual recovery, and peering resumes from P: peers send what 
 agreed after it. Progress (phase, bytes, total) is on the
 status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
 
-Transactions of the incoming queue that sort at or before the seed point were agreed at
-or before it (the agreed queue is the sorted sequence of all transactions): the image
-holds them, so they leave the queue; the others are negotiated as before
-(``AgreementLog.seeded``). A cut download resumes where it was cut, within one seeding
-and across a restart of this master: the seed point is kept beside the partial download
-(``<name>.part.point``), and a seeding from the same peer within the donor's hold resumes
-that image instead of asking for a new one. If the donor no longer has it (it restarted,
-or the hold ran out) the seeding fails, the partial download is dropped and the next
-attempt asks again. Nothing is installed before the image is whole and checked.
+Transactions of the incoming queue that the donor agreed at or before the seed point are
+in the image (their ids are in the point, and kept: ``sync_forgotten``), so they leave
+the queue; the others are negotiated as before
+(``AgreementLog.seeded``, ``compaction.leaves_incoming``: by timestamp alone only where
+the donor forgot the ids that would tell). A cut download resumes where it was cut,
+within one seeding and across a restart of this master: the seed point is kept beside
+the partial download (``<name>.part.point``), and a seeding from the same peer within
+the donor's hold resumes that image instead of asking for a new one. If the donor no
+longer has it (it restarted, or the hold ran out) the seeding fails, the partial
+download is dropped and the next attempt asks again. Nothing is installed before the
+image is whole and checked.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ class SeedImages:
             raise SeedingFailed(f"the image of {w.url} (seq {seq}) is at no agreed position "
                                 f"this master still holds; ask again")
         txid, chain, newest = point
+        known_after, ids = await pool.db(self.agreement.known_ids, pos)
         # The requester catches up from us once its peers add it: keep what follows,
         # across a restart of this master too (reinstate).
         until = int(time.time() * 1000) + SEED_HOLD_MS
@@ -138,7 +142,8 @@ class SeedImages:
         log.info("sync: image '%s' of %s for %s stands for agreed position %d (%d quads)",
                  name, w.url, requester, pos, manifest["quads"])
         return SeedPoint(name, pos, txid, chain, newest, seq, fp, manifest["quads"],
-                         manifest.get("sha256"), manifest.get("bytes"))
+                         manifest.get("sha256"), manifest.get("bytes"), tuple(ids),
+                         known_after)
 
     async def reinstate(self) -> list[str]:
         """Hold again what the seedings still running want kept (a restart of this

@@ -105,10 +105,15 @@ SEED_FIELDS = ("name", "pos", "txid", "chain", "newest", "seq", "fingerprint", "
 
 
 def seed_to_json(point: SeedPoint) -> dict[str, Any]:
-    return {k: getattr(point, k) for k in SEED_FIELDS}
+    return {**{k: getattr(point, k) for k in SEED_FIELDS}, "ids": list(point.ids),
+            "known_after": point.known_after}
 
 
 def seed_from_json(value: Any) -> SeedPoint:
     obj = _obj(value, "seed point")
+    # ids / known_after: absent from a donor of an earlier release (the recipient then
+    # decides by timestamp alone, compaction.leaves_incoming)
     return SeedPoint(*(obj.get(k) if k in ("txid", "sha256", "bytes")
-                       else _field(obj, k, "seed point") for k in SEED_FIELDS))
+                       else _field(obj, k, "seed point") for k in SEED_FIELDS),
+                     ids=_strs(obj.get("ids", []), "seed point ids"),
+                     known_after=obj.get("known_after"))

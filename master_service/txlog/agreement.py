@@ -18,7 +18,10 @@ keeps what its Readies ask to persist, next to the data centre's own log:
 - meta: the *floor* (protocol.py, "Compaction"): the agreed entries up to that position
   were executed here and left ``sync_agreed`` with their payloads (every peer executed
   them too, or they passed the LogMaxSize / LogMaxDepth horizon); kept are the id of the
-  entry at the floor, the hash chain up to it, and this data centre's state after it.
+  entry at the floor, the hash chain up to it, and this data centre's state after it;
+- ``sync_forgotten``: the ids (and positions) of forgotten entries that a lagging peer may
+  still hold in its incoming queue (``Compaction.ids_after``), which a seeding asks about
+  (compaction.py, "Seeding and the incoming queue").
 
 Position p of the agreed queue is the same transaction on every master; "the state after
 position p" is therefore comparable across data centres: that is how a divergence between
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from master_service.sync.compaction import leaves_incoming
 from master_service.sync.messages import SeedPoint, TxMeta
 from master_service.sync.protocol import Compaction, Incoming, PersistentState
 from master_service.txlog.log import State, TxLog, TxLogError
@@ -82,6 +86,9 @@ class AgreementLog:
             db["sync_agreed"].create_index(["txid"], unique=True, if_not_exists=True)
             db["sync_seed_holds"].create({"requester": str, "pos": int, "until": int},
                                          pk="requester", if_not_exists=True)
+            db["sync_forgotten"].create({"pos": int, "txid": str}, pk="pos",
+                                        if_not_exists=True)
+            db["sync_forgotten"].create_index(["txid"], unique=True, if_not_exists=True)
         self._counter_mark = int(self._meta("sync_counter") or 0)
 
     # ---- meta ----
@@ -231,6 +238,10 @@ class AgreementLog:
             seq = before.seq if before is not None else self.base().seq
         db.execute("delete from transactions where status != 'pending' and txid in "
                    "(select txid from sync_agreed where pos <= ?)", [c.floor])
+        # the ids a lagging peer may still hold in its incoming queue stay (seeding)
+        db.execute("insert or replace into sync_forgotten (pos, txid) select pos, txid "
+                   "from sync_agreed where pos > ? and pos <= ?", [c.ids_after, c.floor])
+        db.execute("delete from sync_forgotten where pos <= ?", [c.ids_after])
         db.execute("delete from sync_agreed where pos <= ?", [c.floor])
         db["meta"].upsert_all(
             [{"key": "sync_floor", "value": str(c.floor)},
@@ -348,6 +359,27 @@ class AgreementLog:
             return 0
         return None
 
+    def agreed_position(self) -> int:
+        """Our agreed position: the floor plus the synchronised entries held."""
+        with self.txlog.atomic() as db:
+            top = next(iter(db.query("select max(pos) as n from sync_agreed")))["n"]
+        return top if top is not None else self.floor()[0]
+
+    def known_ids(self, pos: int) -> tuple[int, list[str]]:
+        """(known_after, ids): the ids of the entries agreed in (known_after, pos], in
+        order, from the ids of forgotten entries kept and the queue (what a seed point
+        of ``pos`` carries: compaction.py, "Seeding and the incoming queue")."""
+        with self.txlog.atomic() as db:
+            low = next(iter(db.query("select min(pos) as n from sync_forgotten")))["n"]
+            ids = [r["txid"] for r in db.query(
+                "select pos, txid from sync_forgotten where pos <= :p union all "
+                "select pos, txid from sync_agreed where pos <= :p order by pos", {"p": pos})]
+        known_after = low - 1 if low is not None else self.floor()[0]
+        if len(ids) != pos - known_after:
+            raise TxLogError(f"the ids kept of agreed positions {known_after + 1}..{pos} "
+                             f"are not contiguous ({len(ids)} of them)")
+        return known_after, ids
+
     def seeded(self, point: SeedPoint, state: State) -> None:
         """This data centre's workers now hold a peer's image of agreed position
         ``point.pos`` (data-centre state ``state``): in ONE SQLite transaction the agreed
@@ -356,18 +388,25 @@ class AgreementLog:
         split or owed rollback is over, and the data centre's log starts over at
         ``state`` (TxLog.rebase).
 
-        Incoming transactions that sort at or before the entry at ``point.pos`` (by
-        timestamp, then id) leave the incoming queue with their payloads: the agreed
-        queue is the sorted sequence of all transactions (protocol.py, rule (2)), so they
-        were agreed at or before that position and the image holds them; posted again,
-        they would be agreed twice. The others stay and are negotiated as before."""
+        Incoming transactions that the image holds (agreed at or before ``point.pos``)
+        leave the incoming queue with their payloads: posted again, they would be agreed
+        twice. The donor said which (``point.ids``, ``point.known_after``:
+        ``leaves_incoming``); the others stay and are negotiated as before. The ids stay
+        known here (``sync_forgotten``): a peer lagging behind them may seed from us."""
+        position = self.agreed_position()
+        agreed = set(point.ids)
         with self.txlog.atomic() as db:
-            if point.txid is not None:
-                done = [(r["txid"],) for r in db.query(
-                    "select txid from sync_incoming where timestamp < ? or "
-                    "(timestamp = ? and txid <= ?)", [point.newest, point.newest, point.txid])]
-                db.conn.executemany("delete from sync_incoming where txid = ?", done)
-                db.conn.executemany("delete from transactions where txid = ?", done)
+            done = [(r["txid"],) for r in db.query("select txid, timestamp from sync_incoming")
+                    if leaves_incoming(r["txid"], r["timestamp"], point_txid=point.txid,
+                                       point_newest=point.newest, agreed=agreed,
+                                       known_after=point.known_after, position=position)]
+            db.conn.executemany("delete from sync_incoming where txid = ?", done)
+            db.conn.executemany("delete from transactions where txid = ?", done)
+            db.execute("delete from sync_forgotten")
+            if point.known_after is not None:
+                db["sync_forgotten"].insert_all(
+                    [{"pos": point.known_after + i + 1, "txid": t}
+                     for i, t in enumerate(point.ids)], pk="pos")
             db.execute("delete from transactions where txid in "
                        "(select txid from sync_agreed where pos <= ?)", [point.pos])
             db.execute("delete from sync_agreed")
