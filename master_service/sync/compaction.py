@@ -51,16 +51,17 @@ is sorted by timestamp, which it is not after a split recovery (truncated entrie
 agreed again after newer ones) nor for a write acknowledged by a node beyond the horizon
 (nobody merges its queue until it is seeded, and the others agree newer ones
 meanwhile): the simulator found such writes dropped at seeding, acknowledged and lost.
-So the recipient sends its agreed position r and its incoming ids; the donor answers
-which of them it agreed at or before P, from its queue and from the *ids of forgotten
-entries* it keeps: compaction forgets payloads and entries, but keeps the id and
-position of each forgotten entry after ``Compaction.ids_after`` — the least stable
-position of its peers (none holds one agreed at or before that in its incoming queue),
-0 while a peer has not posted since we started — and the donor knows every id in
-(known_after, P]. When r >= known_after the answer is exact (``leaves_incoming``);
-otherwise (the donor forgot ids before it heard of the recipient's position, e.g. a data
-centre restored from an old backup) the timestamp rule decides what is left. The ids
-are ~50 bytes per transaction and kept only while some peer lags behind them.
+So the seed point names the entries agreed in (known_after, P] that the donor still
+knows: its queue, and the *ids of forgotten entries* it keeps — compaction forgets
+payloads and entries, but keeps the id and position of each forgotten entry after
+``Compaction.ids_after``, the least stable position of its peers (none holds one agreed
+at or before that in its incoming queue), 0 while a peer has not posted since we
+started. The recipient, at agreed position r, drops exactly the incoming transactions
+named; when r >= known_after that is exact (``leaves_incoming``); otherwise (the donor
+forgot ids before it heard of the recipient's position, e.g. a data centre restored from
+an old backup) the timestamp rule decides for the others. The recipient keeps the ids in
+turn (a lagger may seed from it). They are ~50 bytes per transaction and kept only
+while some peer lags behind them.
 
 The simulator models execution (with delays; read-only masters execute nothing),
 compaction (payloads leave with the entries), restarts from a floor, and seeding (a
@@ -86,10 +87,10 @@ def leaves_incoming(txid: str, timestamp: int, *, point_txid: str | None, point_
                     agreed: Container[str], known_after: int | None, position: int) -> bool:
     """Seeding from a peer's image of agreed position P (module docstring, "Seeding and
     the incoming queue"): does an incoming transaction of the seeded node leave its
-    queue (the image holds it)? ``agreed``: those of our incoming ids that the donor
-    found agreed at or before P; ``known_after``: the donor knows the id of every entry
-    agreed in (known_after, P] (None: it did not say); ``position``: our agreed position
-    (no entry up to it is in our incoming queue)."""
+    queue (the image holds it)? ``agreed``: the ids the seed point names, agreed at or
+    before P; ``known_after``: it names every entry agreed in (known_after, P] (None: the
+    donor did not say); ``position``: our agreed position (no entry up to it is in our
+    incoming queue)."""
     if point_txid is None:
         return False  # position 0: nothing agreed
     if txid in agreed:
