@@ -136,9 +136,12 @@ def _unshift_position(message: str, text: str, at: int) -> str:
 
 def _structure_error(detail: str) -> OperationRefused:
     # pyoxigraph accepted the text but this tokenizer could not structure it: a
-    # limitation of ours, not the client's error.
+    # limitation of ours, not the client's error — 501 says "not supported" (RDF4J's
+    # answer for a deliberate gap), e.g. keywords run together ("CLEARDEFAULT"), which
+    # pyoxigraph's grammar takes and RDF4J's and Jena's refuse (found by the fuzz suite).
     return OperationRefused(
-        f"txcluster cannot compute the changeset of this update: {detail}", status=501)
+        f"this form of update is not supported: txcluster cannot compute its changeset "
+        f"({detail})", status=501)
 
 
 def _scratch_quads(prologue: str, block: str, base_iri: str | None) -> tuple[ox.Quad, ...]:
