@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--quads", type=int, default=100_000)
     parser.add_argument("--disk", action="store_true")
     parser.add_argument("-n", type=int, default=3000)
+    parser.add_argument("--load-quads", type=int, default=100_000,
+                        help="quads of the load transaction (txcluster load's default)")
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory() if args.disk else None
     store = ox.Store(tmp.name) if tmp else ox.Store()
@@ -92,12 +94,34 @@ def main() -> None:
     make = update(vary(INSERT_DATA, "#"))
     med, _ = measure(lambda: parse_operations([make()]), args.n)
     print(f"  {'(of which parse_operations)':34s} {med:8.1f} us")
+    load_transaction(store, args.load_quads)
     try:
         from rdflib.plugins.sparql.parser import parseUpdate
     except ImportError:
         return
     med, _ = measure(lambda: parseUpdate(INSERT_DATA), 50)
     print(f"  {'rdflib parseUpdate, same text':34s} {med:8.1f} us")
+
+
+def load_transaction(store: ox.Store, n: int) -> None:
+    """The probe's changeset of one ``txcluster load`` transaction (issue 20): ``n`` new
+    quads, 10 per subject, labels kept (AddOperation with preserve_node_ids), parsed
+    beforehand as the worker's wire parsing does; compute only."""
+    from worker_service.operations import AddOperation
+    xsd = "http://www.w3.org/2001/XMLSchema#string"
+    data = "\n".join(f'<urn:load:s{i // 10}> <urn:load:p{i % 10}> "v{i}"^^<{xsd}> '
+                     f"<urn:load:g{i % 3}> ." for i in range(n))
+    quads = tuple(ox.parse(data, format=ox.RdfFormat.N_QUADS))
+    op = AddOperation(data, "application/n-quads", quads=quads, preserve_node_ids=True)
+    minter = BlankNodeMinter("bench")
+    times = []
+    for _ in range(7):
+        t = time.perf_counter()
+        op.changeset(store, minter, {})
+        times.append(time.perf_counter() - t)
+    med = statistics.median(times)
+    print(f"  {f'load transaction, {n} new quads':34s} {med * 1e3:8.1f} ms  "
+          f"{med * 1e6 / n:8.2f} us a quad")
 
 
 if __name__ == "__main__":
