@@ -132,7 +132,13 @@ class SeedImages:
             raise SeedingFailed(f"the image of {w.url} (seq {seq}) is at no agreed position "
                                 f"this master still holds; ask again")
         txid, chain, newest = point
-        known_after, ids = await pool.db(self.agreement.known_ids, pos)
+        try:
+            known_after, ids = await pool.db(self.agreement.known_ids, pos)
+        except TxLogError as exc:
+            # A gap in the ids kept: a seed point without them could drop acknowledged
+            # writes of the requester's incoming queue (compaction.py), so none is given.
+            raise SeedingFailed(f"this master cannot name the transactions agreed up to "
+                                f"position {pos}: {exc}") from None
         # The requester catches up from us once its peers add it: keep what follows,
         # across a restart of this master too (reinstate).
         until = int(time.time() * 1000) + SEED_HOLD_MS

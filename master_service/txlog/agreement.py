@@ -393,9 +393,9 @@ class AgreementLog:
         twice. The donor said which (``point.ids``, ``point.known_after``:
         ``leaves_incoming``); the others stay and are negotiated as before. The ids stay
         known here (``sync_forgotten``): a peer lagging behind them may seed from us."""
-        position = self.agreed_position()
         agreed = set(point.ids)
         with self.txlog.atomic() as db:
+            position = self.agreed_position()  # inside: what the queue is when we decide
             done = [(r["txid"],) for r in db.query("select txid, timestamp from sync_incoming")
                     if leaves_incoming(r["txid"], r["timestamp"], point_txid=point.txid,
                                        point_newest=point.newest, agreed=agreed,
