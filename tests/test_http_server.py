@@ -6,17 +6,21 @@ ones real clients make: java.net.http.HttpClient's ``Upgrade: h2c`` (its default
 made httptools drop the body), ``Expect: 100-continue`` (curl above 1 MB), chunked
 bodies, and pipelined requests after an ignored upgrade. tests/test_clients_jdk.py drives
 the real JDK client through every write endpoint of a cluster.
+
+The direct lane (DirectAnswers) is checked the same way: which requests it answers, that
+every other one reaches the application unchanged, and that answers keep request order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
 import pytest
 
 from tests.procs import uvicorn_in_thread
-from txcluster.http_server import UpgradeIgnoringProtocol
+from txcluster.http_server import UpgradeIgnoringProtocol, protocol_with
 
 H2C = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
        b"HTTP2-Settings: AAEAAEAAAAIAAAABAAMAAABkAAQBAAAAAAUAAEAA\r\n")
@@ -26,6 +30,8 @@ async def echo_app(scope, receive, send) -> None:
     """Answers ``<method> <path> <body length> <body>``."""
     if scope["type"] != "http":
         return
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.3)
     body = b""
     while True:
         message = await receive()
@@ -125,3 +131,87 @@ def test_expect_100_continue(server):
 def test_h2c_offer_without_a_body_is_plain_http(server):
     get = b"GET /only HTTP/1.1\r\nHost: t\r\n" + H2C + b"\r\n"
     assert exchange(server, get + get, 2) == [b"GET /only 0 ", b"GET /only 0 "]
+
+
+# ---- the direct lane ----
+
+LANE_CALLS: list[str] = []
+
+
+def lane(path: str, query: bytes, headers: list[tuple[bytes, bytes]]):
+    """Answers GET /fast (its query string and Accept header), fails on /broken,
+    declines the rest."""
+    LANE_CALLS.append(path)
+    if path == "/broken":
+        raise RuntimeError("the lane failed")
+    if path != "/fast":
+        return None
+    accept = dict(headers).get(b"accept", b"")
+    return 200, b"text/x-lane", b"lane " + query + b" " + accept
+
+
+@pytest.fixture(scope="module")
+def lane_server():
+    with uvicorn_in_thread(echo_app, http=protocol_with(lane), access_log=False) as port:
+        yield port
+
+
+def get(path: str, extra: bytes = b"", version: bytes = b"1.1") -> bytes:
+    return b"GET %s HTTP/%s\r\nHost: t\r\n%s\r\n" % (path.encode(), version, extra)
+
+
+def test_the_lane_answers_what_it_takes_and_the_app_the_rest(lane_server):
+    LANE_CALLS.clear()
+    # One request per packet: pipelined behind an application answer, the lane would
+    # rightly not be asked (the test below).
+    answers = exchange(lane_server, [get("/fast?q=1", b"Accept: a/b\r\n"), get("/other"),
+                                     get("/broken"), post(b"body", "/fast"), get("/fast?q=2")],
+                       5)
+    assert answers == [b"lane q=1 a/b", b"GET /other 0 ", b"GET /broken 0 ",
+                       b"POST /fast 4 body", b"lane q=2 "]
+    assert LANE_CALLS == ["/fast", "/other", "/broken", "/fast"]  # never offered a POST
+
+
+def test_the_lane_answer_is_plain_http_with_the_servers_headers(lane_server):
+    with socket.create_connection(("127.0.0.1", lane_server), timeout=10) as s:
+        s.sendall(get("/fast?x"))
+        head = s.recv(65536).split(b"\r\n\r\n")[0].lower().split(b"\r\n")
+    assert head[0] == b"http/1.1 200 ok"
+    assert {b"content-type: text/x-lane", b"content-length: 7"} <= set(head)
+    assert any(h.startswith(b"date: ") for h in head)
+
+
+@pytest.mark.parametrize("request_bytes", [
+    get("/fast", b"Connection: close\r\n"),  # the app closes the connection after
+    get("/fast", version=b"1.0"),
+    get("/fast", H2C),  # an upgrade offer: UpgradeIgnoringProtocol's handling
+    get("/fast", b"Content-Length: 3\r\n") + b"abc",  # a GET with a body
+    get("/fast", b"Expect: 100-continue\r\nContent-Length: 0\r\n"),
+    get("/f%61st"),  # percent-escapes: the app decodes paths
+], ids=["close", "http-1.0", "h2c", "body", "expect", "escaped"])
+def test_requests_the_lane_never_takes(lane_server, request_bytes):
+    LANE_CALLS.clear()
+    with socket.create_connection(("127.0.0.1", lane_server), timeout=10) as s:
+        s.sendall(request_bytes)
+        answer = s.recv(65536)
+    assert answer.rsplit(b"\r\n\r\n", 1)[1].startswith(b"GET /f")  # the app's echo
+    assert LANE_CALLS == []
+
+
+def test_answers_keep_request_order_behind_a_slow_application_answer(lane_server):
+    # Pipelined in one packet: the app takes 0.3 s on /slow; the GETs of /fast after it
+    # must not overtake it: the lane is not asked while an earlier answer is pending, and
+    # they queue behind it in the application.
+    LANE_CALLS.clear()
+    answers = exchange(lane_server, get("/slow") + get("/fast?a") + get("/fast?b"), 3)
+    assert answers == [b"GET /slow 0 ", b"GET /fast 0 ", b"GET /fast 0 "]
+    assert LANE_CALLS == ["/slow"]  # asked first, and declined
+
+
+def test_a_connection_goes_on_after_lane_answers(lane_server):
+    # Keep-alive across lane answers, with a request split over several packets.
+    first = get("/fast?1")
+    pieces = [first[:7], first[7:20], first[20:], post(b"after", "/p"), get("/fast?2"),
+              get("/fast?3") + get("/fast?4")]
+    assert exchange(lane_server, pieces, 5) == [b"lane 1 ", b"POST /p 5 after", b"lane 2 ",
+                                                b"lane 3 ", b"lane 4 "]

@@ -344,3 +344,47 @@ def test_ports_for_nodes_are_never_handed_out_twice():
 
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+QUERY_FORMATS = ["application/sparql-results+json", "application/sparql-results+xml",
+                 "text/csv", "text/tab-separated-values",
+                 "application/x-binary-rdf-results-table", "*/*", None]
+
+
+def test_point_queries_by_get_answer_as_the_application_does(worker_factory, secret):
+    """A GET of a provably cheap query is answered by the worker's direct lane
+    (txcluster/http_server.py, DirectAnswers); the same query sent as a POST form always
+    takes the application's route. Both must give the same status, type and bytes, in
+    every result format, and the lane must see a write applied just before."""
+    w = worker_factory("w")
+    with signed_client(w, secret[1]) as c:
+        assert c.post("/cluster/apply", json=apply_body(1, batch(0, 20))).status_code == 200
+    path = "/repositories/repo"  # worker_node's default
+    point = f"SELECT ?o WHERE {{ <{EX}s7> <{EX}p> ?o }}"
+    ask = f"ASK {{ <{EX}s3> ?p ?o }}"
+    with httpx.Client(base_url=w.url) as c:
+        for query in (point, ask):
+            for accept in QUERY_FORMATS if query == point else ["text/boolean", None]:
+                headers = {"accept": accept} if accept else {}
+                by_get = c.get(path, params={"query": query}, headers=headers)
+                by_post = c.post(path, data={"query": query}, headers=headers)
+                assert by_get.status_code == by_post.status_code == 200, by_get.text
+                assert by_get.headers["content-type"] == by_post.headers["content-type"]
+                assert by_get.content == by_post.content, (query, accept)
+        assert b'"v7"' in c.get(path, params={"query": point},
+                                headers={"accept": QUERY_FORMATS[0]}).content
+        # Errors are the application's: the lane declines them.
+        r = c.get(path, params={"query": point}, headers={"accept": "image/png"})
+        assert r.status_code == 406, r.text
+        r = c.get(path, params={"query": "SELECT ?o WHERE { <x"})
+        assert r.status_code == 400 and "MALFORMED QUERY" in r.text, r.text
+        r = c.get("/repositories/other", params={"query": point})
+        assert r.status_code == 404 and "unknown repository 'other'" in r.text, r.text
+    # A write applied, then read at once by GET on a new connection: the lane's snapshot
+    # is taken after it.
+    with signed_client(w, secret[1]) as c:
+        cs = Changeset(added=frozenset({ox.Quad(ox.NamedNode(f"{EX}s7"), ox.NamedNode(EX + "p"),
+                                                ox.Literal("new"))}))
+        assert c.post("/cluster/apply", json=apply_body(2, cs)).status_code == 200
+    r = httpx.get(w.url + path, params={"query": point}, headers={"accept": "text/csv"})
+    assert r.status_code == 200 and sorted(r.text.split("\r\n")) == ["", "new", "o", "v7"]

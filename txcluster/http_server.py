@@ -20,11 +20,20 @@ their exact meaning; nothing here parses HTTP by hand.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import httptools
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+log = logging.getLogger("txcluster.http")
+
+# A node's direct lane: (path, query string, headers) of a GET -> (status, content type,
+# body) of the whole answer, or None to let the application answer it. Runs on the event
+# loop, so it must answer within a small budget or decline.
+DirectLane = Callable[[str, bytes, list[tuple[bytes, bytes]]], tuple[int, bytes, bytes] | None]
 
 # FastAPI's own OpenTelemetry instrumentation, off on both node kinds: nothing here
 # configures a tracer or meter, and deciding so again on every request cost about 25 us
@@ -52,6 +61,7 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._replaying = False  # True while the re-parse primes a parser with headers
         self._body_follows = False  # the ignored upgrade request still has a body to read
+        self._answered = False  # the request being parsed was answered by the direct lane
 
     def _ignored_upgrade(self) -> bool:
         return self.parser.should_upgrade() and not self._should_upgrade()
@@ -75,6 +85,9 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        if self._answered:  # DirectAnswers wrote the whole answer at its headers
+            self._answered = False
+            return
         if not self._replaying and self._ignored_upgrade() and _declares_body(self.headers):
             # llhttp ended the message at the headers because of the upgrade; its body
             # is still to come (data_received re-parses it).
@@ -118,7 +131,66 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
             self.data_received(rest)
 
 
-def run(app: Any, *, host: str, port: int, **options: Any) -> None:
-    """Serve ``app`` as both node kinds do (uvicorn, httptools, the protocol above)."""
-    uvicorn.run(app, host=host, port=port, http=UpgradeIgnoringProtocol,
+class DirectAnswers(UpgradeIgnoringProtocol):
+    """:class:`UpgradeIgnoringProtocol` with a direct lane (``lane``, set on a subclass by
+    :func:`protocol_with`) for requests answered whole from the parser's callback."""
+
+    lane: DirectLane | None = None
+
+    def on_headers_complete(self) -> None:
+        if not self._replaying and self.lane is not None and self._answer_directly():
+            self._answered = True
+            return
+        super().on_headers_complete()
+
+    def _answer_directly(self) -> bool:
+        parser = self.parser
+        if (parser.get_method() != b"GET" or parser.get_http_version() != "1.1"
+                or not parser.should_keep_alive() or parser.should_upgrade()
+                or self.expect_100_continue or _declares_body(self.headers)):
+            return False
+        # Answers go out in request order: not while an earlier one is still being
+        # written by the application (pipelining), nor while the client does not read.
+        if ((self.cycle is not None and not self.cycle.response_complete)
+                or self.pipeline or self.flow.write_paused):
+            return False
+        url = httptools.parse_url(self.url)
+        if b"%" in url.path:  # the application's path decoding and checks
+            return False
+        try:
+            answer = self.lane(url.path.decode("ascii"),  # type: ignore[misc]
+                               url.query or b"", self.headers)
+        except Exception:  # the application answers it (and logs what failed)
+            log.debug("direct lane declined after an error", exc_info=True)
+            return False
+        if answer is None:
+            return False
+        status, content_type, body = answer
+        head = [STATUS_LINE[status]]
+        head += [name + b": " + value + b"\r\n"
+                 for name, value in self.server_state.default_headers]
+        head += [b"content-type: ", content_type, b"\r\ncontent-length: ",
+                 str(len(body)).encode("ascii"), b"\r\n\r\n", body]
+        # One write for head and body (uvicorn writes them separately: two sends).
+        self.transport.write(b"".join(head))
+        # What uvicorn's on_response_complete does for a keep-alive connection.
+        self.server_state.total_requests += 1
+        self._unset_keepalive_if_required()
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        return True
+
+
+def protocol_with(lane: DirectLane | None) -> type[UpgradeIgnoringProtocol]:
+    """The protocol class uvicorn runs: with ``lane`` as its direct lane, if any."""
+    if lane is None:
+        return UpgradeIgnoringProtocol
+    return type("DirectAnswersFor", (DirectAnswers,), {"lane": staticmethod(lane)})
+
+
+def run(app: Any, *, host: str, port: int, lane: DirectLane | None = None,
+        **options: Any) -> None:
+    """Serve ``app`` as both node kinds do (uvicorn, httptools, the protocol above), with
+    ``lane`` as the direct lane for the requests it answers (DirectAnswers)."""
+    uvicorn.run(app, host=host, port=port, http=protocol_with(lane),
                 log_level="warning", access_log=False, **options)

@@ -56,6 +56,8 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
     rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_api, tags=["rdf4j"])
     app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
+    # Point queries answered from the HTTP parser's callback (http_server.DirectAnswers).
+    app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
     return app
 
 
@@ -78,6 +80,7 @@ def serve(config: WorkerConfig) -> None:
                      limits=config.limits())
     try:
         http_server.run(app, host=config.host, port=config.port,
+                        lane=app.state.direct_lane,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))
     finally:
         repo.close()

@@ -37,10 +37,18 @@ from rdf4j_protocol.parameters import (
     ProtocolError,
     decode_contexts,
     parse_params,
+    path_problem,
 )
 from rdf4j_protocol.reads import StatementPattern, parse_query_request, parse_statement_pattern
 from rdf4j_protocol.results import namespace_rows, serialize_table
-from rdf4j_protocol.routes import Backend, Route, query_params, rdf4j_routes, text
+from rdf4j_protocol.routes import (
+    REPOSITORY_PREFIX,
+    Backend,
+    Route,
+    query_params,
+    rdf4j_routes,
+    text,
+)
 from rdf4j_protocol.transactions import READ_ACTIONS, TRANSACTION_IDLE_S, TransactionRegistry
 from txcluster import query_limits
 from txcluster.auth import Verifier
@@ -83,7 +91,18 @@ def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
     router = rdf4j_routes(backend, TransactionRegistry(transaction_idle_s))
     router.transaction_views = backend.views  # type: ignore[attr-defined]  # closed by the app
     router.query_processes = backend.processes  # type: ignore[attr-defined]  # killed by the app
+    router.direct_lane = backend.direct_query  # type: ignore[attr-defined]  # http_server.run
     return router
+
+
+_TIMEOUT_HEADER = query_limits.TIMEOUT_HEADER.encode("ascii")
+
+
+def _provably_cheap(q: Any) -> bool:
+    """query_isolation.runs_in_process for a parsed query request."""
+    return query_isolation.runs_in_process(
+        q.query, {v.value for v, _ in q.bindings},
+        None if q.default_graphs is None else len(q.default_graphs))
 
 
 class WorkerBackend(Backend):
@@ -143,25 +162,54 @@ class WorkerBackend(Backend):
             q = parse_query_request("GET", query_params(request))
         if not self.limits.isolate:  # the benchmark's baseline: stopped only while writing
             return await run_in_threadpool(_run_query, repo, q, accept, q.timeout_s)
-        timeout_s = self.query_timeout(request, q.timeout_s)
-        if query_isolation.runs_in_process(
-                q.query, {v.value for v, _ in q.bindings},
-                None if q.default_graphs is None else len(q.default_graphs)):
-            # Provably cheap: first on the loop within a small budget (queries.run_inline),
-            # else in the thread pool.
+        timeout_s = self.query_timeout(request.headers.get(query_limits.TIMEOUT_HEADER),
+                                       q.timeout_s)
+        if _provably_cheap(q):
+            # First on the loop within a small budget (queries.run_inline), else in the
+            # thread pool.
             answer = run_inline(repo, q, accept, timeout_s)
             if answer is not None:
                 return answer
             return await run_in_threadpool(_run_query, repo, q, accept, timeout_s)
         return await self.in_query_process(request, repo, q, timeout_s)
 
-    def query_timeout(self, request: Request, asked: float | None) -> float:
+    def query_timeout(self, header: str | None, asked: float | None) -> float:
         try:
-            passed = query_limits.parse_timeout(request.headers.get(
-                query_limits.TIMEOUT_HEADER), f"header {query_limits.TIMEOUT_HEADER}")
+            passed = query_limits.parse_timeout(header, f"header {query_limits.TIMEOUT_HEADER}")
         except ValueError as exc:
             raise ProtocolError(400, str(exc)) from None
         return query_limits.effective_timeout(self.limits.query_timeout_s, asked, passed)
+
+    def direct_query(self, path: str, query_string: bytes,
+                     headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes, bytes] | None:
+        """The worker's direct lane (txcluster/http_server.py, DirectAnswers): a GET of a
+        provably cheap query on this worker's repository, answered whole on the event
+        loop when ``run_inline`` can (the read lock free, within its budget); None in
+        every other case, errors included: the route (``query`` above) then answers it,
+        the same way as before. Reads on a worker need no credential (Backend.read_denied),
+        so nothing is skipped by answering here. A query only reads: declining after
+        starting one changes nothing."""
+        repo = self.repo_provider()
+        if (not self.limits.isolate or repo is None
+                or path != f"{REPOSITORY_PREFIX}{repo.id}" or path_problem(path)):
+            return None
+        accept = timeout = None
+        for name, value in headers:  # the first of each, as Starlette's headers.get
+            if name == b"accept" and accept is None:
+                accept = value.decode("latin-1")
+            elif name == _TIMEOUT_HEADER and timeout is None:
+                timeout = value.decode("latin-1")
+        try:
+            q = parse_query_request("GET", parse_params(query_string))
+            if not _provably_cheap(q):
+                return None
+            answer = run_inline(repo, q, accept, self.query_timeout(timeout, q.timeout_s))
+        except ProtocolError:
+            return None
+        if answer is None:
+            return None
+        return answer.status_code, answer.headers["content-type"].encode("latin-1"), \
+            bytes(answer.body)
 
     async def in_query_process(self, request: Request, repo: Any, q: Any,
                                timeout_s: float) -> Response:
