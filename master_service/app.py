@@ -337,11 +337,10 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,
                                           lambda: service.config))
-    # What the server runs: every request timed (LatencyMiddleware), queries and updates
-    # past the framework (routes.HotPaths.in_front_of).
-    app.state.front = LatencyMiddleware(
-        HotPaths.in_front_of(app, rdf4j_api.hot_endpoints),  # type: ignore[attr-defined]
-        histogram=service.metrics.request_seconds)
+    # Queries and updates past the framework's routing (routes.HotPaths), inside the latency
+    # measurement (the middleware added last is the outermost).
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
+    app.add_middleware(LatencyMiddleware, histogram=service.metrics.request_seconds)
     return app
 
 
@@ -360,5 +359,5 @@ def serve(config: MasterConfig) -> None:
     if problems := preflight(config):
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
-    http_server.run(create_app(service).state.front, host=config.host, port=config.port,
+    http_server.run(create_app(service), host=config.host, port=config.port,
                     **tls.server_options(config.tls_cert_file, config.tls_key_file))

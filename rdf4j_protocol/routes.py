@@ -391,25 +391,9 @@ class HotPaths:
                  endpoints: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> None:
         self.app = app
         self.endpoints = endpoints
-        self.owner: Any = None  # the application this stands in front of (in_front_of)
-
-    @classmethod
-    def in_front_of(cls, app: Any,
-                    endpoints: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> HotPaths:
-        """HotPaths as the outermost application (what the server runs), in front of
-        ``app`` and its whole middleware stack, rather than inside it: the hot paths also
-        skip the framework's error, telemetry and body-limit layers, which cost a
-        master's point read about a sixth of its CPU (py-spy). Their endpoints catch
-        every exception themselves (``rdf4j_routes``, ``handler``), as those layers would
-        have; anything that fails after an answer started is the server's, as before."""
-        front = cls(app, endpoints)
-        front.owner = app
-        return front
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and scope["path"].startswith(REPOSITORY_PREFIX):
-            if self.owner is not None:
-                scope["app"] = self.owner  # what Starlette sets: request.app, its state
             repo_id, slash, rest = scope["path"][len(REPOSITORY_PREFIX):].partition("/")
             suffix = slash + rest  # "" or "/statements"; "/" (a trailing slash) is not hot
             endpoint, methods = self.endpoints.get(suffix, (None, ()))

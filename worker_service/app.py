@@ -55,10 +55,8 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                        tags=["cluster-control"])
     rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_api, tags=["rdf4j"])
-    # What the server runs: queries and updates past the framework (routes.HotPaths), and
-    # point queries answered from the HTTP parser's callback (http_server.DirectAnswers).
-    app.state.front = HotPaths.in_front_of(
-        app, rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
+    # Point queries answered from the HTTP parser's callback (http_server.DirectAnswers).
     app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
     return app
 
@@ -81,7 +79,7 @@ def serve(config: WorkerConfig) -> None:
                      transaction_idle_s=config.transaction_idle_timeout_s,
                      limits=config.limits())
     try:
-        http_server.run(app.state.front, host=config.host, port=config.port,
+        http_server.run(app, host=config.host, port=config.port,
                         lane=app.state.direct_lane,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))
     finally:
