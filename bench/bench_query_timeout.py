@@ -87,7 +87,8 @@ def serve(config_path: str, machinery: str) -> None:
     app = create_app(repo, load_secret(config.cluster_secret_file),
                      NodeAuthorities(config.host, config.port), limits=limits)
     try:
-        http_server.run(app, host=config.host, port=config.port)
+        http_server.run(app, host=config.host, port=config.port,
+                        lane=app.state.direct_lane)
     finally:
         repo.close()
 
