@@ -155,6 +155,33 @@ def parse_nquads(text: str) -> list[ox.Quad]:
 BULK_ADD = 5_000
 
 
+def added_text(wire: Mapping) -> str | None:
+    """The N-Quads text of a changeset in wire form (``to_wire``) that only adds quads,
+    none with a blank node; None for any other changeset. Such text can go into a store
+    as it is (``load_added``), never parsed into Python quads. Blank nodes are excluded
+    because pyoxigraph's loaders give them fresh labels; any "_:" counts as one (also in
+    a literal: then the text is merely parsed as before). Namespace changes are the
+    caller's (they are state, not quads)."""
+    text = wire.get("added")
+    if (not isinstance(text, str) or not text or wire.get("removed")
+            or wire.get("created_graphs") or wire.get("dropped_graphs") or "_:" in text):
+        return None
+    return text
+
+
+def load_added(store: ox.Store, text: str, quads: int) -> None:
+    """Add the ``quads`` quads of ``text`` (``added_text``) to ``store``, parsed in Rust
+    with the GIL released: ~1.3-1.8 s of CPU against 2.2-2.7 s for parsing into Python
+    quads and adding those (240,000 quads in changesets of 100,000; bench/README.md).
+    The same loaders as ``apply_to``: the bulk loader from BULK_ADD quads on, a store
+    transaction below. The caller has checked the text (its line hashes gave the
+    expected fingerprint: it is the probe's own text, valid N-Quads of canonical quads)."""
+    if quads >= BULK_ADD:
+        store.bulk_load(text, format=ox.RdfFormat.N_QUADS)
+    else:
+        store.load(text, format=ox.RdfFormat.N_QUADS)
+
+
 def apply_to(store: ox.Store, changeset: Changeset) -> None:
     """Apply the quad and graph parts to ``store``. Idempotent for an exact changeset.
 

@@ -462,3 +462,41 @@ def test_failed_transactions_leave_no_result_iterator_for_another_thread(repo, m
         gc.enable()
     assert done and unraisable == []
     assert repo.state().seq == 1
+
+
+def test_additions_received_as_text_reach_the_state_parsed_ones_do(tmp_path):
+    """POST /cluster/apply keeps an addition without blank nodes as its text when it comes
+    with an expected fingerprint (control._apply_entries) and loads it unparsed
+    (changeset.load_added): the bulk loader for a large one, a store transaction for a
+    small one. Applied so, and parsed on another worker, the same changesets give the same
+    state and the same quads; a group mixing such text with a removal is parsed and
+    composed; a literal holding "_:" is parsed, never loaded as text."""
+    from rdfcore.changeset import BULK_ADD
+    from worker_service.api.control import _apply_entries
+
+    big = adds(*(q(f"s{i}", f"v{i}", "g" if i % 3 else None) for i in range(BULK_ADD + 10)))
+    small = Changeset(added=frozenset({q("x", "1"), q("y", "two words")}),
+                      namespaces={"ex": EX})
+    tricky = adds(q("z", "a_:b"))
+    removal = Changeset(removed=frozenset({q("x", "1")}), added=frozenset({q("x", "2")}))
+    later = adds(q("w", "after the removal"))
+    groups = [[big], [small, tricky], [removal, later]]
+    text_repo, parsed_repo = (Repository("r", tmp_path / n) for n in ("text", "parsed"))
+    seq, fp = 0, 0
+    for group in groups:
+        items, parsed = [], []
+        for cs in group:
+            seq, fp, wire = seq + 1, cs.moved_fingerprint(fp), cs.to_wire()
+            items.append({"seq": seq, "txid": f"t{seq}", "changeset": wire,
+                          "expected_fingerprint": fingerprint.to_hex(fp)})
+            parsed.append(ApplyEntry(seq, f"t{seq}", cs, fp))
+        entries = _apply_entries(items)
+        kept_as_text = [e.added_text is not None for e in entries]
+        assert kept_as_text == [cs is big or cs is small or cs is later for cs in group]
+        text_repo.apply_batch(entries)
+        parsed_repo.apply_batch(parsed)
+    assert text_repo.state() == parsed_repo.state()
+    assert text_repo.state().quads == BULK_ADD + 10 + 4 and text_repo.state().seq == 5
+    assert set(text_repo.store) == set(parsed_repo.store)
+    assert text_repo.state().namespaces == {"ex": EX}
+    assert text_repo.verify()["matches"] and parsed_repo.verify()["matches"]

@@ -240,6 +240,9 @@ def test_restore_from_named_backup(worker_factory, secret):
     (apply_body(1, batch(0, 1), expected=42), 409, "expected"),
     ({"entries": [{"seq": 1, "txid": "t", "changeset": {"added": "<a> <b> ."}}]}, 400,
      "not valid N-Quads"),
+    # With an expected fingerprint an addition is loaded as text, unparsed: still named.
+    ({"entries": [{"seq": 1, "txid": "t", "changeset": {"added": "<a> <b> .\n"},
+                   "expected_fingerprint": "0" * 32}]}, 400, "not valid N-Quads"),
     ({"entries": "nope"}, 400, "'entries' must be a list"),
     ({"entries": [{"seq": "1", "txid": "t", "changeset": {}}]}, 400, "'seq' must be a int"),
 ])

@@ -27,13 +27,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyoxigraph as ox
 
 from rdfcore import fingerprint
-from rdfcore.changeset import Changeset, apply_to
+from rdfcore.changeset import Changeset, apply_to, load_added
 from worker_service import image, journal, state
 from worker_service.rwlock import RWLock
 from worker_service.state import WorkerState
@@ -79,6 +79,11 @@ class ApplyEntry:
     changeset: Changeset
     expected_fingerprint: int | None = None
     wire: dict | None = None  # the changeset as received (journaled as it is)
+    # An addition kept as the text it came in (changeset.added_text; ``changeset`` then
+    # holds only its namespaces) and how many quads it adds: loaded without parsing it
+    # into Python quads. Only with an expected fingerprint, which checks the text.
+    added_text: str | None = None
+    added_quads: int = 0
 
 
 @dataclass(frozen=True)
@@ -409,6 +414,12 @@ class Repository:
                 # fingerprint than the probe's, and the batch is refused.
                 after_fp = e.changeset.moved_fingerprint(current.fingerprint, e.wire)
                 if e.expected_fingerprint is not None and after_fp != e.expected_fingerprint:
+                    if e.added_text is not None and e.wire is not None:
+                        # Text loaded unparsed: say so when it is not even N-Quads.
+                        try:
+                            Changeset.from_wire(e.wire)
+                        except ValueError as exc:
+                            raise WorkerError(f"seq {e.seq}: {exc}") from None
                     raise FingerprintMismatch(
                         f"applying seq {e.seq} would give fingerprint "
                         f"{fingerprint.to_hex(after_fp)}, expected "
@@ -419,12 +430,20 @@ class Repository:
                 e.changeset.apply_namespaces(namespaces)
                 current = current.evolve(
                     seq=e.seq, txid=e.txid, fingerprint=after_fp,
-                    quads=current.quads + len(e.changeset.added) - len(e.changeset.removed),
+                    quads=current.quads + len(e.changeset.added) + e.added_quads
+                    - len(e.changeset.removed),
                     namespaces=namespaces,
                 )
                 afters.append(current)
             if not entries:
                 return []
+            # Additions kept as text go in as text when the whole group is such; in a
+            # mixed group they are parsed and composed with the others.
+            as_text = all(e.added_text is not None for e in entries)
+            if not as_text:
+                entries = [replace(e, changeset=Changeset.from_wire(e.wire), added_text=None)
+                           if e.added_text is not None and e.wire is not None else e
+                           for e in entries]
             # One store write for the whole group: the composition of exact changesets
             # is exact, and the journal holds each one for a redo after a crash.
             total = entries[0].changeset
@@ -447,7 +466,11 @@ class Repository:
                 for e in entries:
                     self._journal.append(e.changeset, e.wire)
             self._journal.seal()
-            apply_to(self.store, total)
+            if as_text:
+                for e in entries:
+                    load_added(self.store, e.added_text, e.added_quads)  # type: ignore[arg-type]
+            else:
+                apply_to(self.store, total)
             state.save(self._gen, current, self._sync)
             self._state = current
             self._journal.discard()
