@@ -204,33 +204,41 @@ def main() -> None:
     ap.add_argument("--writers", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--replay-quads", type=int, default=300_000)
+    ap.add_argument("--replay-only", action="store_true",
+                    help="only the catch-up replay figure (4.)")
     args = ap.parse_args()
     with workdir("master") as root:
-        q = bench_point_query(root, args.queries, args.clients)
-        show(f"point SELECT, {args.queries} queries, {args.clients} clients, 1 worker", [
-            ("direct to the worker", f"{q['direct']:,.0f} queries/s"),
-            ("through the master", f"{q['master']:,.0f} queries/s"),
-            ("ratio (target >= 0.9)", f"{q['master'] / q['direct']:.2f}"),
-        ])
-        lat = bench_latency(root, args.latency_writes)
-        show(f"commit latency, 10-triple INSERT DATA, 1 master + 3 workers, "
-             f"{args.latency_writes} sequential writes", [
-            ("p50 (target <= 10 ms)", f"{pct(lat, 50) * 1000:.1f} ms"),
-            ("p99 (target <= 50 ms)", f"{pct(lat, 99) * 1000:.1f} ms"),
-            ("max", f"{max(lat) * 1000:.1f} ms"),
-        ])
-        n, secs, group = bench_concurrent(root, args.writers, args.seconds)
-        show(f"{args.writers} concurrent writers, {args.seconds:g} s, 1 master + 3 workers", [
-            ("committed transactions", f"{n:,}"),
-            ("average group commit size", f"{group:.1f}"),
-            ("transactions/s (target >= 1,000)", f"{n / secs:,.0f}"),
-        ])
+        if not args.replay_only:
+            others(root, args)
         raw, replay = bench_replay(root, args.replay_quads, 10_000)
         show(f"catch-up replay of {args.replay_quads:,} quads in 10k-quad transactions", [
             ("raw Store.extend in-process", f"{raw:,.0f} quads/s"),
             ("replay to a returning worker", f"{replay:,.0f} quads/s"),
             ("ratio (target >= 0.8)", f"{replay / raw:.2f}"),
         ])
+
+
+def others(root: Path, args: argparse.Namespace) -> None:
+    """Figures 1-3 of the module docstring."""
+    q = bench_point_query(root, args.queries, args.clients)
+    show(f"point SELECT, {args.queries} queries, {args.clients} clients, 1 worker", [
+        ("direct to the worker", f"{q['direct']:,.0f} queries/s"),
+        ("through the master", f"{q['master']:,.0f} queries/s"),
+        ("ratio (target >= 0.9)", f"{q['master'] / q['direct']:.2f}"),
+    ])
+    lat = bench_latency(root, args.latency_writes)
+    show(f"commit latency, 10-triple INSERT DATA, 1 master + 3 workers, "
+         f"{args.latency_writes} sequential writes", [
+        ("p50 (target <= 10 ms)", f"{pct(lat, 50) * 1000:.1f} ms"),
+        ("p99 (target <= 50 ms)", f"{pct(lat, 99) * 1000:.1f} ms"),
+        ("max", f"{max(lat) * 1000:.1f} ms"),
+    ])
+    n, secs, group = bench_concurrent(root, args.writers, args.seconds)
+    show(f"{args.writers} concurrent writers, {args.seconds:g} s, 1 master + 3 workers", [
+        ("committed transactions", f"{n:,}"),
+        ("average group commit size", f"{group:.1f}"),
+        ("transactions/s (target >= 1,000)", f"{n / secs:,.0f}"),
+    ])
 
 
 if __name__ == "__main__":
