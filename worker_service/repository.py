@@ -27,14 +27,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyoxigraph as ox
 
 from rdfcore import fingerprint
-from rdfcore.changeset import Changeset, apply_to, load_added
-from worker_service import image, journal, state
+from rdfcore.changeset import Changeset, apply_to
+from worker_service import forwarded, image, journal, state
+from worker_service.forwarded import ApplyEntry
 from worker_service.rwlock import RWLock
 from worker_service.state import WorkerState
 from worker_service.transaction import BlankNodeMinter
@@ -70,20 +71,6 @@ class ControlQueryFailed(WorkerError):
 
 class Busy(WorkerError):
     status = 503
-
-
-@dataclass(frozen=True)
-class ApplyEntry:
-    seq: int
-    txid: str
-    changeset: Changeset
-    expected_fingerprint: int | None = None
-    wire: dict | None = None  # the changeset as received (journaled as it is)
-    # An addition kept as the text it came in (changeset.added_text; ``changeset`` then
-    # holds only its namespaces) and how many quads it adds: loaded without parsing it
-    # into Python quads. Only with an expected fingerprint, which checks the text.
-    added_text: str | None = None
-    added_quads: int = 0
 
 
 @dataclass(frozen=True)
@@ -437,24 +424,13 @@ class Repository:
                 afters.append(current)
             if not entries:
                 return []
-            # Additions kept as text go in as text when the whole group is such; in a
-            # mixed group they are parsed and composed with the others.
-            as_text = all(e.added_text is not None for e in entries)
-            if not as_text:
-                entries = [replace(e, changeset=Changeset.from_wire(e.wire), added_text=None)
-                           if e.added_text is not None and e.wire is not None else e
-                           for e in entries]
-            # One store write for the whole group: the composition of exact changesets
-            # is exact, and the journal holds each one for a redo after a crash.
-            total = entries[0].changeset
-            for e in entries[1:]:
-                total = total.then(e.changeset)
+            group = forwarded.Group.of(entries)
             if any(e.expected_fingerprint is None for e in entries):
                 # An expected fingerprint proves this worker is in the state the probe
                 # computed the changeset against (so it is exact here too); without one,
                 # exactness is checked against the store. (A signed apply adding a quad
                 # already held would otherwise make the kept state lie.)
-                problem = _inexact(self.store, total, self._state, current)
+                problem = forwarded.inexact(self.store, group.total, self._state, current)
                 if problem is not None:
                     raise NotExact(f"changesets refused, not exact against this worker's "
                                    f"store: {problem}")
@@ -463,19 +439,15 @@ class Repository:
             if raw is not None:
                 self._journal.append_entries(raw)
             else:
-                for e in entries:
+                for e in group.entries:
                     self._journal.append(e.changeset, e.wire)
             self._journal.seal()
-            if as_text:
-                for e in entries:
-                    load_added(self.store, e.added_text, e.added_quads)  # type: ignore[arg-type]
-            else:
-                apply_to(self.store, total)
+            group.write(self.store)
             state.save(self._gen, current, self._sync)
             self._state = current
             self._journal.discard()
         duration = (time.perf_counter() - started) / len(entries)
-        return [ExecuteResult(e.changeset, a, duration) for e, a in zip(entries, afters,
+        return [ExecuteResult(e.changeset, a, duration) for e, a in zip(group.entries, afters,
                                                                          strict=True)]
 
     # ---- images, backups ----
@@ -599,24 +571,3 @@ def _detached(exc: Exception) -> Exception:
 def _refusal(txid: str, at_seq: int, exc: Exception) -> dict:
     return {"txid": txid, "after": at_seq, "status": getattr(exc, "status", 400),
             "error": str(exc)}
-
-
-def _inexact(store: ox.Store, total: Changeset, before: WorkerState,
-             after: WorkerState) -> str | None:
-    """Why the composed changeset ``total`` of a group is not exact against ``store`` (in
-    state ``before``) or does not lead to ``after`` (the state summed entry by entry);
-    None when it is. Costs one lookup per quad (~80k/s), so only for unverified groups."""
-    moved = (total.moved_fingerprint(before.fingerprint),
-             before.quads + len(total.added) - len(total.removed))
-    if moved != (after.fingerprint, after.quads):
-        return "its changesets are not exact against each other"
-    if (q := next((q for q in total.removed if q not in store), None)) is not None:
-        return f"it removes {q}, which this worker does not hold"
-    if (q := next((q for q in total.added if q in store), None)) is not None:
-        return f"it adds {q}, which this worker already holds"
-    for g in total.dropped_graphs:
-        kept = next((q for q in store.quads_for_pattern(None, None, None, g)
-                     if q not in total.removed), None)
-        if kept is not None:
-            return f"it drops graph {g} without removing its quad {kept}"
-    return None

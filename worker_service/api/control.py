@@ -51,9 +51,10 @@ from txcluster.http_auth import require_credential
 from txcluster.properties import is_backup_name
 from worker_service import backups, image
 from worker_service.bulk_load import BulkLoader
+from worker_service.forwarded import ApplyEntry
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
-from worker_service.repository import ApplyEntry, Repository, WorkerError
+from worker_service.repository import Repository, WorkerError
 from worker_service.shared_images import SharedImage, SharedImages
 
 log = logging.getLogger("txcluster.worker")
