@@ -233,6 +233,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._stalled_since: int | None = None
         self._activity = Activity.BUSY  # a (re)started node catches up first
         self._deadline = now  # the first tick posts
+        self._announced = False  # a status went to every peer since we (re)started
         self._out = _Out()
         # what goes with statuses, payload asks, fingerprints (their modules' docstrings);
         # ``pushable``: own transactions whose payloads the driver holds to push
@@ -607,8 +608,15 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             peer.fresh = True
         self._check_seeding()
         if self._activity is Activity.IDLE:
-            if st.queue:
-                self._complete_round(now)  # spec: busy on the first non-empty status
+            # (a lagger's queue of what we agreed already got its tail: nothing to agree)
+            if self._news(st):
+                # spec: busy on the first non-empty status. It arrived before the post
+                # that starts the new round, so it counts for that round ("a status that
+                # arrives before our own post is kept for the round"): without it, a peer
+                # of the origin never ADDs a transaction itself (the origin's status is
+                # spent on the idle round) and learns it by tail segment one round trip
+                # later (bench/README, "Peered commits").
+                self._complete_round(now, keep=st.sender)
         elif self._all_posted():
             self._complete_round(now)  # back-to-back rounds
 
@@ -659,8 +667,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._base_advanced(now, progressed=True)
         self._complete_round(now)  # a new merge base: post it
 
-    def _complete_round(self, now: int) -> None:
-        """End the current round (ADD), then start the next one (POST)."""
+    def _complete_round(self, now: int, keep: str | None = None) -> None:
+        """End the current round (ADD), then start the next one (POST). ``keep``: a peer
+        whose status, at our merge base still, counts for the next round too."""
         self._check_stall(now)
         added = self._add(now) if self._mode is not Mode.MUTED else 0
         if added:
@@ -669,15 +678,31 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             self._stalled_since = None
         elif self._stalled_since is None:
             self._stalled_since = now
+        # (a peer's fresh status listing only what we agreed asks nothing more of us)
         idle = not self._incoming and not self._missing and not any(
-            p.fresh and p.latest is not None and p.latest.queue for p in self._peers.values())
+            p.fresh and p.latest is not None and self._news(p.latest)
+            for p in self._peers.values())
         activity = Activity.IDLE if idle else Activity.BUSY
+        settling = (idle and self._activity is Activity.BUSY and self.EAGER_POSTS
+                    and self._announced and self._split_point is None and not self._excluded
+                    and not self._rejoining)
         if activity is not self._activity:
             self._activity = activity
             self._out.activity = activity
-        for p in self._peers.values():
-            p.fresh = False
+        for name, p in self._peers.items():
+            p.fresh = name == keep and not added and p.fresh
         self._retry_acquires(now)
+        if settling:
+            # Busy -> idle: everything we know is agreed. The peers we wait for ADD what
+            # we added on their own statuses, so the status of our new merge base is due
+            # at the end of one more busy round instead of now, and a post that comes
+            # first (a transaction, a peer's status) carries it: a sequential commit costs
+            # one status per peer and node instead of three (bench/README, "Peered
+            # commits"). A peer that did not ADD hears of it within that round, as a
+            # lagger. Followers (muted peers) wait for nobody's ADD: they hear it now.
+            self._post(now, only=[p for p in self._peers if p not in self._required()])
+            self._deadline = now + self._timing.round_timeout
+            return
         self._post(now)
         self._deadline = now + (self._timing.idle_interval if idle
                                 else self._timing.round_timeout)
@@ -731,13 +756,15 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 self._append_synced(entry.tx, entry, self._id, now)
         return len(chosen)
 
-    def _post(self, now: int) -> None:
+    def _post(self, now: int, only: list[str] | None = None) -> None:
         """POST our status (more than once per round is fine: statuses are cumulative
         snapshots, a peer keeps the newest, and ADD still needs a fresh one from every
-        waited-for peer at our merge base; see "Why ADD is safe")."""
-        if not self._peers:
+        waited-for peer at our merge base; see "Why ADD is safe"); ``only``: to these
+        peers alone."""
+        if not self._peers or only == []:
             return
         counter = self._clock.tick(now)
+        self._announced |= only is None
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
         point = self._split_point if self._split() else None
         status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
@@ -747,9 +774,13 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._out.posts.extend(
             Post(p, status, self._relaying.push(p, status),
                  self._relaying.relay(p, silent, self._peers, self.holds_payload), silent)
-            for p in sorted(self._peers))
+            for p in sorted(self._peers if only is None else only))
 
     # ------------------------------------------------------------------ helpers
+
+    def _news(self, st: Status) -> bool:
+        """A status lists a transaction we have not agreed."""
+        return any(t.txid not in self._synced_pos for t in st.queue)
 
     def _required(self) -> list[str]:
         """Peers we wait for: every read-write and read-only peer not excluded by a split."""
