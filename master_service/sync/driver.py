@@ -128,7 +128,7 @@ class SyncDriver:
             may_execute=lambda: applies_agreed(self.cluster.read_only, self.mode),
             backs_up=lambda: self.split_recovery is not SplitRecovery.NONE,
             on_executed=self._executed, on_answers=self._answer,
-            on_rolled_back=self._rolled_back)
+            on_rolled_back=self._rolled_back, agreed_up_to=lambda: self.node.seq)
         self._deadline_seen: int | None = None
         self._round_started: float | None = None
         self._base_fingerprint = "0" * 32  # this data centre's state at agreed position 0

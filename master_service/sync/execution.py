@@ -52,7 +52,8 @@ class Execution:
                  cluster: Cluster, may_execute: Callable[[], bool],
                  backs_up: Callable[[], bool], on_executed: Callable[[int], None],
                  on_answers: Callable[[dict[str, Any]], None],
-                 on_rolled_back: Callable[[int], None]) -> None:
+                 on_rolled_back: Callable[[int], None],
+                 agreed_up_to: Callable[[], int] | None = None) -> None:
         self.node_id = node_id
         self.agreement = agreement
         self.ordering = ordering
@@ -63,6 +64,10 @@ class Execution:
         self._on_executed = on_executed
         self._on_answers = on_answers
         self._on_rolled_back = on_rolled_back
+        # The core's agreed length: what is persisted is never past it, so when we have
+        # executed up to it there is nothing to ask the log for (a wake comes with every
+        # status and payload; each ask waits for the log's thread behind the persists).
+        self._agreed_up_to = agreed_up_to
         self.executed_pos = 0
         self.executed_fp = "0" * 32
         self.recent: OrderedDict[int, str] = OrderedDict()  # pos -> fingerprint (cache)
@@ -121,6 +126,9 @@ class Execution:
                     limit = min(limit, self._backup_for - self.executed_pos)
                     if limit <= 0:
                         break
+                if (self._agreed_up_to is not None
+                        and self._agreed_up_to() <= self.executed_pos):
+                    break
                 batch = await self.db(self.agreement.to_execute, self.executed_pos, limit)
                 if not batch:
                     break

@@ -295,22 +295,21 @@ class TxLog:
 
         A txid already in the log refuses the whole group.
         """
-        rows = [
-            {"txid": txid, "timestamp": float(timestamp), "origin": origin,
-             "operations": json.dumps(list(operations)), "status": "pending",
-             "error": None, "seq": None}
-            for txid, timestamp, origin, operations in txs
-        ]
+        rows = [(txid, float(timestamp), origin, json.dumps(list(operations)))
+                for txid, timestamp, origin, operations in txs]
         if not rows:
             return
-        txids = [r["txid"] for r in rows]
+        txids = [r[0] for r in rows]
         if len(set(txids)) != len(txids):
             raise TxLogError("the same transaction id twice in one group")
         with self._db.atomic():
             known = self._txids_where("1", txids)
             if known:
                 raise TxLogError(f"transactions already logged: {', '.join(sorted(known))}")
-            self._db["transactions"].insert_all(rows)
+            # one prepared statement (insert_all looks the schema up on every call)
+            self._db.conn.executemany(
+                "insert into transactions (txid, timestamp, origin, operations, status) "
+                "values (?, ?, ?, ?, 'pending')", rows)
 
     def _txids_where(self, condition: str, txids: Sequence[str]) -> set[str]:
         """Which of ``txids`` are logged and match ``condition`` (SQL over transactions)."""
@@ -374,11 +373,11 @@ class TxLog:
             if not_pending or len(set(txids)) != len(txids):
                 raise TxLogError(
                     f"transactions not pending in the log: {', '.join(not_pending or txids)}")
-            self._db["sync_queue"].insert_all(
-                {"seq": e.seq, "txid": e.txid, "changeset": json.dumps(e.changeset),
-                 "fingerprint": e.fingerprint, "quads": e.quads,
-                 "apply_duration_s": float(e.apply_duration_s), "created": created}
-                for e in batch)
+            self._db.conn.executemany(  # one prepared statement, as in log_pending
+                "insert into sync_queue (seq, txid, changeset, fingerprint, quads, "
+                "apply_duration_s, created) values (?, ?, ?, ?, ?, ?, ?)",
+                [(e.seq, e.txid, json.dumps(e.changeset), e.fingerprint, e.quads,
+                  float(e.apply_duration_s), created) for e in batch])
             self._db.conn.executemany(
                 "update transactions set status = 'committed', seq = ? where txid = ?",
                 [(e.seq, e.txid) for e in batch])
