@@ -28,16 +28,11 @@ into the local queue in sorted place (we merge on receipt: the same thing, earli
 The rule we add: **ADD only when this round collected a status at our merge base from
 every peer we wait for** (every read-write and read-only peer, unless excluded by a
 split, below). The spec lets a round complete with the last known counters of missing
-nodes; the simulator found two ways that diverges (tests/test_sync_simulator.py keeps
-them as regression tests): (a) a "last known counter" posted at another merge base
-promises nothing about the transactions between the two bases — a lagger added a
-transaction at a position where its peers had already added an older one it never saw;
-(b) even with counters taken at our merge base, once one node goes on without a crashed
-peer (max peer lag), a second node that completes rounds with the first one's *counter*
-instead of its *queue* adds the crashed peer's old transaction where the first node
-already added a newer one. With the rule, a missing peer means empty rounds until it
-posts again or is excluded, which is what the spec says happens anyway once the
-remaining transactions pass its frozen counter.
+nodes; the simulator found two ways that diverges (docs/design/sync-protocol.md, "The
+stricter missing-peer rule"; tests/test_sync_simulator.py keeps both): a last known
+counter posted at another merge base, and a peer's counter used without its queue once
+a node went on without a crashed peer. With the rule, a missing peer means empty rounds
+until it posts again or is excluded.
 
 Why ADD is safe
 ---------------
@@ -87,8 +82,10 @@ from a diverged node.
 Idle and busy (docs/design/sync-protocol.md#idle-and-busy): a busy round ends as soon as
 every waited-for peer has posted a new status at our merge base (back-to-back rounds),
 else at its deadline. The first round with nothing unsynchronised switches to idle
-(rounds every ``idle_interval``); a non-empty status from a peer or a client transaction
-switches back to busy and starts a round at once.
+(rounds every ``idle_interval``); a client transaction, or a status listing one we have
+not agreed (``_news``, which then counts for the round it starts), switches back to busy
+and starts a round at once. Going idle, a node posts its new merge base to the peers that
+ADD themselves one busy round later (they ADDed it too; the doc says why and what it saves).
 
 Compaction (bounded state): compaction.py.
 
@@ -608,14 +605,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             peer.fresh = True
         self._check_seeding()
         if self._activity is Activity.IDLE:
-            # (a lagger's queue of what we agreed already got its tail: nothing to agree)
-            if self._news(st):
-                # spec: busy on the first non-empty status. It arrived before the post
-                # that starts the new round, so it counts for that round ("a status that
-                # arrives before our own post is kept for the round"): without it, a peer
-                # of the origin never ADDs a transaction itself (the origin's status is
-                # spent on the idle round) and learns it by tail segment one round trip
-                # later (bench/README, "Peered commits").
+            if self._news(st):  # busy; the status counts for the round it starts
                 self._complete_round(now, keep=st.sender)
         elif self._all_posted():
             self._complete_round(now)  # back-to-back rounds
@@ -668,8 +658,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._complete_round(now)  # a new merge base: post it
 
     def _complete_round(self, now: int, keep: str | None = None) -> None:
-        """End the current round (ADD), then start the next one (POST). ``keep``: a peer
-        whose status, at our merge base still, counts for the next round too."""
+        """End the round (ADD), start the next (POST); ``keep``'s status counts for it."""
         self._check_stall(now)
         added = self._add(now) if self._mode is not Mode.MUTED else 0
         if added:
@@ -678,33 +667,23 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             self._stalled_since = None
         elif self._stalled_since is None:
             self._stalled_since = now
-        # (a peer's fresh status listing only what we agreed asks nothing more of us)
         idle = not self._incoming and not self._missing and not any(
             p.fresh and p.latest is not None and self._news(p.latest)
             for p in self._peers.values())
         activity = Activity.IDLE if idle else Activity.BUSY
-        settling = (idle and self._activity is Activity.BUSY and self.EAGER_POSTS
-                    and self._announced and self._split_point is None and not self._excluded
-                    and not self._rejoining)
+        settling = idle and self._activity is Activity.BUSY and self.EAGER_POSTS and not (
+            self._split_point is not None or self._excluded or self._rejoining
+            or not self._announced)
         if activity is not self._activity:
             self._activity = activity
             self._out.activity = activity
         for name, p in self._peers.items():
             p.fresh = name == keep and not added and p.fresh
         self._retry_acquires(now)
-        if settling:
-            # Busy -> idle: everything we know is agreed. The peers we wait for ADD what
-            # we added on their own statuses, so the status of our new merge base is due
-            # at the end of one more busy round instead of now, and a post that comes
-            # first (a transaction, a peer's status) carries it: a sequential commit costs
-            # one status per peer and node instead of three (bench/README, "Peered
-            # commits"). A peer that did not ADD hears of it within that round, as a
-            # lagger. Followers (muted peers) wait for nobody's ADD: they hear it now.
-            self._post(now, only=[p for p in self._peers if p not in self._required()])
-            self._deadline = now + self._timing.round_timeout
-            return
-        self._post(now)
-        self._deadline = now + (self._timing.idle_interval if idle
+        # settling: our new merge base goes to those who ADD themselves a round later
+        self._post(now, only=[p for p in self._peers if p not in self._required()]
+                   if settling else None)
+        self._deadline = now + (self._timing.idle_interval if idle and not settling
                                 else self._timing.round_timeout)
 
     def _add(self, now: int) -> int:
@@ -757,10 +736,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         return len(chosen)
 
     def _post(self, now: int, only: list[str] | None = None) -> None:
-        """POST our status (more than once per round is fine: statuses are cumulative
-        snapshots, a peer keeps the newest, and ADD still needs a fresh one from every
-        waited-for peer at our merge base; see "Why ADD is safe"); ``only``: to these
-        peers alone."""
+        """POST our status (to ``only`` those peers); more than once per round is fine
+        (cumulative snapshots; ADD still needs a fresh one from every waited-for peer)."""
         if not self._peers or only == []:
             return
         counter = self._clock.tick(now)
@@ -778,8 +755,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
 
     # ------------------------------------------------------------------ helpers
 
-    def _news(self, st: Status) -> bool:
-        """A status lists a transaction we have not agreed."""
+    def _news(self, st: Status) -> bool:  # it lists a transaction we have not agreed
         return any(t.txid not in self._synced_pos for t in st.queue)
 
     def _required(self) -> list[str]:
