@@ -295,6 +295,9 @@ def test_jolokia_version_and_read(master):
     unknown = jget(master, "read/Other:name=x/Status")
     assert (unknown["status"], unknown["error_type"]) == (
         404, "javax.management.InstanceNotFoundException")
+    assert f"no MBean 'Other:name=x' here; this master is {NAME}" in unknown["error"]
+    bare = jget(master, "read/:/Status")  # the name must still show after "Exception : "
+    assert bare["status"] == 404 and bare["error"].split(" : ", 1)[1].startswith("no MBean ':' ")
 
 
 def test_jolokia_write_takes_effect_and_persists(master):

@@ -207,7 +207,8 @@ def _check_mbean(info: ClusterInfo, request: dict[str, Any]) -> None:
     if not isinstance(mbean, str) or not mbean:
         raise RequestError(f"{request.get('type')} needs 'mbean'")
     if mbean != info.object_name:
-        raise InstanceNotFound(f"{mbean}")
+        # The name quoted: a bare ":" or "*:*" after the exception's " : " reads as nothing.
+        raise InstanceNotFound(f"no MBean {mbean!r} here; this master is {info.object_name}")
 
 
 async def execute(info: ClusterInfo, request: dict[str, Any]) -> Any:
