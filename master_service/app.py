@@ -327,7 +327,8 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(admin_router(service.control, guard))
     rdf4j_api = client_router(cluster, c.repository_id, auth, service.transactions)
     app.include_router(rdf4j_api, tags=["rdf4j"])
-    app.include_router(peer_router(lambda: service.sync, service.peer_verifier))
+    peer_api = peer_router(lambda: service.sync, service.peer_verifier)
+    app.include_router(peer_api)
     app.include_router(seeding_router(
         lambda: service.seed_images if service.sync is not None else None,
         lambda: service.seeding, service.peer_verifier, service.cluster_verifier,
@@ -337,9 +338,10 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,
                                           lambda: service.config))
-    # Queries and updates past the framework's routing (routes.HotPaths), inside the latency
-    # measurement (the middleware added last is the outermost).
-    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
+    # Queries, updates and peer messages past the framework's routing (routes.HotPaths),
+    # inside the latency measurement (the middleware added last is the outermost).
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints,  # type: ignore[attr-defined]
+                       exact=peer_api.hot_endpoints)  # type: ignore[attr-defined]
     app.add_middleware(LatencyMiddleware, histogram=service.metrics.request_seconds)
     return app
 

@@ -385,14 +385,24 @@ class HotPaths:
     (suffix after the repository id -> (endpoint, methods)) are the ones ``rdf4j_routes``
     mounts, with the route table's methods and the same path checks, error handling,
     negotiation and auth; other methods (HEAD, OPTIONS) and any other path take the
-    framework's route as before."""
+    framework's route as before.
+
+    ``exact``: other endpoints by their whole path (a master's peer API: statuses and tail
+    segments, master_service/api/peer.py), served the same way."""
 
     def __init__(self, app: Any,
-                 endpoints: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> None:
+                 endpoints: dict[str, tuple[Endpoint, tuple[str, ...]]],
+                 exact: dict[str, tuple[Endpoint, tuple[str, ...]]] | None = None) -> None:
         self.app = app
         self.endpoints = endpoints
+        self.exact = exact or {}
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and (hit := self.exact.get(scope["path"])) is not None \
+                and scope["method"] in hit[1]:
+            response = await hit[0](Request(scope, receive))
+            await response(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["path"].startswith(REPOSITORY_PREFIX):
             repo_id, slash, rest = scope["path"][len(REPOSITORY_PREFIX):].partition("/")
             suffix = slash + rest  # "" or "/statements"; "/" (a trailing slash) is not hot

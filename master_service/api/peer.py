@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.exception_handlers import http_exception_handler
 from starlette.concurrency import run_in_threadpool
 
 from master_service.errors import NotWritable
@@ -70,6 +71,23 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
     @router.post("/tail", status_code=204, summary="A tail segment for a lagging master")
     async def tail(request: Request) -> Response:
         return await deliver(request, "tail segment", lambda d, b: d.receive_tail(b))
+
+    def answered(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        """The endpoint with a refusal answered as the framework's handler answers it: for
+        routes.HotPaths, which calls it past the framework's routing and error handling."""
+        async def hot(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except HTTPException as exc:
+                return await http_exception_handler(request, exc)
+        return hot
+
+    # Statuses and tail segments are a peered master's most frequent requests (about one
+    # of each per agreed transaction under load): past FastAPI's router they cost ~250 us
+    # less CPU each (routes.HotPaths says where that figure comes from).
+    router.hot_endpoints = {  # type: ignore[attr-defined]
+        "/peer/status": (answered(status), ("POST",)),
+        "/peer/tail": (answered(tail), ("POST",))}
 
     @router.get("/transactions/{txid}", summary="A transaction's payload, for acquisition")
     async def transaction(txid: str, peer: str, request: Request) -> Response:

@@ -1,0 +1,116 @@
+"""The peer API's statuses and tail segments past the framework's routing (routes.HotPaths
+with master_service/api/peer.py's hot endpoints): every answer, refusals included, is
+the one the route table gives, and the hot ones never reach the router.
+
+The driver here only raises what a real one raises for a message (the whole protocol
+behind these routes is tests/test_sync_peering.py's, on real masters)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from master_service.api.peer import peer_router
+from master_service.errors import NotWritable
+from master_service.sync.messages import InvalidMessage
+from master_service.sync.protocol import UnknownPeer
+from rdf4j_protocol.routes import HotPaths
+from txcluster.auth import NodeAuthorities, Verifier, sign
+
+SECRET = b"s" * 32
+BASE = "http://testserver"
+
+
+class Driver:
+    """Takes a message, or refuses it as SyncDriver does, by the body's "do"."""
+
+    def __init__(self) -> None:
+        self.taken: list[Any] = []
+
+    def _take(self, body: Any) -> None:
+        do = body.get("do") if isinstance(body, dict) else None
+        if do == "invalid":
+            raise InvalidMessage("status lacks the field 'queue'")
+        if do == "stranger":
+            raise UnknownPeer("'m9' is not a configured peer of m1")
+        if do == "stopped":
+            raise NotWritable("peering stopped: disk full")
+        self.taken.append(body)
+
+    receive_status = receive_tail = _take
+
+
+def app(hot: bool, driver: Driver | None, routed: list[str]) -> FastAPI:
+    a = FastAPI()
+    router = peer_router(lambda: driver, Verifier(SECRET, NodeAuthorities("testserver", 80)))
+    a.include_router(router)
+
+    @a.middleware("http")
+    async def count(request, call_next):  # added first: inside HotPaths, before the router
+        routed.append(request.url.path)
+        return await call_next(request)
+
+    if hot:
+        a.add_middleware(HotPaths, endpoints={}, exact=router.hot_endpoints)
+    return a
+
+
+def signed(path: str, body: bytes, secret: bytes = SECRET) -> dict[str, str]:
+    return {"authorization": sign(secret, "POST", BASE + path, body),
+            "content-type": "application/json"}
+
+
+CASES = {
+    "taken": (b'{"status": {}}', SECRET, "present"),
+    "unsigned": (b'{"status": {}}', None, "present"),
+    "another secret": (b'{"status": {}}', b"x" * 32, "present"),
+    "not JSON": (b"{nope", SECRET, "present"),
+    "invalid message": (b'{"do": "invalid"}', SECRET, "present"),
+    "unknown peer": (b'{"do": "stranger"}', SECRET, "present"),
+    "peering stopped": (b'{"do": "stopped"}', SECRET, "present"),
+    "no peers configured": (b'{"status": {}}', SECRET, None),
+}
+
+
+@pytest.mark.parametrize("path", ["/peer/status", "/peer/tail"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_peer_messages_answer_as_the_route_table(path, case):
+    body, secret, present = CASES[case]
+    answers = []
+    for hot in (True, False):
+        routed: list[str] = []
+        driver = Driver() if present else None
+        with TestClient(app(hot, driver, routed), base_url=BASE) as c:
+            headers = signed(path, body, secret) if secret else {
+                "content-type": "application/json"}
+            r = c.post(path, content=body, headers=headers)
+        answers.append((r.status_code, r.text, r.headers.get("content-type"),
+                        driver.taken if driver else None))
+        assert routed == ([] if hot else [path])
+    assert answers[0] == answers[1]
+    status, text = answers[0][:2]
+    expected = {"taken": 204, "unsigned": 403, "another secret": 403, "not JSON": 400,
+                "invalid message": 400, "unknown peer": 403, "peering stopped": 503,
+                "no peers configured": 404}[case]
+    assert status == expected, text
+    if status != 204:
+        assert json.loads(text)["detail"], text  # says what is wrong
+    assert answers[0][3] == ([json.loads(body)] if case == "taken" else [] if present else None)
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/peer/status"), ("POST", "/peer/status/"),
+                                         ("PUT", "/peer/tail"), ("POST", "/peer")])
+def test_what_is_not_a_peer_message_takes_the_route_table(method, path):
+    answers = []
+    for hot in (True, False):
+        routed: list[str] = []
+        with TestClient(app(hot, Driver(), routed), base_url=BASE) as c:
+            r = c.request(method, path, content=b"{}", follow_redirects=False)
+        answers.append((r.status_code, r.text, r.headers.get("content-type")))
+        assert routed == [path]
+    assert answers[0] == answers[1]
+    assert answers[0][0] in (404, 405, 307)
