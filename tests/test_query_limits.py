@@ -8,7 +8,11 @@ import math
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from master_service.api.client import _names_timeout
+from rdf4j_protocol.parameters import ProtocolError, parse_params
 from txcluster.query_limits import (
     DEFAULT_QUERY_TIMEOUT_S,
     TOO_LONG,
@@ -224,3 +228,31 @@ def test_the_fast_path_decides_as_the_tokenizer_does(query):
     if m is not None:
         assert query_isolation._fast_path(m, ()) == query_isolation._by_tokens(query, ())
     assert runs_in_process(query) == query_isolation._by_tokens(query, ())
+
+
+# ---- the master's check for a ``timeout`` parameter (master_service/api/client.py) ----
+
+_NAMES = ["query", "timeout", "Timeout", "%74imeout", "time%6Fut", "timeout%20", "+timeout",
+          "time+out", "timeout%", "%C3%A9", "%FF", "\xe9", "", "infer", "timeou"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_NAMES), st.sampled_from(["", "=", "=1", "=a=b"])),
+                max_size=5))
+def test_names_timeout_agrees_with_the_full_parse(pairs):
+    """Only the names are decoded, and the answer is the full parse's wherever that parses
+    the string (where it refuses it, no timeout is asked whatever this says: a yes runs
+    the full parse, which refuses it)."""
+    text = "&".join(name + value for name, value in pairs)
+    try:
+        full = any(k == "timeout" for k, _ in parse_params(text.encode("latin-1")))
+    except ProtocolError:
+        full = None
+    fast = _names_timeout(text.encode("latin-1"))
+    assert full is None or fast == full, (text, fast, full)
+
+
+def test_names_timeout_examples():
+    assert _names_timeout(b"query=ASK%7B%7D&timeout=3")
+    assert _names_timeout(b"time%6Fut=3&query=x")
+    assert not _names_timeout(b"query=SELECT+%3Ftimeout+WHERE+%7B%7D")  # a value, not a name
+    assert not _names_timeout(b"query=x&timeouts=1") and not _names_timeout(b"")
