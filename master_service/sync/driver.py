@@ -517,8 +517,7 @@ class SyncDriver:
                         t.after_seq)
             self.execution.start_rollback()
         if ready.next_round_at != self._deadline_seen:
-            # The core moves the round deadline exactly when a round ends (protocol.py,
-            # _complete_round): that is how the driver sees rounds.
+            # The deadline moves exactly when a round ends (protocol.py, _complete_round)
             t = time.monotonic()
             if self._round_started is not None and self.on_round is not None:
                 self.on_round(t - self._round_started)
@@ -528,11 +527,7 @@ class SyncDriver:
         self._tasks = [t for t in self._tasks if not t.done()]
 
     def _schedule_round(self, at: int) -> None:
-        # Only ever moved earlier: a job due before the deadline wakes the core early, its
-        # tick finds the deadline not reached and the next Ready schedules the job again.
-        # Busy rounds end back to back, each moving the deadline later: an APScheduler
-        # add_job per round (Job, trigger, wakeup) was ~9% of a peer's event loop on
-        # sequential commits (py-spy), now one per round_timeout at most.
+        # Only moved earlier (an early tick reschedules): add_job per round cost ~9% CPU
         if self._stopping or (self._round_at is not None and self._round_at <= at):
             return
         self._round_at = at
