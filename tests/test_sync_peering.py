@@ -285,6 +285,21 @@ def test_strangers_forged_and_replayed_peer_messages_are_refused(three_dcs):
     # Malformed messages name what is wrong.
     r = _signed_post(m1.master.url, "/peer/status", {"status": {"sender": "m2"}}, secret)
     assert r.status_code == 400 and "mode" in r.text
+    # Tail segments in a status's request are its sender's only (transport.py): else the
+    # whole request is refused. A status we take is answered with what we take in it.
+    harmless = {**status, "counter": 0, "queue": []}
+    # (past m1's agreed queue: a segment that does not continue it is ignored)
+    tail = {"sender": "m2", "after_seq": 10**6, "after": "x", "after_chain": "0" * 32,
+            "entries": [{"txid": "t", "timestamp": 1, "origin": "m2", "size": 2,
+                         "digest": "00"}]}
+    r = _signed_post(m1.master.url, "/peer/status",
+                     {"status": harmless, "tails": [{**tail, "sender": "m3"}]}, secret)
+    assert r.status_code == 400 and "another node's tail segment" in r.text
+    r = _signed_post(m1.master.url, "/peer/status", {"status": harmless, "tails": tail}, secret)
+    assert r.status_code == 400 and "must be a JSON array" in r.text
+    r = _signed_post(m1.master.url, "/peer/status", {"status": harmless, "tails": [tail]},
+                     secret)
+    assert r.status_code == 204 and r.headers["x-txcluster-peer-takes"] == "tails", r.text
     # Payloads are only for configured peers.
     path = "/peer/transactions/anything?peer=intruder"
     r = httpx.get(m1.master.url + path,

@@ -58,7 +58,7 @@ from master_service.sync import (
     UnknownPeer,
     chain_hash,
 )
-from master_service.sync.wire import status_from_json, status_to_json
+from master_service.sync.wire import status_from_json, status_tails, status_to_json, tail_to_json
 
 TESTDATA = Path(__file__).parent / "testdata" / "sync"
 TIMING = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4)
@@ -346,6 +346,20 @@ def test_a_split_node_posts_its_good_prefix():
     st = ready.posts[0].status
     assert (st.seq, st.split_point, st.split_chain) == (2, 1, chain_hash("", "A"))
     assert status_from_json(status_to_json(st)) == st
+
+
+def test_tail_segments_in_a_status_body_are_its_senders_only():
+    """transport.py sends the tail segments queued before a status in its request
+    (wire.TAILS_FIELD); the receiver takes them first, or refuses the whole request."""
+    seg = TailSegment("n2", 0, None, (tx("A", 1, "n2"),), "")
+    body = {"status": {}, "tails": [tail_to_json(seg)]}
+    assert status_tails(body, "n2") == [seg] and status_tails({"status": {}}, "n2") == []
+    with pytest.raises(InvalidMessage, match="another node's tail segment"):
+        status_tails(body, "n3")
+    with pytest.raises(InvalidMessage, match="'tails' must be a JSON array"):
+        status_tails({"tails": {"sender": "n2"}}, "n2")
+    with pytest.raises(InvalidMessage, match="lacks the field 'entries'"):
+        status_tails({"tails": [{"sender": "n2", "after_seq": 0, "after": None}]}, "n2")
 
 
 def test_a_split_node_that_takes_post_split_entries_joins_the_senders_side():

@@ -1,6 +1,7 @@
 """The peer API: what masters of other data centres call (TxLog sync protocol).
 
-    POST /peer/status                   a round's status (+ the sender's executed position)
+    POST /peer/status                   a round's status (+ the sender's executed position,
+                                        and tail segments of its own to take before it)
     POST /peer/tail                     a tail segment for a lagger
     GET  /peer/transactions/{txid}      a transaction's payload (?peer=<requesting node id>)
 
@@ -23,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.protocol import UnknownPeer
+from master_service.sync.transport import TAKES_HEADER, TAKES_TAILS
 from txcluster import jsonbody
 from txcluster.auth import Verifier
 from txcluster.http_auth import require_credential
@@ -50,7 +52,8 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
         except ValueError as exc:
             raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
 
-    async def deliver(request: Request, what: str, call: Callable[[Any, Any], None]) -> Response:
+    async def deliver(request: Request, what: str, call: Callable[[Any, Any], None],
+                      headers: dict[str, str] | None = None) -> Response:
         await require_credential(request, verifier, f"peer {what}")
         d = driver(request)
         body = await message(request)
@@ -62,11 +65,13 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
             raise HTTPException(400, f"invalid {what}: {exc}") from None
         except NotWritable as exc:
             raise HTTPException(503, str(exc)) from None
-        return Response(status_code=204)
+        return Response(status_code=204, headers=headers)
 
     @router.post("/status", status_code=204, summary="A peer's round status")
     async def status(request: Request) -> Response:
-        return await deliver(request, "status", lambda d, b: d.receive_status(b))
+        # We take the sender's tail segments in a status's request (transport.py).
+        return await deliver(request, "status", lambda d, b: d.receive_status(b),
+                             {TAKES_HEADER: TAKES_TAILS})
 
     @router.post("/tail", status_code=204, summary="A tail segment for a lagging master")
     async def tail(request: Request) -> Response:

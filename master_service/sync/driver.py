@@ -250,6 +250,8 @@ class SyncDriver:
             raise InvalidMessage("the body must be a JSON object")
         st = wire.status_from_json(body.get("status"))
         info = self._peer(st.sender)
+        for seg in wire.status_tails(body, st.sender):  # its tails first (all checked)
+            self._step(lambda now, seg=seg: self.node.receive(seg, now))
         if self.node.peers.get(st.sender) is not st.mode:
             # Modes are learnt from the peers' own statuses: a muted peer is not waited
             # for, a read-only one is (docs/design/sync-protocol.md#master-modes).
@@ -262,12 +264,10 @@ class SyncDriver:
         self._step(lambda now: self.node.receive(st, now, executed=executed, silent=silent,
                                                  pushed=pushed))
         self._take_pushed(pushed)
-        info.last_heard = time.time()
-        info.seq = st.seq
+        info.last_heard, info.seq = time.time(), st.seq
         if executed is not None:
             info.executed = executed.pos
-        relayed = body.get("relayed")
-        if isinstance(relayed, list):
+        if isinstance(relayed := body.get("relayed"), list):
             self._take_relayed(st.sender, relayed)
 
     def _executed_at(self, executed: Any) -> ExecutedAt | None:
@@ -492,10 +492,10 @@ class SyncDriver:
             await self.cluster.db(lambda m=merged: self.agreement.persist(**m))
 
     def _act(self, ready: Ready) -> None:
+        for tail in ready.tails:  # before the status: it finds the lagger caught up
+            self.transport.tail(tail.to, tail.segment)
         for post in ready.posts:
             self.transport.post(post)
-        for tail in ready.tails:
-            self.transport.tail(tail.to, tail.segment)
         for ask in ready.fetches:
             self.transport.fetch(ask.tx, ask.source, self._fetched)
         if ready.synchronised:

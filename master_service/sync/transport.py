@@ -6,7 +6,8 @@ Peers (docs/design/sync-protocol.md#transaction-exchange): statuses and tail seg
 announced. Every request is signed with the peer secret (txcluster/auth.py: HMAC over the
 request with a nonce, so a captured message can't be re-sent). A sender keeps at most one
 unsent status per peer (a newer status replaces it: statuses are cumulative) and drops
-what a dead peer can't take — the protocol re-posts every round.
+what a dead peer can't take — the protocol re-posts every round. Tail segments queued
+before a status go in its request (docs/design/sync-protocol.md#laggers).
 
 This room knows messages and bytes, not the core: which status goes to whom with which
 pushed or relayed payloads, and which source a payload is asked from and when, are the
@@ -38,7 +39,13 @@ from txcluster.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
 
-__all__ = ["Transport", "checked_operations", "pushed_payloads", "relayed_statuses"]
+__all__ = ["TAKES_HEADER", "TAKES_TAILS", "Transport", "checked_operations", "pushed_payloads",
+           "relayed_statuses"]
+
+# The header of a status answer by which a receiver says it takes the sender's tail
+# segments in a status's request (wire.TAILS_FIELD).
+TAKES_HEADER = "x-txcluster-peer-takes"
+TAKES_TAILS = "tails"
 
 
 def checked_operations(tx: TxMeta, data: bytes, how: str) -> list[dict] | None:
@@ -126,6 +133,20 @@ class _Sender:
             self.wake.clear()
             while self.queue:
                 kind, msg = self.queue.popleft()
+                if kind == "tail" and self.transport.takes_tails.get(self.peer):
+                    # Tail segments queued before a status go in its request, in order
+                    # (wire.TAILS_FIELD): one request instead of several. Under load a peer
+                    # behind our merge base gets one about every third agreed transaction.
+                    tails = [msg]
+                    while self.queue and self.queue[0][0] == "tail":
+                        tails.append(self.queue.popleft()[1])
+                    if self.queue:  # a status
+                        await self.transport._send(self.peer, "status",
+                                                   self.queue.popleft()[1], tails)
+                        continue
+                    for seg in tails:
+                        await self.transport._send(self.peer, "tail", seg)
+                    continue
                 await self.transport._send(self.peer, kind, msg)
 
 
@@ -146,6 +167,9 @@ class Transport:
         self._tls = tls  # verifies https peers (tls-ca-file; None: the system's CAs)
         self._http: SignedSession | None = None
         self._senders: dict[str, _Sender] = {}
+        # Peers whose last status answer said they take tail segments in a status's
+        # request (TAKES_HEADER): one of an earlier release would drop them unread.
+        self.takes_tails: dict[str, bool] = {}
         self._fetches: dict[str, set[asyncio.Task]] = {}  # txid -> asks under way
 
     async def start(self, peers: dict[str, str]) -> None:
@@ -179,6 +203,7 @@ class Transport:
     def remove_peer(self, peer: str) -> None:
         self.urls.pop(peer, None)
         self.reachable.pop(peer, None)
+        self.takes_tails.pop(peer, None)
         sender = self._senders.pop(peer, None)
         if sender is not None:
             sender.task.cancel()
@@ -220,15 +245,21 @@ class Transport:
                                for r in post.relayed]
         return body
 
-    async def _send(self, peer: str, kind: str, msg: Any) -> None:
+    async def _send(self, peer: str, kind: str, msg: Any,
+                    tails: list[TailSegment] | None = None) -> None:
         url = self.urls.get(peer)
         if url is None:
             return
         try:
             body = await self._status_body(msg) if kind == "status" else wire.tail_to_json(msg)
-            status, text = await self._request("POST", f"{url}/peer/{kind}",
-                                               json.dumps(body).encode())
+            if tails:
+                body[wire.TAILS_FIELD] = [wire.tail_to_json(t) for t in tails]
+            assert self._http is not None
+            status, headers, text = await self._http.exchange(
+                "POST", f"{url}/peer/{kind}", json.dumps(body).encode(), "application/json")
             ok = status < 300
+            if kind == "status" and ok:
+                self.takes_tails[peer] = TAKES_TAILS in headers.get(TAKES_HEADER, "")
             problem = None if ok else f"{status} {text[:200]!r}"
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             ok, problem = False, f"{type(exc).__name__}: {exc}"

@@ -46,6 +46,22 @@ def tail_to_json(seg: TailSegment) -> dict[str, Any]:
     return out
 
 
+# A status body's field with tail segments of its sender, taken before the status, in
+# order (one request instead of several: transport.py).
+TAILS_FIELD = "tails"
+
+
+def status_tails(body: dict[str, Any], sender: str) -> list[TailSegment]:
+    """The tail segments a status body carries (TAILS_FIELD), its sender's only."""
+    tails = body.get(TAILS_FIELD, [])
+    if not isinstance(tails, list):
+        raise InvalidMessage(f"'{TAILS_FIELD}' must be a JSON array")
+    segments = [tail_from_json(t) for t in tails]
+    if any(seg.sender != sender for seg in segments):
+        raise InvalidMessage(f"a status of {sender} carries another node's tail segment")
+    return segments
+
+
 def _obj(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidMessage(f"{what} must be a JSON object")
