@@ -88,8 +88,8 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
         return hot
 
     # Statuses and tail segments are a peered master's most frequent requests (about one
-    # of each per agreed transaction under load): past FastAPI's router they cost ~250 us
-    # less CPU each (routes.HotPaths says where that figure comes from).
+    # per agreed transaction under load): past FastAPI's router each cost ~40 us of CPU
+    # instead of 95-135 in-process (bench/README, "Agreed writes under load").
     router.hot_endpoints = {  # type: ignore[attr-defined]
         "/peer/status": (answered(status), ("POST",)),
         "/peer/tail": (answered(tail), ("POST",))}
