@@ -381,12 +381,20 @@ def test_txcluster_up_join_adds_a_data_centre_to_a_loaded_cluster(tmp_path):
                        headers={"content-type": "application/sparql-update"}, timeout=30)
         assert w.status_code == 204, w.text
         # A join that fails (here: not seeded in time) leaves no process running and no
-        # peer behind on the old master.
-        failed = tmp_path / "failed"
+        # peer behind on the old master. It fails for certain, however fast the machine:
+        # it joins through a copy of the cluster's file that names another credential,
+        # so the donor refuses every seed request (a short timeout alone raced a seed of
+        # this small store, which can be done before the first look).
+        impostor, failed = tmp_path / "impostor", tmp_path / "failed"
+        listing = json.loads((old / "cluster.json").read_text())
+        listing["secret_file"] = str(local.new_secret(impostor))
+        (impostor / "cluster.json").write_text(json.dumps(listing))
         with pytest.raises(TimeoutError, match="not seeded"):
-            local.join(failed, old, workers=1, timeout=0.05)
+            local.join(failed, impostor, workers=1, timeout=5)
         assert not processes_under(failed)
-        assert sync_of_url(first["url"])["peers"] == []
+        # The old master refused the impostor's every request: it is as it was, unpeered.
+        r = httpx.get(f"{first['url']}/admin/sync", timeout=10)
+        assert r.status_code == 404 and "no sync peers" in r.text, r.text
         r = subprocess.run([*cli, "up", "--dir", str(new), "--join", str(old),
                             "--workers", "2"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
