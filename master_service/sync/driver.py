@@ -245,12 +245,12 @@ class SyncDriver:
                 self._waiters.pop(txid, None)
 
     def receive_status(self, body: Any) -> None:
-        """POST /peer/status. InvalidMessage (400) or UnknownPeer (403): nothing changed."""
+        """POST /peer/status. InvalidMessage (400), UnknownPeer (403): nothing past it taken."""
         if not isinstance(body, dict):
             raise InvalidMessage("the body must be a JSON object")
         st = wire.status_from_json(body.get("status"))
         info = self._peer(st.sender)
-        for seg in wire.status_tails(body, st.sender):  # its tails first (all checked)
+        for seg in wire.status_tails(body, st.sender):  # all parsed; each taken as if alone
             self._step(lambda now, seg=seg: self.node.receive(seg, now))
         if self.node.peers.get(st.sender) is not st.mode:
             # Modes are learnt from the peers' own statuses: a muted peer is not waited
