@@ -1,4 +1,4 @@
-"""The one place where a node signs its HTTP requests to another node (aiohttp).
+"""The one place where a node signs its HTTP requests to another node.
 
 The master's calls to its workers (master_service/cluster/worker_client.py) and its sync
 driver's calls to peer masters (master_service/sync/driver.py) go through a
@@ -10,11 +10,12 @@ system's CAs; never off). A server whose certificate that context does not trust
 (until it is trusted again): callers that log only when a server goes down would
 otherwise show a connection failure, not a trust problem, if it was down before.
 
-aiohttp rather than httpx on these paths: every write costs the master one call to the
-probe and one to each other worker, and every sync round one call per peer; measured
-against a worker's /cluster/state, ~0.5-0.65 ms of client CPU per request with aiohttp
-against ~2.3 ms with httpx's AsyncClient. (The CLI, tests and worker-to-worker image pulls
-keep httpx and txcluster.auth.HmacAuth.)
+Calls answered whole go through txcluster.http_pool (keep-alive connections on httptools'
+parser): every write costs the master one call to the probe and one to each other worker,
+and every sync round one call per peer, and client CPU per call is about half aiohttp's
+and a thirteenth of httpx's AsyncClient's (that module; bench/bench_node_calls.py).
+A worker image read as it arrives (``stream``) keeps aiohttp. (The CLI, tests and
+worker-to-worker image pulls keep httpx and txcluster.auth.HmacAuth.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import aiohttp
 from yarl import URL
 
 from txcluster.auth import host_header, sign_for, signed_target
+from txcluster.http_pool import ConnectionPool
 
 log = logging.getLogger("txcluster.tls")
 
@@ -39,11 +41,10 @@ class UntrustedCertificate(aiohttp.ClientConnectionError):
 
 
 class SignedSession:
-    """An aiohttp session whose ``request`` carries the cluster credential.
-
-    The underlying session is made on first use, inside the running event loop (aiohttp
-    binds sessions to it); ``session`` is also there for unsigned calls on the same
-    connection pool (a client's read that the master forwards to a worker)."""
+    """Signed calls to other nodes: ``request`` / ``exchange`` on a ConnectionPool,
+    ``stream`` on an aiohttp session; both made on first use, inside the running event
+    loop (both bind to it); ``pool`` is also there for unsigned calls on the same
+    connections (a client's read that the master forwards to a worker)."""
 
     def __init__(self, secret: bytes, *, timeout: float, tls: ssl.SSLContext | None = None,
                  limit: int = 100, ttl_dns_cache: int | None = 10,
@@ -56,6 +57,7 @@ class SignedSession:
         self._ttl_dns_cache = ttl_dns_cache
         self._auto_decompress = auto_decompress
         self._session: aiohttp.ClientSession | None = None
+        self._pool: ConnectionPool | None = None
         self._untrusted: set[str] = set()  # origins whose refusal is logged
 
     @property
@@ -69,7 +71,19 @@ class SignedSession:
                 auto_decompress=self._auto_decompress)
         return self._session
 
+    @property
+    def pool(self) -> ConnectionPool:
+        """Calls answered whole (``exchange``, ``request``), and unsigned ones on the same
+        connections (a client's read the master forwards to a worker)."""
+        if self._pool is None:
+            self._pool = ConnectionPool(tls=self._tls if self._tls is not True else None,
+                                        limit=self._limit, timeout=self._timeout)
+        return self._pool
+
     async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -87,11 +101,17 @@ class SignedSession:
                        content_type: str | None = None, timeout: float | None = None
                        ) -> tuple[int, dict[str, str], bytes]:
         """As ``request``, with the answer's headers (lower-case names)."""
-        # No timeout given: the session's (an explicit None would mean none at all).
-        options = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
-        async with self._signed(method, url, body, content_type, {}, options) as resp:
-            return (resp.status, {k.lower(): v for k, v in resp.headers.items()},
-                    await resp.read())
+        target, host, signature = self._sign(method, url, body)
+        headers = [("host", host), ("accept", "*/*"), ("authorization", signature)]
+        if content_type is not None:
+            headers.append(("content-type", content_type))
+        try:
+            answer = await self.pool.exchange(method, target, headers, body, timeout)
+        except ssl.SSLCertVerificationError as exc:
+            raise self._untrusted_origin(f"{target.scheme}://{host}",
+                                         exc.verify_message or str(exc)) from None
+        self._untrusted.discard(f"{target.scheme}://{host}")
+        return answer
 
     def stream(self, url: str, headers: Mapping[str, str], read_timeout: float
                ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
@@ -104,15 +124,8 @@ class SignedSession:
     async def _signed(self, method: str, url: str, body: bytes, content_type: str | None,
                       extra: Mapping[str, str], options: dict[str, Any]
                       ) -> AsyncIterator[aiohttp.ClientResponse]:
-        # yarl quotes what needs it and keeps existing %-escapes; the receiver checks the
-        # path as it decodes it, so that is what is signed (txcluster.auth.signed_target).
-        target = URL(url)
-        host = host_header(url)
-        headers = {**extra,
-                   "authorization": sign_for(self._secret, method, host,
-                                             signed_target(target.raw_path,
-                                                           target.raw_query_string), body),
-                   "host": host}
+        target, host, signature = self._sign(method, url, body)
+        headers = {**extra, "authorization": signature, "host": host}
         if content_type is not None:
             headers["content-type"] = content_type
         try:
@@ -121,14 +134,26 @@ class SignedSession:
                 self._untrusted.discard(f"{target.scheme}://{host}")
                 yield resp
         except aiohttp.ClientConnectorCertificateError as exc:
-            origin = f"{target.scheme}://{host}"
             reason = getattr(exc.certificate_error, "verify_message", None) or \
                 str(exc.certificate_error)
-            refused = UntrustedCertificate(
-                f"{origin} presented a certificate this node does not trust ({reason}; "
-                f"trusted: tls-ca-file, else the system's CAs)")
-            if origin not in self._untrusted:
-                self._untrusted.add(origin)
-                log.error("TLS: %s; nothing is sent to it until it presents one that is",
-                          refused)
-            raise refused from None
+            raise self._untrusted_origin(f"{target.scheme}://{host}", reason) from None
+
+    def _sign(self, method: str, url: str, body: bytes) -> tuple[URL, str, str]:
+        """The URL as sent, its Host header and the request's Authorization header."""
+        # yarl quotes what needs it and keeps existing %-escapes; the receiver checks the
+        # path as it decodes it, so that is what is signed (txcluster.auth.signed_target).
+        target = URL(url)
+        host = host_header(url)
+        return target, host, sign_for(self._secret, method, host,
+                                      signed_target(target.raw_path, target.raw_query_string),
+                                      body)
+
+    def _untrusted_origin(self, origin: str, reason: str) -> UntrustedCertificate:
+        refused = UntrustedCertificate(
+            f"{origin} presented a certificate this node does not trust ({reason}; "
+            f"trusted: tls-ca-file, else the system's CAs)")
+        if origin not in self._untrusted:
+            self._untrusted.add(origin)
+            log.error("TLS: %s; nothing is sent to it until it presents one that is",
+                      refused)
+        return refused

@@ -1,9 +1,9 @@
 """The master's HTTP client for one worker: signed cluster-control calls and reads.
 
-Signed calls go through txcluster.signed_session (aiohttp: every write costs the master
-one call to the probe and one to each other worker, and every read one call to a worker;
-the master's CPU is what bounds group-commit throughput and the read-proxy ratio, see
-that module for the measurement). Reads share its connection pool, unsigned.
+Signed calls go through txcluster.signed_session (txcluster.http_pool: every write costs
+the master one call to the probe and one to each other worker, and every read one call to
+a worker; the master's CPU is what bounds group-commit throughput and the read-proxy
+ratio, see that module for the measurement). Reads share its connections, unsigned.
 """
 
 from __future__ import annotations
@@ -45,10 +45,6 @@ class WorkerClient:
         self._http = SignedSession(secret, tls=tls, timeout=timeout, limit=128,
                                    ttl_dns_cache=300, auto_decompress=False)
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        return self._http.session
-
     async def close(self) -> None:
         await self._http.close()
 
@@ -79,14 +75,13 @@ class WorkerClient:
                    timeout: float | None = None) -> tuple[int, dict[str, str], bytes]:
         """A client's read, forwarded unsigned (a worker's read API is open to anyone).
         ``timeout``: instead of request-timeout-s (a query's own timeout and a margin)."""
-        options = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
         try:
             # encoded=True: pass the client's query string on byte for byte.
-            async with self.session.request(method, URL(self.url + target, encoded=True),
-                                            data=body or None, headers=headers,
-                                            **options) as resp:
-                out = {k.lower(): v for k, v in resp.headers.items()}
-                return resp.status, out, await resp.read()
+            return await self._http.pool.exchange(
+                method, URL(self.url + target, encoded=True),
+                [*headers.items()] if "accept" in headers else [*headers.items(),
+                                                                  ("accept", "*/*")],
+                body, timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WorkerUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
 
