@@ -27,8 +27,7 @@ A transaction the probe refuses is refused identically in every data centre (sam
 same order) and moves no fingerprint.
 
 A receiver refuses messages from nodes that are not configured peers
-(docs/design/cluster-basics.md#master-modes).
-
+(docs/design/cluster-basics.md#master-modes), and a request whose parts are not all taken.
 Time: milliseconds of the wall clock (time.time), which the hybrid logical clock follows.
 """
 
@@ -155,15 +154,13 @@ class SyncDriver:
 
     def _core(self, state: PersistentState, missing: list[str],
               peers: Mapping[str, Mode]) -> SyncNode:
+        # during a rollback our executed position is not known yet (rolled_back tells the
+        # core): claim nothing
+        executed = 0 if self._rollback is not None else self.executed_pos
         return SyncNode.restore(self.node_id, state, now=now_ms(), peers=dict(peers),
                                 mode=self.mode, timing=self.timing, missing_payloads=missing,
-                                split_recovery=self.split_recovery,
-                                retention=self._retention(),
-                                # during a rollback our executed position is not known
-                                # yet (rolled_back tells the core): claim nothing
-                                executed=0 if self._rollback is not None
-                                else self.executed_pos,
-                                pushable=list(self._own_payloads))
+                                split_recovery=self.split_recovery, retention=self._retention(),
+                                executed=executed, pushable=list(self._own_payloads))
 
     def _retention(self) -> Retention:
         """LogMaxSize / LogMaxDepth of the data centre's log are the agreed queue's
@@ -214,11 +211,10 @@ class SyncDriver:
         try:
             ready = self._step(lambda now: self.node.submit(
                 txid, size=len(payload), digest=payload_digest(payload), now=now), pays)
-        except Refused as exc:
+        except BaseException as exc:
             self._waiters.pop(txid, None)
-            raise NotWritable(str(exc)) from None
-        except BaseException:
-            self._waiters.pop(txid, None)
+            if isinstance(exc, Refused):
+                raise NotWritable(str(exc)) from None
             raise
         # Its metadata is incoming, or already synchronised (a master without peers).
         tx = next((t for t in (*(i.tx for i in ready.incoming), *ready.synchronised)
@@ -245,22 +241,25 @@ class SyncDriver:
                 self._waiters.pop(txid, None)
 
     def receive_status(self, body: Any) -> None:
-        """POST /peer/status. InvalidMessage (400), UnknownPeer (403): nothing past it taken."""
+        """POST /peer/status. InvalidMessage (400), UnknownPeer (403): nothing taken."""
         if not isinstance(body, dict):
             raise InvalidMessage("the body must be a JSON object")
         st = wire.status_from_json(body.get("status"))
         info = self._peer(st.sender)
-        for seg in wire.status_tails(body, st.sender):  # all parsed; each taken as if alone
+        tails = wire.status_tails(body, st.sender)
+        pushed = pushed_payloads(st, body.get("payloads"))
+        silent = body.get("silent")
+        silent = [p for p in silent if isinstance(p, str)] if isinstance(silent, list) else []
+        executed = self._executed_at(body.get("executed"))
+        for message in (*tails, st):  # all checked before any is taken (its mode included)
+            self.node.check(message, now_ms())
+        for seg in tails:  # each taken as if sent alone
             self._step(lambda now, seg=seg: self.node.receive(seg, now))
         if self.node.peers.get(st.sender) is not st.mode:
             # Modes are learnt from the peers' own statuses: a muted peer is not waited
             # for, a read-only one is (docs/design/sync-protocol.md#master-modes).
             log.info("sync: peer %s is %s", st.sender, st.mode.value)
             self._step(lambda now: self.node.add_peer(st.sender, st.mode, now=now))
-        pushed = pushed_payloads(st, body.get("payloads"))
-        silent = body.get("silent")
-        silent = [p for p in silent if isinstance(p, str)] if isinstance(silent, list) else []
-        executed = self._executed_at(body.get("executed"))
         self._step(lambda now: self.node.receive(st, now, executed=executed, silent=silent,
                                                  pushed=pushed))
         self._take_pushed(pushed)
@@ -299,10 +298,14 @@ class SyncDriver:
         for st, pushed in relayed_statuses(relayed, relayer, self.node_id, self.peers):
             if self.node.peers.get(st.sender) is not st.mode:
                 continue  # modes are learnt from the peer itself
-            self._step(lambda now, st=st, pushed=pushed: self.node.receive(
-                st, now, relayed_by=relayer, pushed=pushed))
-            self.peers[st.sender].last_heard = time.time()
-            self._take_pushed(pushed)
+            try:
+                self._step(lambda now, st=st, pushed=pushed: self.node.receive(
+                    st, now, relayed_by=relayer, pushed=pushed))
+            except InvalidMessage as exc:  # as from its sender; the relayer's own is taken
+                log.warning("sync: ignored a status relayed by %s: %s", relayer, exc)
+            else:
+                self.peers[st.sender].last_heard = time.time()
+                self._take_pushed(pushed)
 
     def _take_pushed(self, pushed: dict[str, tuple[TxMeta, list]]) -> None:
         for txid, (tx, operations) in pushed.items():
@@ -326,8 +329,7 @@ class SyncDriver:
         info.last_heard = time.time()
 
     def _peer(self, sender: str) -> PeerInfo:
-        info = self.peers.get(sender)
-        if info is None:
+        if (info := self.peers.get(sender)) is None:
             raise UnknownPeer(f"'{sender}' is not a configured peer of {self.node_id}")
         return info
 
@@ -544,8 +546,7 @@ class SyncDriver:
         if at == self._fetch_at or self._stopping:
             return
         if self._fetch_timer is not None:
-            self._fetch_timer.cancel()
-            self._fetch_timer = None
+            self._fetch_timer.cancel()  # a cancelled handle may stay: cancel is idempotent
         self._fetch_at = at
         if at is not None:
             self._fetch_timer = asyncio.get_running_loop().call_later(
@@ -557,7 +558,6 @@ class SyncDriver:
             self._step(lambda now: self.node.tick(now))
 
     # ------------------------------------------------------------------ execution
-
     # The execution room's reports (execution.py).
 
     def _executed(self, pos: int) -> None:

@@ -88,7 +88,6 @@ and starts a round at once. Going idle, a node posts its new merge base to the p
 ADD themselves one busy round later (they ADDed it too; the doc says why and what it saves).
 
 Compaction (bounded state): compaction.py.
-
 """
 
 from __future__ import annotations
@@ -157,8 +156,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def __init__(self, node_id: str, *, now: int,
                  peers: Mapping[str, Mode] | Iterable[str] = (),
                  mode: Mode = Mode.READ_WRITE, timing: Timing | None = None,
-                 state: PersistentState | None = None,
-                 missing_payloads: Iterable[str] = (),
+                 state: PersistentState | None = None, missing_payloads: Iterable[str] = (),
                  split_recovery: SplitRecovery = SplitRecovery.NONE,
                  retention: Retention | None = None, executed: int = 0,
                  pushable: Iterable[str] = ()) -> None:
@@ -393,38 +391,26 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def receive(self, message: Message, now: int, *, executed: ExecutedAt | None = None,
                 silent: Iterable[str] | None = None, relayed_by: str | None = None,
                 pushed: Iterable[str] = ()) -> Ready:
-        """A status or tail segment from a peer (already validated at construction).
-        With a status straight from its sender: what it executed (compared with ours,
-        fingerprints.py) and whom it does not hear (relaying.py). ``relayed_by``: a
-        status of another peer passed on by that one (taken only with the mode the
-        peer posts itself). ``pushed``: payloads that came with it (the driver stores
-        them next): not asked for."""
+        """A status or tail segment from a peer (validated at construction; refused as
+        ``check`` says). With a status straight from its sender: what it executed (compared
+        with ours, fingerprints.py) and whom it does not hear (relaying.py). ``relayed_by``:
+        a status of another peer passed on by that one (taken only with the mode the peer
+        posts itself). ``pushed``: payloads that came with it (stored next): not asked for."""
         _check_time(now)
         if relayed_by is not None and (
                 message.sender in (self._id, relayed_by) or not isinstance(message, Status)
                 or (message.sender in self._peers
                 and self._peers[message.sender].mode is not message.mode)):
             return self._finish(now)  # modes are learnt from the peer itself
-        if message.sender == self._id:
-            raise InvalidMessage(f"a message from ourselves ({self._id})")
-        peer = self._peers.get(message.sender)
-        if peer is None:
-            raise UnknownPeer(f"{message.sender!r} is not a configured peer of {self._id}")
-        newest = message.counter if isinstance(message, Status) else max(
-            (t.timestamp for t in getattr(message, "entries", ())), default=0)
-        if newest > max(now, self._clock.counter) + self._timing.max_drift:
-            raise InvalidMessage(f"timestamp {newest} from {message.sender} is more than "
-                                 f"{self._timing.max_drift} ahead of this master's clock "
-                                 f"({now}): a skewed clock or a forged message, refused")
+        self.check(message, now)
+        peer = self._peers[message.sender]
         peer.heard_at = now
         self._arriving = frozenset(pushed)
         try:
             if isinstance(message, Status):
                 self._on_status(peer, message, now, relayed=relayed_by is not None)
-            elif isinstance(message, TailSegment):
-                self._on_tail(message, now)
             else:
-                raise InvalidMessage(f"not a protocol message: {type(message).__name__}")
+                self._on_tail(message, now)
         finally:
             self._arriving = frozenset()
         if isinstance(message, Status) and relayed_by is None:
@@ -436,6 +422,22 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 if again:
                     self._out.fingerprint_agrees.append((message.sender, executed.pos))
         return self._finish(now)
+
+    def check(self, message: Message, now: int) -> None:
+        """What ``receive`` refuses a message for, changing nothing: the driver checks each
+        message of a request before it takes any (one passing now passes later too)."""
+        if not isinstance(message, (Status, TailSegment)):
+            raise InvalidMessage(f"not a protocol message: {type(message).__name__}")
+        if message.sender == self._id:
+            raise InvalidMessage(f"a message from ourselves ({self._id})")
+        if message.sender not in self._peers:
+            raise UnknownPeer(f"{message.sender!r} is not a configured peer of {self._id}")
+        newest = message.counter if isinstance(message, Status) else max(
+            (t.timestamp for t in getattr(message, "entries", ())), default=0)
+        if newest > max(now, self._clock.counter) + self._timing.max_drift:
+            raise InvalidMessage(f"timestamp {newest} from {message.sender} is more than "
+                                 f"{self._timing.max_drift} ahead of this master's clock "
+                                 f"({now}): a skewed clock or a forged message, refused")
 
     def tick(self, now: int) -> Ready:
         """The clock: ends the round at its deadline, retries payload fetches."""
@@ -888,13 +890,11 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                          for t in out.incoming if t in self._incoming)
         return Ready(
             counter=counter, incoming=incoming, synchronised=tuple(out.synchronised),
-            acknowledge=tuple(out.acknowledge), posts=tuple(out.posts),
-            tails=tuple(out.tails), acquire=tuple(out.acquire), activity=out.activity,
-            fetches=tuple(out.fetches), fingerprint_agrees=tuple(out.fingerprint_agrees),
-            next_fetch_at=self.next_fetch_at,
+            acknowledge=tuple(out.acknowledge), posts=tuple(out.posts), tails=tuple(out.tails),
+            acquire=tuple(out.acquire), activity=out.activity, fetches=tuple(out.fetches),
+            fingerprint_agrees=tuple(out.fingerprint_agrees), next_fetch_at=self.next_fetch_at,
             split_suspected=frozenset(self._excluded) if out.split_changed else None,
-            truncated=out.truncated, split_point=self._split_point,
-            split_point_changed=out.split_point_changed, compacted=out.compacted,
-            inconsistencies=tuple(out.inconsistencies),
-            beyond_horizon=frozenset(self._beyond) if out.beyond_changed else None,
-            needs_seeding=out.needs_seeding, next_round_at=self._deadline)
+            truncated=out.truncated, split_point=self._split_point, compacted=out.compacted,
+            split_point_changed=out.split_point_changed, needs_seeding=out.needs_seeding,
+            inconsistencies=tuple(out.inconsistencies), next_round_at=self._deadline,
+            beyond_horizon=frozenset(self._beyond) if out.beyond_changed else None)
