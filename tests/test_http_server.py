@@ -20,7 +20,7 @@ import time
 import pytest
 
 from tests.procs import uvicorn_in_thread
-from txcluster.http_server import UpgradeIgnoringProtocol, protocol_with
+from txcluster.http_server import HeadWithBody, UpgradeIgnoringProtocol, protocol_with
 
 H2C = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
        b"HTTP2-Settings: AAEAAEAAAAIAAAABAAMAAABkAAQBAAAAAAUAAEAA\r\n")
@@ -215,3 +215,118 @@ def test_a_connection_goes_on_after_lane_answers(lane_server):
               get("/fast?3") + get("/fast?4")]
     assert exchange(lane_server, pieces, 5) == [b"lane 1 ", b"POST /p 5 after", b"lane 2 ",
                                                 b"lane 3 ", b"lane 4 "]
+
+
+# ---- an answer's head goes out with its body (HeadWithBody) ----
+
+
+class Sink:
+    """A transport that records each write (and whether it was closed)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_the_head_is_written_with_the_first_body_bytes():
+    sink = Sink()
+    t = HeadWithBody(sink, head_only=False)
+    t.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # interim: at once, the client waits for it
+    assert sink.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    t.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    assert len(sink.writes) == 1  # held
+    t.write(b"ok")
+    assert sink.writes[1:] == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
+    t.write(b"more")  # later body bytes as they come
+    assert sink.writes[2:] == [b"more"] and not t.is_closing()
+
+
+def test_a_head_only_answer_a_large_body_and_a_close_are_not_held():
+    sink = Sink()
+    HeadWithBody(sink, head_only=True).write(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n")
+    assert len(sink.writes) == 1  # a HEAD's answer has no body to wait for
+    sink = Sink()
+    t = HeadWithBody(sink, head_only=False)
+    t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    big = b"x" * (1 << 20)
+    t.write(big)
+    assert sink.writes == [b"HTTP/1.1 200 OK\r\n\r\n", big]  # not copied into one
+    sink = Sink()
+    t = HeadWithBody(sink, head_only=False)
+    t.write(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")
+    t.close()  # the application failed after its head: the head, then the close
+    assert sink.writes == [b"HTTP/1.1 500 Internal Server Error\r\n\r\n"] and sink.closed
+
+
+async def answers_app(scope, receive, send) -> None:
+    """/stream: three body parts; /nocontent: 204; /fail: a head, then an exception;
+    anything else: ``<method> <path>`` (HEAD: its length, no body)."""
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    if path == "/nocontent":
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if path == "/stream":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain")]})
+        for part in (b"one ", b"two ", b"three"):
+            await asyncio.sleep(0.01)
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if path == "/fail":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"10")]})
+        raise RuntimeError("failed after the head")
+    out = f"{scope['method']} {path}".encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(out)).encode())]})
+    await send({"type": "http.response.body", "body": out})
+
+
+@pytest.fixture(scope="module")
+def answers_server():
+    with uvicorn_in_thread(answers_app, http=UpgradeIgnoringProtocol,
+                           access_log=False) as port:
+        yield port
+
+
+def raw_answers(port: int, request: bytes, until: bytes) -> bytes:
+    """Send ``request`` and read until ``until`` is in what came back, or the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        buf = b""
+        while until not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return buf
+
+
+def test_answers_without_a_body_streamed_and_failed_reach_the_client(answers_server):
+    port = answers_server
+    both = raw_answers(port, b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n"
+                             b"GET /nocontent HTTP/1.1\r\nHost: x\r\n\r\n"
+                             b"GET /g HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /g")
+    head, nocontent, get = both.split(b"HTTP/1.1 ")[1:]
+    assert head.startswith(b"200") and b"content-length: 7" in head.lower()
+    assert head.endswith(b"\r\n\r\n")  # no body after a HEAD's head
+    assert nocontent.startswith(b"204") and nocontent.endswith(b"\r\n\r\n")
+    assert get.startswith(b"200") and get.endswith(b"\r\n\r\nGET /g")
+    streamed = raw_answers(port, b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n", b"0\r\n\r\n")
+    assert b"transfer-encoding: chunked" in streamed.lower()
+    assert streamed.endswith(b"4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n0\r\n\r\n")
+    failed = raw_answers(port, b"GET /fail HTTP/1.1\r\nHost: x\r\n\r\n", b"\r\n\r\n!")
+    assert failed.startswith(b"HTTP/1.1 200") and failed.endswith(b"\r\n\r\n")  # then closed
