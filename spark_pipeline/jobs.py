@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import TextIO
 
 import httpx
 from pyspark import StorageLevel
@@ -27,7 +27,6 @@ from spark_pipeline.session import is_local
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000
 SHOWN = 10  # rejects / differences printed in the summary
-T = TypeVar("T")
 
 
 class TaskFailed(Exception):
@@ -111,8 +110,8 @@ class LoadConfig:
 
 @dataclass
 class Prepared:
-    records: DataFrame  # deduplicated PARSED records (persisted)
-    distinct: DataFrame  # quad, graph, h0..h3
+    records: DataFrame  # PARSED records (persisted): quads deduplicated, or PART records
+    distinct: DataFrame | None  # quad, graph, h0..h3 (None with PART records)
     rejects: DataFrame  # file, line, text, message
     files: int
     lines: int
@@ -149,14 +148,11 @@ def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
         parts.append(transform.parse_lines(extract.read_lines(spark, lines), config))
     if docs:
         parts.append(transform.parse_documents(extract.documents(spark, docs), config))
-    parsed = parts[0]
-    for p in parts[1:]:
-        parsed = parsed.unionByName(p)
-    return parsed
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
-# What the initial load streams the deduplicated quads to: (quads, a word for the progress
-# line, "Spark has given every part": the counts may be taken from then on).
+# The initial load's: (PART records, transform.parts), a word for the progress line, "Spark
+# has given every part".
 Stream = Callable[[DataFrame, Callable[[str], None], Callable[[], None]], None]
 
 
@@ -166,22 +162,27 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
     """Parse, validate, canonicalise, deduplicate and fingerprint the inputs: one pass
     over them and one shuffle; the result stays persisted for the load.
 
-    ``stream``, when given, gets the deduplicated quads before the counts and the
-    fingerprint are taken (from the persisted result): the initial load sends them to
-    the worker while Spark computes them. It calls its third argument once Spark has
-    given it every part: the counts are then taken while the last parts still travel
-    and load (they took ~1.4 s after the stream before, on the JVM, which sits mostly
-    idle while the worker loads)."""
+    ``stream`` (an initial load) gets the quads as PART records as the parse makes them,
+    NOT deduplicated (the worker counts distinct digests; the distinct count and
+    fingerprint come from the digests alone, ``transform.distinct_sums``): no quad's
+    text is shuffled and the worker loads while Spark parses (docs/design/pipeline-on-
+    spark.md#an-initial-load-...). It calls its third argument once Spark has given it
+    every part: the counts are taken while the last parts still travel and load."""
     started = time.monotonic()
     counts = spark.sparkContext.accumulator({}, CountsParam())
     config = transform.ParseConfig(graph, scope_blank_nodes, counts=counts,
-                                   base_iri=base_iri)
-    records = transform.deduplicated(parse_inputs(spark, files, config)).persist(
+                                   base_iri=base_iri,
+                                   part_quads=None if stream is None else PART_QUADS)
+    parsed = parse_inputs(spark, files, config)
+    records = (parsed if stream is not None else transform.deduplicated(parsed)).persist(
         StorageLevel.MEMORY_AND_DISK)
     documents = any(not f.line_based for f in files)
 
     def totals() -> tuple[dict, list]:
-        kinds = {r["kind"]: r for r in transform.summary(records).collect()}
+        kinds = {r["kind"]: r.asDict() for r in transform.summary(records).collect()}
+        if stream is not None:  # the distinct quads, in the place of the QUAD records
+            distinct = transform.distinct_sums(records).collect()[0].asDict()
+            kinds[rdf.QUAD] = {**distinct, "n": distinct["quads"]}
         return kinds, transform.prefixes(records).collect() if documents else []
 
     with progress.watch_parse(counts, {f.path: f.size for f in files}) as watcher, \
@@ -193,7 +194,9 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
                 taken.append(pool.submit(totals))
 
         if stream is not None:
-            stream(transform.quads(records), watcher.say, take)
+            if not is_local(spark.sparkContext.master):  # every executor parses at once
+                pool.submit(records.count)  # (the stream fetches 1 partition + 1 ahead)
+            stream(transform.parts(records), watcher.say, take)
         take()
         kinds, declared = taken[0].result()
     progress.done()
@@ -203,7 +206,8 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
 
     fingerprint = rdf.combine([kinds[rdf.QUAD][f"s{i}"] for i in range(rdf.PIECES)]) \
         if rdf.QUAD in kinds else 0
-    return Prepared(records, transform.quads(records), transform.rejects(records),
+    return Prepared(records, None if stream is not None else transform.quads(records),
+                    transform.rejects(records),
                     len(files), n(rdf.SPLIT_LINES, "lines"), n(rdf.SPLIT_LINES, "statements"),
                     n(rdf.LINE_REJECT), n(rdf.FILE_REJECT), n(rdf.QUAD), fingerprint,
                     time.monotonic() - started, *one_iri_each(declared))
@@ -224,15 +228,15 @@ def one_iri_each(declared: list) -> tuple[dict[str, str], dict[str, list[str]]]:
             {p: sorted(v) for p, v in sorted(iris.items()) if len(v) > 1})
 
 
-def _blobs(df: DataFrame, size: int):
-    for row in transform.nquads_blobs(df, size).toLocalIterator(prefetchPartitions=True):
+def _blobs(df: DataFrame, size: int | None = None, done: Callable[[], None] | None = None
+           ) -> Iterator[tuple[bytes, int]]:
+    """(N-Quads text, quads): ``df``'s quads by ``size``, or its (data, quads) rows; then
+    ``done()`` once the last has been taken."""
+    docs = df if size is None else transform.nquads_blobs(df, size)
+    for row in docs.toLocalIterator(prefetchPartitions=True):
         yield row["data"], row["quads"]
-
-
-def _then(items: Iterable[T], done: Callable[[], None]) -> Iterator[T]:
-    """``items``, then ``done()`` once the last has been taken."""
-    yield from items
-    done()
+    if done is not None:
+        done()
 
 
 # Where an output goes: a directory of the driver (Path) or a Hadoop URL (str).
@@ -494,9 +498,9 @@ def _load_initial(spark: SparkSession, files: list[rdf.InputFile], config: LoadC
     job's fingerprint, which the worker's staged content must have."""
     bulk = load.BulkLoad(master, target)
 
-    def stream(quads: DataFrame, say: Callable[[str], None], fetched: Callable[[], None]
+    def stream(parts: DataFrame, say: Callable[[str], None], fetched: Callable[[], None]
                ) -> None:
-        bulk.send(_then(_blobs(quads, PART_QUADS), fetched),
+        bulk.send(_blobs(parts, done=fetched),
                   lambda n: say(f"loaded {n:,} quads into {target}"))
 
     try:
@@ -558,6 +562,7 @@ def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
     added to, their fingerprint sum and count). An empty repository lacks everything;
     otherwise its content is read from an up-to-date worker and its fingerprint
     recomputed — the base of the check."""
+    assert prepared.distinct is not None  # prepared without a stream: deduplicated
     _seq, fp, quads = load.head(status)
     if quads == 0 and fp == 0:
         return prepared.distinct, fp, prepared.fingerprint, prepared.quads

@@ -60,6 +60,7 @@ LINE_REJECT = 1  # a line of a line-format file that does not parse alone
 SPLIT_LINES = 2  # how many lines one split (a Spark file split) of a file has
 FILE_REJECT = 3  # a document with an error: the whole file is rejected
 PREFIX = 4  # a prefix a document declares (for the repository's namespaces)
+PART = 5  # quads as a part of an initial load: N-Quads text and the lines' digests
 
 LINE_FORMATS = {"nt": ox.RdfFormat.N_TRIPLES, "nq": ox.RdfFormat.N_QUADS}
 DOCUMENT_FORMATS = {

@@ -13,14 +13,22 @@ record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
     SPLIT path  split  lines of the split  -                    -      -        -
     FILE  path  0      line - 1 (or -1)    the error's line     -      parser   -
     PREFIX path 0      -1                  the prefix           -      its IRI  -
+    PART  -     -      -                   -                    -      -        -
 
-(SPLIT records also count the split's statements, in ``statements``.) A Spark split of
+(SPLIT records also count the split's statements, in ``statements``.) A PART record
+(``ParseConfig.part_quads``: an initial load) holds up to that many quads of one task,
+not deduplicated, as N-Quads text in ``data`` (canonical lines, what a worker's bulk load
+takes), their number in ``statements`` and their 16-byte digests (the fingerprint's
+hashes, big-endian, one after the other) in ``digests``. A Spark split of
 a line-format file starts anywhere in the file, so a line's number is its index in the
 split plus the lines of the splits before it (``rejects``).
 
 The job needs one pass over the input: ``deduplicated`` removes duplicate quads in one
 shuffle and keeps every other record, and everything else — counts, fingerprint,
-rejects, the quads to send — is read from that (persisted) result.
+rejects, the quads to send — is read from that (persisted) result. An initial load
+shuffles no quad: its PART records go to the worker as they are (the worker's store is
+a set), and the count and fingerprint of the distinct quads come from their digests
+alone (``distinct_sums``: a shuffle of 16 bytes a quad instead of its text).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -39,13 +48,15 @@ from spark_pipeline import rdf
 from spark_pipeline.locations import name_of_uri
 
 PARSED = ("kind int, file string, split long, idx long, statements long, quad string, "
-          "graph string, message string, h0 long, h1 long, h2 long, h3 long")
+          "graph string, message string, h0 long, h1 long, h2 long, h3 long, "
+          "data binary, digests binary")
 PIECE_COLUMNS = [f"h{i}" for i in range(rdf.PIECES)]
 _ARROW = pa.schema([
     ("kind", pa.int32()), ("file", pa.string()), ("split", pa.int64()), ("idx", pa.int64()),
     ("statements", pa.int64()), ("quad", pa.string()), ("graph", pa.string()),
     ("message", pa.string()),
     *[(c, pa.int64()) for c in PIECE_COLUMNS],
+    ("data", pa.binary()), ("digests", pa.binary()),
 ])
 
 
@@ -60,6 +71,7 @@ class ParseConfig:
     # splits and documents are read: the progress line only, never a result.
     counts: Any = None
     base_iri: str | None = None  # relative IRIs of documents resolve against it
+    part_quads: int | None = None  # quads as PART records of this many (initial load)
 
 
 # A task that fails (a file gone since it was listed, a bug) raises TaskFailure: its
@@ -118,7 +130,41 @@ def _quad_batch(parsed: rdf.Parsed) -> pa.RecordBatch:
         pa.array(parsed.graphs, pa.string()) if parsed.graphs else pa.nulls(n, pa.string()),
         pa.nulls(n, pa.string()),
         *[pa.array(cols[:, i]) for i in range(rdf.PIECES)],
+        pa.nulls(n, pa.binary()), pa.nulls(n, pa.binary()),
     ], schema=_ARROW)
+
+
+class _QuadsOut:
+    """Where a task's quads go: QUAD records, batch by batch; or, with
+    ``ParseConfig.part_quads``, PART records of that many quads (the last one of the task
+    shorter), which ``flush`` ends."""
+
+    def __init__(self, part_quads: int | None) -> None:
+        self.part_quads = part_quads
+        self.lines: list[str] = []
+        self.digests: list[bytes] = []
+
+    def add(self, parsed: rdf.Parsed) -> Iterator[pa.RecordBatch]:
+        if self.part_quads is None:
+            yield _quad_batch(parsed)
+            return
+        digest = xxhash.xxh3_128_digest  # rdfcore.fingerprint.line_hash, as bytes
+        for line in parsed.quads:
+            self.lines.append(line)
+            self.digests.append(digest(line.encode()))
+            if len(self.lines) >= self.part_quads:
+                yield self._part()
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        if self.lines:
+            yield self._part()
+
+    def _part(self) -> pa.RecordBatch:
+        n, data = len(self.lines), ("\n".join(self.lines) + "\n").encode()
+        digests = b"".join(self.digests)
+        self.lines, self.digests = [], []
+        return _records([{"kind": rdf.PART, "statements": n, "data": data,
+                          "digests": digests}])
 
 
 def _records(rows: list[dict]) -> pa.RecordBatch:
@@ -130,8 +176,10 @@ def _parse_line_batches(config: ParseConfig):
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         state = _SplitState()
+        out = _QuadsOut(config.part_quads)
         try:
-            yield from _parse_splits(batches, config, canon, state)
+            yield from _parse_splits(batches, config, canon, state, out)
+            yield from out.flush()
         except Exception as exc:
             if state.current is None:
                 raise
@@ -156,7 +204,8 @@ class _SplitState:
 
 
 def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
-                  canon: rdf.Canonicaliser, st: _SplitState) -> Iterator[pa.RecordBatch]:
+                  canon: rdf.Canonicaliser, st: _SplitState, out: _QuadsOut
+                  ) -> Iterator[pa.RecordBatch]:
     formats: dict[str, tuple[str, object, str | None]] = {}
 
     def finish() -> pa.RecordBatch:
@@ -197,7 +246,7 @@ def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
             st.statements += len(parsed.quads)
             st.rejected += len(parsed.rejects)
             if parsed.quads:
-                yield _quad_batch(parsed)
+                yield from out.add(parsed)
             if parsed.rejects:
                 yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
                                  "idx": st.seen + i, "quad": text, "message": message}
@@ -213,22 +262,24 @@ def _parse_document_batches(config: ParseConfig):
     canon = rdf.Canonicaliser(config.graph, config.with_graphs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out = _QuadsOut(config.part_quads)
         for batch in batches:
             for row in batch.to_pylist():
                 reader = rdf.CountingReader()
                 try:
-                    yield from _parse_document(row, config, canon, reader)
+                    yield from _parse_document(row, config, canon, reader, out)
                 except Exception as exc:
                     # The parser reads ahead (1 MB buffers): "lines read" is an upper
                     # bound of where it was.
                     raise TaskFailure(row["path"], _line_range(1, reader.lines) +
                                       " (read so far)", exc) from exc
+        yield from out.flush()
 
     return run
 
 
 def _parse_document(row: dict, config: ParseConfig, canon: rdf.Canonicaliser,
-                    reader: rdf.CountingReader) -> Iterator[pa.RecordBatch]:
+                    reader: rdf.CountingReader, out: _QuadsOut) -> Iterator[pa.RecordBatch]:
     file = rdf.InputFile(row["path"], row["format"], row["compression"], 0)
     lines = statements = rejected = 0
     for parsed in rdf.parse_document(file, canon, base_iri=config.base_iri, reader=reader,
@@ -237,7 +288,7 @@ def _parse_document(row: dict, config: ParseConfig, canon: rdf.Canonicaliser,
         statements += len(parsed.quads)
         rejected += len(parsed.rejects)
         if parsed.quads:
-            yield _quad_batch(parsed)
+            yield from out.add(parsed)
         for idx, text, message in parsed.rejects:
             yield _records([{"kind": rdf.FILE_REJECT, "file": file.path, "split": 0,
                              "idx": idx, "quad": text, "message": message}])
@@ -281,6 +332,30 @@ def deduplicated(parsed: DataFrame) -> DataFrame:
 def quads(records: DataFrame) -> DataFrame:
     """The quads of PARSED records (columns quad, graph, h0..h3)."""
     return records.filter(F.col("kind") == rdf.QUAD).select("quad", "graph", *PIECE_COLUMNS)
+
+
+def parts(records: DataFrame) -> DataFrame:
+    """The PART records (``ParseConfig.part_quads``): columns data, quads."""
+    return (records.filter(F.col("kind") == rdf.PART)
+            .select("data", F.col("statements").alias("quads")))
+
+
+def distinct_sums(records: DataFrame) -> DataFrame:
+    """``fingerprint_sums`` of the distinct quads of the PART records, from their digests
+    alone: one row per digest (its four 32-bit pieces), deduplicated by one shuffle."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for digests in batch.column("digests").to_pylist():
+                # Big-endian digests: piece 3 (the most significant) comes first.
+                cols = np.frombuffer(digests, dtype=">u4").reshape(-1, rdf.PIECES)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(cols[:, rdf.PIECES - 1 - i].astype(np.int64))
+                     for i in range(rdf.PIECES)], names=PIECE_COLUMNS)
+
+    hashes = records.filter(F.col("kind") == rdf.PART).select("digests").mapInArrow(
+        run, ", ".join(f"{c} long" for c in PIECE_COLUMNS))
+    return fingerprint_sums(hashes.dropDuplicates())
 
 
 def rejects(records: DataFrame) -> DataFrame:

@@ -164,6 +164,44 @@ def test_fingerprint_of_the_job_equals_the_store_and_a_full_recomputation(datase
     assert fingerprint.sum_hashes(store) == prepared.fingerprint
 
 
+def test_an_initial_loads_parts_hold_every_quad_and_count_the_distinct_ones(
+        spark, dataset, monkeypatch):
+    """The stream of an initial load: PART records as the parse makes them (no shuffle
+    of the text: duplicates included, each part at most PART_QUADS, whole lines), whose
+    digests are the fingerprint's hashes of their lines; the count and the fingerprint
+    of the distinct quads, the rejects and the line counts equal those of the
+    deduplicating job."""
+    _, files, prepared, rejects = dataset
+    monkeypatch.setattr(jobs, "PART_QUADS", 40)
+    sent: list[tuple[bytes, int]] = []
+    fetched = []
+
+    def stream(parts, say, done):
+        sent.extend(jobs._blobs(parts))
+        fetched.append(len(sent))
+        done()
+
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
+    try:
+        streamed = jobs.prepare(spark, files, None, QUIET, stream=stream)
+        got_rejects = streamed.rejects.collect()
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    assert streamed.distinct is None and fetched == [len(sent)]
+    lines = [line for data, _ in sent for line in data.decode().splitlines()]
+    assert all(0 < n <= 40 and data.endswith(b" .\n") for data, n in sent)
+    assert sum(n for _, n in sent) == len(lines)
+    distinct = {r.quad for r in prepared.distinct.select("quad").collect()}
+    assert set(lines) == distinct and len(lines) > len(distinct)  # duplicates were sent
+    assert (streamed.quads, streamed.fingerprint) == (prepared.quads, prepared.fingerprint)
+    assert fingerprint.sum_line_hashes("\n".join(distinct)) == streamed.fingerprint
+    assert (streamed.lines, streamed.statements, streamed.line_rejects,
+            streamed.file_rejects) == (prepared.lines, prepared.statements,
+                                       prepared.line_rejects, prepared.file_rejects)
+    assert sorted(got_rejects) == sorted(rejects.collect())
+    streamed.release()
+
+
 def test_spark_runs_with_ansi_mode(spark):
     assert spark.conf.get("spark.sql.ansi.enabled") == "true"
 

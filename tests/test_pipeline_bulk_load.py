@@ -110,13 +110,14 @@ def test_canonical_and_other_text_stage_the_same_content(client, repo, tmp_path)
     assert bulk_load._canonical_text(text) is not None
     for part in (other, DATA):
         assert bulk_load._canonical_text(part.encode()) is None
+    # The quads of `other` come twice, in two forms: one quad each in the store, in the
+    # count and in the fingerprint.
     assert put(client, "L1", 0, other).status_code == 200
     assert put(client, "L1", 1, text.decode()).status_code == 200
-    r = commit(client, "L1", quads)
-    assert r.status_code == 409  # the quads of `other` came twice: the count says so
-    assert put(client, "L2", 0, text.decode()).status_code == 200
-    assert commit(client, "L2", quads).status_code == 200
+    assert put(client, "L1", 2, DATA).json()["quads"] == 3 + len(quads) + 3
+    assert commit(client, "L1", quads).status_code == 200
     assert set(repo.store) == quads and repo.verify()["matches"]
+    assert repo.state().quads == len(quads)
 
 
 def test_a_worker_holding_data_refuses_a_bulk_load(client, repo):
@@ -149,12 +150,37 @@ def test_a_part_of_another_load_replaces_an_abandoned_one(client, repo):
 
 def test_a_commit_that_does_not_match_the_loaders_fingerprint_is_refused(client, repo):
     assert put(client, "L1", 0, DATA).status_code == 200
-    assert put(client, "L1", 1, DATA).status_code == 200  # the same quads in two parts
-    r = commit(client, "L1", canonical(DATA))
+    assert put(client, "L1", 2, DATA).status_code == 200  # part 1 is missing
+    r = commit(client, "L1", canonical(DATA + MORE))
     assert r.status_code == 409 and "discarded" in r.json()["detail"]
+    assert "staged 3 quads" in r.json()["detail"]
     assert repo.state().seq == 0 and repo.state().quads == 0 and len(repo.store) == 0
     assert commit(client, "L1", canonical(DATA)).status_code == 404
     assert not list((repo.data_dir / "tmp").iterdir())  # the staging store is gone
+
+
+def test_duplicates_in_a_part_and_across_parts_count_once(client, repo, monkeypatch):
+    """The loader sends a quad as often as its inputs hold it (it deduplicates hashes
+    only): the staged count and fingerprint are those of the distinct quads, as the
+    store holds them; a commit naming the count with duplicates is refused."""
+    from worker_service.bulk_load import Digests
+    monkeypatch.setattr(Digests, "CHUNK", 16 * 7)  # the digests read back in many chunks
+    lines = [f"<http://e/s{i}> <http://e/p> \"{i}\" ." for i in range(300)]
+    first = "\n".join(lines[:200] + lines[:50]) + "\n"  # 50 twice in the part
+    second = "\n".join(lines[100:]) + "\n"  # 100 of the first part again
+    assert put(client, "L1", 0, first).json()["quads"] == 250
+    assert put(client, "L1", 1, second).json()["quads"] == 450
+    distinct = canonical(first + second)
+    assert len(distinct) == 300
+    r = client.post("/cluster/bulk-load/L1", json={
+        "fingerprint": fingerprint.to_hex(fingerprint.sum_hashes(distinct)), "quads": 450})
+    assert r.status_code == 409 and "staged 300 quads" in r.json()["detail"]
+    assert put(client, "L2", 0, first).status_code == 200
+    assert put(client, "L2", 1, second).status_code == 200
+    assert commit(client, "L2", distinct).status_code == 200
+    st = repo.state()
+    assert st.quads == 300 and st.fingerprint == fingerprint.sum_hashes(distinct)
+    assert set(repo.store) == distinct and repo.verify()["matches"]
 
 
 def test_abort_drops_the_staging(client, repo):

@@ -13,10 +13,12 @@ of its new transaction log; the other workers are replicated from it ("Replicati
 Safety: parts go into a staging store under ``data-dir/tmp`` (removed at start), never
 into the live store. Each quad is hashed here in the form the store holds it
 (``canonical_quad``, as an RDF4J add does; a part that is already in that form, as the
-loader sends it, is checked so and bulk-loaded as text: ``_canonical_text``), so the
-commit checks that the staged content
-is exactly what the loader computed (fingerprint and count: a missing part or a quad in
-two parts fails it; a part number sent twice is refused). The staged store is then
+loader sends it, is checked so and bulk-loaded as text: ``_canonical_text``), and the
+commit checks that the staged content is exactly what the loader computed: the count
+and the fingerprint of the DISTINCT quads staged (``Digests``: a store is a set, and the
+loader sends a quad as often as its inputs hold it, deduplicating only the hashes it
+computes; a missing part fails the check, a part number sent twice is refused). The
+staged store is then
 installed as a new generation with state (seq 0, txid = load id, fingerprint, quads),
 atomically and only while the repository is still empty (``Repository.install_store``).
 A worker that holds anything is refused (409) at every step.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyoxigraph as ox
+import xxhash
 
 from rdfcore import fingerprint
 from rdfcore.canonical import canonical_quad
@@ -56,13 +59,69 @@ class _Staging:
     load_id: str
     folder: Path
     store: ox.Store | None
+    digests: Digests
     parts: set[int] = field(default_factory=set)
-    quads: int = 0
-    fingerprint: int = fingerprint.ZERO
 
 
-# (slices: N-Quads text for bulk_load or quads for bulk_extend, quads, fingerprint)
-Staged = tuple[list[bytes | list[ox.Quad]], int, int]
+# (slices: N-Quads text for bulk_load or quads for bulk_extend, the 16-byte xxh3-128
+# digests of the quads' canonical lines, one after the other)
+Staged = tuple[list[bytes | list[ox.Quad]], bytes]
+
+
+class Digests:
+    """The quads a bulk load staged, by their digests (the fingerprint's xxh3-128 of the
+    canonical line, as bytes: equal digests, the same quad): how many were sent and the
+    sum of their hashes, kept as they come, and the count and the fingerprint of the
+    DISTINCT ones, computed only when asked (``distinct``).
+
+    The loader sends a quad as often as its inputs hold it. When the sum of everything
+    sent is what the loader expects for its distinct quads, none came twice (a multiset
+    with a duplicate has another sum, but for a 128-bit collision: what the fingerprint
+    itself relies on), so the commit takes it as it is. Otherwise ``distinct`` reads the
+    digests back (kept in one file, ~16 bytes per quad sent), spreads them into BUCKETS
+    files by their first byte and deduplicates one bucket at a time, so a 64th of them
+    is in memory at once, not the whole load's."""
+
+    BUCKETS = 64
+    CHUNK = 16 << 16  # digests read at a time
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.sent = 0
+        self.total = fingerprint.ZERO
+
+    def add(self, digests: bytes) -> None:
+        with open(self.folder / "sent", "ab") as fh:
+            fh.write(digests)
+        self.sent += len(digests) // 16
+        self.total = (self.total + sum(int.from_bytes(digests[i:i + 16], "big")
+                                       for i in range(0, len(digests), 16))) % fingerprint.MOD
+
+    def distinct(self) -> tuple[int, int]:
+        """(count, fingerprint) of the distinct quads added."""
+        shift = 8 - (self.BUCKETS.bit_length() - 1)
+        buckets = [self.folder / f"bucket-{n:02x}" for n in range(self.BUCKETS)]
+        sent = self.folder / "sent"
+        if sent.exists():
+            with open(sent, "rb") as fh:
+                while chunk := fh.read(self.CHUNK):
+                    spread: list[list[bytes]] = [[] for _ in buckets]
+                    for i in range(0, len(chunk), 16):
+                        spread[chunk[i] >> shift].append(chunk[i:i + 16])
+                    for path, part in zip(buckets, spread, strict=True):
+                        if part:
+                            with open(path, "ab") as out:
+                                out.write(b"".join(part))
+        count = total = 0
+        for path in buckets:
+            if path.exists():
+                data = path.read_bytes()
+                path.unlink()
+                unique = {data[i:i + 16] for i in range(0, len(data), 16)}
+                count += len(unique)
+                total += sum(int.from_bytes(d, "big") for d in unique)
+        return count, total % fingerprint.MOD
 
 
 def _canonical_text(data: bytes) -> Staged | None:
@@ -84,8 +143,8 @@ def _canonical_text(data: bytes) -> Staged | None:
     typed = [line for line in lines if b'"^^<' in line]
     if typed and not _stored_as_written(typed):
         return None
-    h = fingerprint.line_hash
-    total = sum(h(line) for line in lines) % fingerprint.MOD
+    digest = xxhash.xxh3_128_digest  # fingerprint.line_hash, as bytes
+    digests = b"".join(digest(line) for line in lines)
     # The store's loader gives blank nodes fresh labels, and the loader's labels must
     # stay (they are in the fingerprint, and a later add names them): lines that may
     # hold one go in as quads (a "_:" inside an IRI or a literal only costs speed).
@@ -95,7 +154,7 @@ def _canonical_text(data: bytes) -> Staged | None:
     slices: list[bytes | list[ox.Quad]] = [
         b"\n".join(text[i:i + SLICE]) + b"\n" for i in range(0, len(text), SLICE)]
     slices += [quads[i:i + SLICE] for i in range(0, len(quads), SLICE)]
-    return slices, len(lines), total
+    return slices, digests
 
 
 def _stored_as_written(lines: list[bytes]) -> bool:
@@ -122,14 +181,14 @@ def _stored_as_written(lines: list[bytes]) -> bool:
 
 def _canonical_quads(data: bytes) -> Staged:
     """Each quad of ``data`` in the form the store holds it, with its hash."""
-    quads, total = [], 0
+    quads, digests = [], []
     for q in ox.parse(data, format=ox.RdfFormat.N_QUADS):
         q, line = canonical_quad(q)
         quads.append(q)
-        total += fingerprint.line_hash(line.encode())
+        digests.append(xxhash.xxh3_128_digest(line.encode()))
     slices: list[bytes | list[ox.Quad]] = [quads[i:i + SLICE]
                                            for i in range(0, len(quads), SLICE)]
-    return slices, len(quads), total % fingerprint.MOD
+    return slices, b"".join(digests)
 
 
 class BulkLoader:
@@ -176,7 +235,7 @@ class BulkLoader:
                 staged = _canonical_quads(data)
         except SyntaxError as exc:  # nothing is staged
             raise BulkLoadError(f"part {part} is not valid N-Quads: {exc}", 400) from None
-        slices, count, total = staged
+        slices, digests = staged
         with self._lock:
             self._require_empty(repo)
             staging = self._staging
@@ -186,7 +245,8 @@ class BulkLoader:
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir(parents=True)
                 staging = self._staging = _Staging(load_id, folder,
-                                                   ox.Store(str(folder / "store")))
+                                                   ox.Store(str(folder / "store")),
+                                                   Digests(folder / "digests"))
             if part in staging.parts:
                 raise BulkLoadError(f"part {part} of bulk load '{load_id}' is staged already")
             assert staging.store is not None
@@ -195,17 +255,21 @@ class BulkLoader:
                     staging.store.bulk_load(piece, format=ox.RdfFormat.N_QUADS)
                 else:
                     staging.store.bulk_extend(piece)
+            staging.digests.add(digests)
             staging.parts.add(part)
-            staging.quads += count
-            staging.fingerprint = (staging.fingerprint + total) % fingerprint.MOD
-            return {"load": load_id, "parts": len(staging.parts), "quads": staging.quads}
+            return {"load": load_id, "parts": len(staging.parts),
+                    "quads": staging.digests.sent}
 
     def commit(self, repo: Repository, load_id: str, expected_fingerprint: int,
                expected_quads: int) -> WorkerState:
         self._check_id(load_id)
         with self._lock:
             staging = self._current(load_id)
-            got = (staging.fingerprint, staging.quads)
+            digests = staging.digests
+            got = (digests.total, digests.sent)
+            if got != (expected_fingerprint, expected_quads):  # a quad sent twice, or lost
+                quads, total = digests.distinct()
+                got = (total, quads)
             if got != (expected_fingerprint, expected_quads):
                 self._discard()
                 raise BulkLoadError(
@@ -217,8 +281,7 @@ class BulkLoader:
             self._staging = None
             staging.store = None
             gc.collect()
-            new_state = WorkerState(seq=0, txid=load_id, fingerprint=staging.fingerprint,
-                                    quads=staging.quads)
+            new_state = WorkerState(seq=0, txid=load_id, fingerprint=got[0], quads=got[1])
             try:
                 return repo.install_store(staging.folder / "store", new_state)
             except ValueError as exc:
