@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -80,6 +80,9 @@ class WrkResult:
     seconds: float
     rate: float  # 2xx responses per second
     latency_us: dict[str, float]
+    # CPU (user + system, /proc) of each named process over the measured run, per 2xx
+    # response: where the per-request cost of a read goes (master, worker).
+    cpu_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def p50_ms(self) -> float:
@@ -133,18 +136,23 @@ class Wrk:
         return ["write", path, EX, f"r{self.runs}", str(TRIPLES_PER_WRITE), *headers]
 
     def run(self, label: str, kind: str, base_url: str, target: tuple[str, ...],
-            headers: list[str], connections: int, warm: bool = True) -> WrkResult:
+            headers: list[str], connections: int, warm: bool = True,
+            cpu_of: dict[str, int] | None = None) -> WrkResult:
         """One measurement on one endpoint (after a warm-up of --warmup seconds)."""
-        return self.parallel(label, kind, [(base_url, target, headers, connections)], warm)
+        return self.parallel(label, kind, [(base_url, target, headers, connections)], warm,
+                             cpu_of)
 
     def parallel(self, label: str, kind: str,
                  endpoints: list[tuple[str, tuple[str, ...], list[str], int]],
-                 warm: bool = True) -> WrkResult:
-        """wrk processes at once, one per endpoint; the sum of their 2xx rates."""
+                 warm: bool = True, cpu_of: dict[str, int] | None = None) -> WrkResult:
+        """wrk processes at once, one per endpoint; the sum of their 2xx rates; with
+        ``cpu_of`` (name: PID), each process's CPU per 2xx response of the measured run."""
         phases = ([("warm-up", self.warmup)] if warm and self.warmup > 0 else []) + \
             [("measure", self.seconds)]
+        cpu: dict[str, float] = {}
         for phase, seconds in phases:
             procs = []
+            cpu = {name: cpu_seconds(pid) for name, pid in (cpu_of or {}).items()}
             try:
                 for base_url, target, headers, conns in endpoints:
                     cmd = self.command(base_url, conns, seconds,
@@ -152,6 +160,7 @@ class Wrk:
                     procs.append((conns, subprocess.Popen(
                         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
                 outs = [(conns, p.communicate(timeout=seconds + 120)[0]) for conns, p in procs]
+                cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in (cpu_of or {}).items()}
             finally:
                 for _, p in procs:
                     if p.poll() is None:
@@ -167,8 +176,15 @@ class Wrk:
         total = WrkResult(label, sum(p.connections for p in parts), sum(p.ok for p in parts),
                           sum(p.requests for p in parts), max(p.seconds for p in parts),
                           sum(p.rate for p in parts), parts[0].latency_us)
+        total.cpu_us = {name: 1e6 * s / max(total.ok, 1) for name, s in cpu.items()}
         self.results.append(total)
         return total
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---- the anchor: oxigraph serve ----
@@ -390,7 +406,8 @@ def print_table(rows: list[Row], results: list[WrkResult], args: argparse.Namesp
     for r in results:
         print(f"  {r.label}: {r.connections} conn, {r.seconds:.1f} s, {r.ok:,} ok, "
               f"{r.rate:,.1f}/s, p50 {r.p50_ms:.2f}, p90 {r.latency_us['p90'] / 1000:.2f}, "
-              f"p99 {r.latency_us['p99'] / 1000:.2f}")
+              f"p99 {r.latency_us['p99'] / 1000:.2f}" + "".join(
+                  f"; {name} {us:,.0f} us CPU each" for name, us in r.cpu_us.items()))
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout
     print(f"\n{args.triples:,} triples; {args.seconds:g} s per run after {args.warmup:g} s "
           f"warm-up; wrk -t {args.threads}; {os.cpu_count()} cores; "
@@ -448,10 +465,12 @@ def main() -> None:
             if n != expected_n:
                 raise BenchError(f"engine-bound query: txcluster {n} rows, oxigraph "
                                  f"{expected_n}: not the same data")
+            pids = {"master": info["masters"][0]["pid"], "worker": info["workers"][0]["pid"]}
             direct = wrk.run("worker direct: point SELECT", "read", worker,
-                             point_target(path, n_subjects), read + auth, conns)
+                             point_target(path, n_subjects), read + auth, conns,
+                             cpu_of={"worker": pids["worker"]})
             via = wrk.run("master (same worker): point SELECT", "read", master,
-                          point_target(path, n_subjects), read + auth, conns)
+                          point_target(path, n_subjects), read + auth, conns, cpu_of=pids)
             engine = wrk.run("master: engine-bound", "read", master, engine_target(path),
                              read + auth, min(conns, ENGINE_CONNECTIONS))
 
