@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -56,3 +57,29 @@ class Timer:
 
 
 __all__ = ["EX", "Timer", "pct", "quads", "rate", "show", "statistics", "workdir"]
+
+
+def tree_cpu_seconds() -> float:
+    """CPU (user + system) so far of this process, of its children it has waited for
+    (nodes a bench started and stopped) and of its live descendants with theirs (Spark's
+    JVM, its Python daemon and the workers it forked): a run's cost in CPU is the
+    difference of two readings taken while the same descendants live."""
+    own = os.times()
+    total = own.user + own.system + own.children_user + own.children_system
+    parents, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[1])
+            cpu[int(entry)] = sum(map(int, stat[11:15])) / os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    for pid, seconds in cpu.items():
+        up = parents.get(pid, 0)
+        while up > 1 and up != me:
+            up = parents.get(up, 0)
+        if up == me and pid != me:
+            total += seconds
+    return total

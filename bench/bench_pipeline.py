@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyoxigraph as ox
 
-from bench._common import Timer, rate, show, workdir
+from bench._common import Timer, rate, show, tree_cpu_seconds, workdir
 from bench.bench_master import start_cluster, stop
 from spark_pipeline import extract, jobs, session
 from spark_pipeline.progress import Progress
@@ -100,9 +100,12 @@ def main() -> None:
         n = args.quads
         rows = [("data", f"{n:,} quads, {data.stat().st_size / 1e6:.0f} MB N-Quads")]
 
+        cpu = tree_cpu_seconds()
         raw_s = raw_bulk_extend(root, data)
+        cpu = tree_cpu_seconds() - cpu
         raw = rate(n, raw_s)
-        rows.append(("raw Store.bulk_extend(parse)", f"{raw:,.0f} quads/s ({raw_s:.1f}s)"))
+        rows.append(("raw Store.bulk_extend(parse)", f"{raw:,.0f} quads/s ({raw_s:.1f}s; "
+                     f"{cpu:.1f} CPU-s)"))
 
         with Timer() as t:
             spark = session.spark_session("local[2]", app_name="txcluster-bench", ui=False)
@@ -116,11 +119,13 @@ def main() -> None:
                          f"{rate(prepared.lines, job_s):,.0f} lines/s ({job_s:.1f}s, "
                          f"{prepared.quads:,} distinct quads)"))
 
+            cpu = tree_cpu_seconds()
             init_s, report = cluster_load(root / "initial", spark, data, initial=True)
+            cpu = tree_cpu_seconds() - cpu
             init = rate(n, init_s)
             rows.append(("load --initial, 3 workers", f"{init:,.0f} quads/s ({init_s:.1f}s: "
                          + ", ".join(f"{k} {v:.1f}s" for k, v in report.seconds.items())
-                         + ")"))
+                         + f"; {cpu:.1f} CPU-s, every process)"))
             ratios = [("--initial / raw (target >= 0.5)", init)]
             if not args.skip_transactions:
                 tx_s, report = cluster_load(root / "tx", spark, data, initial=False,

@@ -183,6 +183,42 @@ def test_duplicates_in_a_part_and_across_parts_count_once(client, repo, monkeypa
     assert set(repo.store) == distinct and repo.verify()["matches"]
 
 
+def test_canonical_parts_load_together_and_a_failed_load_discards_the_staging(
+        repo, monkeypatch):
+    """Parts in the loader's form wait until LOAD_EVERY of their quads load in one call
+    (the rest at the commit); a load that fails drops the whole staging: what it loaded
+    is not counted, so nothing of it may be committed."""
+    from worker_service import bulk_load
+    monkeypatch.setattr(bulk_load, "LOAD_EVERY", 4)
+    extra = "<http://e/x> <http://e/p> <http://e/y> .\n<http://e/x> <http://e/p> \"z\" .\n"
+    quads = canonical(DATA + MORE + extra)
+    lines = sorted((f"{q} .\n" for q in quads), key=lambda line: "_:" not in line)
+    assert len(lines) == 6 and any("_:" in line for line in lines[:3])
+    parts = ["".join(lines[:3]).encode(), "".join(lines[3:5]).encode(), lines[5].encode()]
+    loader = bulk_load.BulkLoader()
+
+    loader.add_part(repo, "L0", 0, parts[0])
+    def broken(self, parts):
+        raise OSError("disk full")
+    with monkeypatch.context() as m:
+        m.setattr(bulk_load._Staging, "load", broken)
+        with pytest.raises(bulk_load.BulkLoadError, match="discarded: part 1 could not be "
+                           "loaded into the staging store: disk full") as failed:
+            loader.add_part(repo, "L0", 1, parts[1])
+    assert failed.value.status == 500
+    assert loader._staging is None and not list((repo.data_dir / "tmp").iterdir())
+
+    loader.add_part(repo, "L1", 0, parts[0])
+    staging = loader._staging
+    assert len(staging.store) == 0 and len(staging.waiting) == 1  # 3 < 4: waits
+    loader.add_part(repo, "L1", 1, parts[1])
+    assert len(staging.store) == 5 and not staging.waiting  # 5 >= 4: loaded together
+    loader.add_part(repo, "L1", 2, parts[2])
+    assert len(staging.store) == 5 and len(staging.waiting) == 1
+    state = loader.commit(repo, "L1", fingerprint.sum_hashes(quads), 6)  # the rest loads
+    assert state.quads == 6 and set(repo.store) == quads and repo.verify()["matches"]
+
+
 def test_abort_drops_the_staging(client, repo):
     assert put(client, "L1", 0, DATA).status_code == 200
     assert client.delete("/cluster/bulk-load/L1").status_code == 200
