@@ -113,13 +113,13 @@ class Digests:
     sum of their hashes, kept as they come, and the count and the fingerprint of the
     DISTINCT ones, computed only when asked (``distinct``).
 
-    The loader sends a quad as often as its inputs hold it. When the sum of everything
-    sent is what the loader expects for its distinct quads, none came twice (a multiset
-    with a duplicate has another sum, but for a 128-bit collision: what the fingerprint
-    itself relies on), so the commit takes it as it is. Otherwise ``distinct`` reads the
-    digests back (kept in one file, ~16 bytes per quad sent), spreads them into BUCKETS
-    files by their first byte and deduplicates one bucket at a time, so a 64th of them
-    is in memory at once, not the whole load's."""
+    The loader sends a quad as often as its inputs hold it. When the number and the sum
+    of everything sent are what the loader expects for its distinct quads, none came
+    twice (then one would be missing, and the sum differ but for a 128-bit collision:
+    what the fingerprint itself relies on), so the commit takes them as they are.
+    Otherwise ``distinct`` reads the digests back (kept in one file, ~16 bytes per quad
+    sent), spreads them into BUCKETS files by their first byte and deduplicates one
+    bucket at a time, so a 64th of them is in memory at once, not the whole load's."""
 
     BUCKETS = 64
     CHUNK = 16 << 16  # digests read at a time
