@@ -386,6 +386,28 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
     assert r.status_code == 409 and "not new" in r.json()["detail"]
 
 
+def test_after_an_initial_load_the_other_workers_are_replicated_at_once(
+        spark, cluster_factory, tmp_path):
+    """The log adopts the loaded worker's state and the two others are replicated from it
+    at once, not at the master's next health check: with one check a minute, the
+    loader's wait for them ends within seconds (it took up to health-interval-s more)."""
+    c = cluster_factory(3, **{"health-interval-s": "60"})
+    data = tmp_path / "in"
+    data.mkdir()
+    _data(data, "one.nq", 0, 400, "_:hub")
+    report = jobs.run_load(lambda: spark, jobs.LoadConfig(
+        c.master.url, (str(data),), initial=True, rejects_dir=str(tmp_path / "rejects")),
+        QUIET)
+    assert report.ok, report.summary()
+    assert report.seconds["sync"] < 30, report.seconds
+    job_fp = fingerprint.to_hex(report.prepared.fingerprint)
+    checks = _verify(c, c.secret)
+    assert {url: (v["matches"], v["fingerprint"], v["quads"]) for url, v in checks.items()} \
+        == {w.url: (True, job_fp, report.added) for w in c.workers}
+    log = c.master.log_path.read_text()
+    assert sum(f"Replicating (empty): worker {w.url}" in log for w in c.workers) == 2
+
+
 def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
         spark, cluster_factory, tmp_path):
     c = cluster_factory(2)

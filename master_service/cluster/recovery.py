@@ -109,6 +109,10 @@ class Recovery:
             # (a replaced master whose data-holding workers were down when it started):
             # the log adopts its state, or an empty worker would be replicated over it.
             await self.adopt_existing_data()
+        self._recover_soon(w)
+
+    def _recover_soon(self, w: Worker) -> None:
+        """Start recovering ``w`` unless it is in sync or being recovered."""
         if not w.recovering and w.status not in IN_SYNC:
             w.recovering = True
             self._tasks = [t for t in self._tasks if not t.done()]
@@ -138,11 +142,18 @@ class Recovery:
             pool.set_head(seq, fp, quads)
             # Workers in rotation at the empty state are now behind the log: recovered
             # (replicated from a worker holding the data) like any other.
-            for other in pool.in_sync():
-                if (other.seq, other.fingerprint) != (seq, fp):
-                    pool.disable(other, WorkerStatus.OUT_OF_SYNC,
-                                 f"behind the state the new log adopted (seq {seq})")
+            behind = [other for other in pool.in_sync()
+                      if (other.seq, other.fingerprint) != (seq, fp)]
+            for other in behind:
+                pool.disable(other, WorkerStatus.OUT_OF_SYNC,
+                             f"behind the state the new log adopted (seq {seq})")
             pool.note(f"new transaction log adopts the state of {best.url} (seq {seq})")
+            if self._started:
+                # At once, not at the next health check (up to health-interval-s later):
+                # after an initial bulk load the loader waits for these replications.
+                # (At the start, the first health check follows anyway.)
+                for other in behind:
+                    self._recover_soon(other)
 
     # ---- roll-forward ----
 
