@@ -255,7 +255,8 @@ SCHEMA = Schema(
             description="seconds between worker health checks"),
         Key("request-timeout-s", _above_zero(parse_float()), default=30.0,
             description="timeout of one request to a worker or peer (not of queries: "
-            "query-timeout-s)"),
+            "query-timeout-s); within it, a TCP connect not answered in 1 s is tried "
+            "again at once, so calls resume within a second of a partition's end"),
         node_keys.QUERY_TIMEOUT,
         node_keys.TRANSACTION_IDLE_TIMEOUT,
         Key("client-auth-file", parse_client_auth,

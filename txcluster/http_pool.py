@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections import deque
@@ -33,6 +34,14 @@ from yarl import URL
 # An idle connection is used again only this soon after its last answer: well inside
 # uvicorn's keep-alive (5 s), so the server does not close it as it is being reused.
 IDLE_S = 2.0
+# One attempt to open a TCP connection lasts this long; then a fresh one starts (each
+# address in turn), within the call's timeout. The kernel resends a lost SYN 1, 3, 7,
+# 15 s after the first: a call that began during a partition (or while a peer's accept
+# queue overflowed) would otherwise reach the peer only that long after the path came
+# back, and a master not heard from meanwhile reads as missing to its peers. A connect
+# on a working path takes one round trip; TLS is not in the attempt (its handshake has
+# the call's timeout).
+CONNECT_ATTEMPT_S = 1.0
 
 Answer = tuple[int, dict[str, str], bytes]
 # Calls sent again on a fresh connection when a kept-alive one was found closed before
@@ -160,11 +169,12 @@ class ConnectionPool:
     once per origin; made inside the running event loop on first use."""
 
     def __init__(self, *, tls: ssl.SSLContext | None = None, limit: int = 100,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, connect_attempt: float = CONNECT_ATTEMPT_S) -> None:
         # None: the system's CAs. Verification is never turned off.
         self._tls = tls
         self._limit = limit
         self.timeout = timeout
+        self.connect_attempt = connect_attempt
         self._idle: dict[tuple[str, str, int], deque[_Connection]] = {}
         self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._in_use: set[_Connection] = set()
@@ -224,10 +234,44 @@ class ConnectionPool:
         context: ssl.SSLContext | None = None
         if scheme == "https":
             context = self._tls or ssl.create_default_context()
-        _, conn = await asyncio.get_running_loop().create_connection(
-            _Connection, host, port, ssl=context,
-            server_hostname=host if context is not None else None)
+        sock = await self._connect(host, port)
+        try:
+            _, conn = await asyncio.get_running_loop().create_connection(
+                _Connection, sock=sock, ssl=context,
+                server_hostname=host if context is not None else None)
+        except BaseException:
+            sock.close()
+            raise
         return conn
+
+    async def _connect(self, host: str, port: int) -> socket.socket:
+        """A connected TCP socket to ``host``: its addresses are tried in turn, each
+        attempt for ``connect_attempt`` seconds (CONNECT_ATTEMPT_S), again and again
+        while one of them times out (the caller's timeout ends it); OSError when every
+        address refuses or fails."""
+        loop = asyncio.get_running_loop()
+        addresses = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        while True:
+            failed: OSError | None = None
+            timed_out = False
+            for family, kind, proto, _, address in addresses:
+                sock = socket.socket(family, kind, proto)
+                try:
+                    sock.setblocking(False)
+                    async with asyncio.timeout(self.connect_attempt):
+                        await loop.sock_connect(sock, address)
+                    return sock
+                except TimeoutError:
+                    sock.close()
+                    timed_out = True
+                except OSError as exc:
+                    sock.close()
+                    failed = exc
+                except BaseException:
+                    sock.close()
+                    raise
+            if not timed_out:
+                raise failed or OSError(f"no address of {host} to connect to")
 
     async def close(self) -> None:
         for idle in self._idle.values():
