@@ -24,7 +24,8 @@ W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # npm too when the machine's nodejs has none (deps-debian).
 # wrk: the C load generator of bench/bench_anchor.py (make bench-anchor), so that the client
 # is not what is measured (tests/test_bench_anchor.py runs its Lua script when present).
-DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs wrk
+# strace: bench/bench_fsyncs.py counts each process's fsyncs per write with it.
+DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs wrk strace
 
 .PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor docs clean \
 	fuzz chaos
