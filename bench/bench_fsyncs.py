@@ -20,8 +20,8 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -42,19 +42,25 @@ def traced(procs: list[tuple[str, int]], out: Path, work) -> tuple[float, dict[s
     for name, pid in procs:
         path = out / f"strace-{pid}.txt"
         tracers.append((name, path, subprocess.Popen(
-            ["strace", "-f", "--seccomp-bpf", "-c", "-e", f"trace={SYSCALLS}",
-             "-p", str(pid), "-o", str(path)],
-            stderr=subprocess.DEVNULL)))
+            ["strace", "-f", "-c", "-e", f"trace={SYSCALLS}", "-p", str(pid), "-o", str(path)],
+            stderr=subprocess.PIPE, text=True)))
     try:
         time.sleep(1.0)  # attached to every thread
+        # strace -c writes nothing for a process that made none of the calls, so an
+        # empty count is only "none" if its strace is still attached.
+        for name, _, tracer in tracers:
+            if tracer.poll() is not None:
+                raise BenchError(f"strace could not attach to {name}: "
+                                 f"{tracer.communicate()[1].strip()}")
         started = time.perf_counter()
         work()
         took = time.perf_counter() - started
         time.sleep(1.0)  # what follows the last answer (a peer's record) is counted too
     finally:
         for _, _, tracer in tracers:
-            tracer.send_signal(signal.SIGINT)
-            tracer.wait(30)
+            if tracer.poll() is None:
+                tracer.send_signal(signal.SIGINT)
+            tracer.communicate(timeout=30)
     return took, {name: {call: int(n) for n, call in _ROW.findall(path.read_text())
                          if call != "total"} for name, path, _ in tracers}
 
@@ -81,13 +87,10 @@ def layout(root: Path, masters: int, workers: int, title: str, writes: int,
         one_by_one = traced(procs, root, lambda: writer(url, headers, "seq", writes))
 
         def together() -> None:
-            threads = [threading.Thread(target=writer,
-                                        args=(url, headers, f"c{k}", writes // clients))
-                       for k in range(clients)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            with ThreadPoolExecutor(clients) as pool:
+                for done in [pool.submit(writer, url, headers, f"c{k}", writes // clients)
+                             for k in range(clients)]:
+                    done.result()  # a refused write fails the run, as one at a time does
         at_once = traced(procs, root, together)
         done = {"one at a time": writes, f"{clients} clients": writes // clients * clients}
         print(f"\n== {title}: INSERT DATA to {info['masters'][0]['id']}")
