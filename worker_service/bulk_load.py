@@ -94,7 +94,9 @@ class _Staging:
         assert self.store is not None
         text = b"".join(p.text for p in parts)
         if text:
-            self.store.bulk_load(text, format=ox.RdfFormat.N_QUADS)
+            # lenient: no second validation of the IRIs and literals; this text passed
+            # the strict parse of _canonical_text and is what it gave back byte for byte.
+            self.store.bulk_load(text, format=ox.RdfFormat.N_QUADS, lenient=True)
         labelled = b"".join(p.labelled for p in parts)
         quads = list(ox.parse(labelled, format=ox.RdfFormat.N_QUADS)) if labelled else []
         quads += [q for p in parts for q in p.quads]
