@@ -117,8 +117,18 @@ _TOKENS = re.compile(
     rb'|_:')
 
 
+# A ``_:`` after a ``<`` with no ``>`` between: one that may be inside an IRI.
+_AFTER_OPEN_IRI = re.compile(rb"<[^>]*_:")
+
+
 def scope_line(line: bytes, prefix: bytes) -> bytes:
     """``_:label`` -> ``_:<scope>label`` in one N-Triples/N-Quads line."""
+    if b'"' not in line and not _AFTER_OPEN_IRI.search(line):
+        # No literal, and no ``_:`` inside anything _TOKENS could take for an IRI (an
+        # IRI token is a ``<...>`` without ``>`` in it): every ``_:`` is one _TOKENS
+        # rewrites. ~4x faster than its callback per token, which was a sixth of the
+        # parse tasks' time on data with blank nodes (bench/README, "The Spark pipeline").
+        return line.replace(b"_:", prefix)
     return _TOKENS.sub(lambda m: m.group(1) or prefix, line)
 
 

@@ -87,6 +87,12 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",  # our own progress line instead
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",  # lines per parse chunk
+        # No byte limit per Arrow batch to the parse: Spark checks one (64 MiB by default)
+        # by measuring the whole batch after every row it writes, ~12% of the JVM's
+        # samples in an initial load (JFR; bench/README, "The Spark pipeline"). Exactly
+        # Int.MaxValue turns the check off. A batch stays bounded without it: 10,000 lines,
+        # or the documents Spark packs into one task (spark.sql.files.maxPartitionBytes).
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
         "spark.sql.adaptive.enabled": "true",
         **(shipment.conf if shipment else {}),
         **(extra or {}),

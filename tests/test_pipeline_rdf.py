@@ -9,6 +9,8 @@ import random
 
 import pyoxigraph as ox
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdfcore.fingerprint import MOD, line_hash
 from spark_pipeline import rdf
@@ -129,6 +131,22 @@ def test_blank_node_labels_get_the_files_scope_and_nothing_else_changes():
     out = _parse([line, b"_:b1 <http://e/p> _:other ."], NQ, scope="fSx")
     assert out.quads == ['_:fSxb1 <http://e/_:x> "text _:b2 \\" _:b3" _:fSxb1 .',
                          "_:fSxb1 <http://e/p> _:fSxother ."]
+
+
+# Pieces that make the cases scope_line must tell apart: labels inside and outside IRIs
+# and literals, escapes, unclosed IRIs and literals, comments.
+_PIECES = [b"_:", b"_", b":", b"<", b">", b'"', b"\\", b'\\"', b" ", b"\t", b"a", b".", b"#",
+           b"<http://e/", b"\\u0041", b"^^", b"@en"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=16))
+def test_scope_line_rewrites_exactly_what_the_token_rule_does(pieces):
+    """The fast path (a line without a literal or a label after an unclosed ``<``) gives
+    what the token-by-token rule gives, on any line, valid or not."""
+    line = b"".join(pieces)
+    by_tokens = rdf._TOKENS.sub(lambda m: m.group(1) or b"_:fSx", line)
+    assert rdf.scope_line(line, b"_:fSx") == by_tokens
 
 
 def test_scopes_differ_between_files_and_are_stable():
