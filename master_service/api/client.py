@@ -174,8 +174,12 @@ class MasterBackend(Backend):
         and query string for the worker than the client's (a graph named by this
         master's URL)."""
         cluster = self.cluster_provider()
-        body = await request.body()
-        headers = {k: v for k, v in request.headers.items()
+        # A GET that declares no body has none: not waited for (~2% of a master's CPU per
+        # point read, py-spy).
+        declared = request.headers
+        body = b"" if request.method == "GET" and "content-length" not in declared \
+            and "transfer-encoding" not in declared else await request.body()
+        headers = {k: v for k, v in declared.items()
                    if k in ("accept", "content-type", "accept-encoding")}
         # scope["path"] is what request.url.path gives (no root_path here) without
         # building a URL object for every read.

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from txcluster.http_pool import origin_of
 from txcluster.signed_session import SignedSession
 
 # Ceiling of a call that does a transaction's work (execute, apply): a large load
@@ -40,6 +41,10 @@ class WorkerClient:
     def __init__(self, url: str, secret: bytes, timeout: float = 30.0,
                  tls: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
+        # A read goes out as the client's target after this worker's path, byte for byte
+        # (http_pool.exchange_at: no URL object per read).
+        parsed = URL(self.url, encoded=True)
+        self._origin, self._base_path = origin_of(parsed), parsed.raw_path.rstrip("/")
         self.timeout = timeout
         # tls verifies an https worker (tls-ca-file); None: the system's CAs. Never off.
         self._http = SignedSession(secret, tls=tls, timeout=timeout, limit=128,
@@ -77,8 +82,8 @@ class WorkerClient:
         ``timeout``: instead of request-timeout-s (a query's own timeout and a margin)."""
         try:
             # encoded=True: pass the client's query string on byte for byte.
-            return await self._http.pool.exchange(
-                method, URL(self.url + target, encoded=True),
+            return await self._http.pool.exchange_at(
+                method, self._origin, self._base_path + target,
                 [*headers.items()] if "accept" in headers else [*headers.items(),
                                                                   ("accept", "*/*")],
                 body, timeout)
