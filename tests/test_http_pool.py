@@ -253,3 +253,34 @@ def test_a_connect_whose_syn_was_lost_is_tried_again_at_once():
 
 async def _answer(out: bytes) -> bytes:
     return out
+
+
+def test_a_workers_read_goes_out_with_the_clients_target_byte_for_byte():
+    """``WorkerClient.read`` (a master's forwarded read) sends the client's path and query
+    string after the worker's own path, as given: %-escapes, dot segments, non-ASCII (as
+    UTF-8), a doubled slash; a body only when there is one."""
+    from master_service.cluster.worker_client import WorkerClient
+
+    async def answer(head, body):
+        return ok(b"r")
+
+    targets = ["/repositories/repo?query=SELECT%20*%20%7B%7D&x=%ZZ",
+               "/repositories/a/../b/./c", "/repositories/r\u00e9?g=\u00e9", "//x/y"]
+
+    async def main():
+        script = Script(answer)
+        async with script as base:
+            for root in (str(base), f"{base}/worker/"):
+                client = WorkerClient(root, b"s" * 32)
+                for t in targets:
+                    assert await client.read("GET", t, b"", {}) == (200, {"content-length": "1"},
+                                                                    b"r")
+                await client.close()
+        return script
+
+    script = run(main())
+    lines = [r.split(b"\r\n")[0] for r in script.requests]
+    want = [f"GET {t} HTTP/1.1".encode() for t in targets]
+    assert lines == want + [f"GET /worker{t} HTTP/1.1".encode() for t in targets]
+    assert all(b"content-length" not in r for r in script.requests)
+    assert all(b"\r\naccept: */*\r\n" in r for r in script.requests)
