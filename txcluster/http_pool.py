@@ -46,13 +46,14 @@ CONNECT_ATTEMPT_S = 1.0
 Answer = tuple[int, dict[str, str], bytes]
 Origin = tuple[str, str, int]  # scheme, host, port: what a pool's connections are kept by
 
-
-def origin_of(url: URL) -> Origin:
-    return (url.scheme, url.raw_host or "", url.port or 80)
 # Calls sent again on a fresh connection when a kept-alive one was found closed before
 # any byte of the answer (as aiohttp does): reads; a signed GET's nonce was not used,
 # since the server never read it.
 IDEMPOTENT = frozenset({"GET", "HEAD"})
+
+
+def origin_of(url: URL) -> Origin:
+    return (url.scheme, url.raw_host or "", url.port or 80)
 
 
 class ServerDisconnected(ConnectionError):

@@ -81,7 +81,7 @@ class WorkerClient:
         """A client's read, forwarded unsigned (a worker's read API is open to anyone).
         ``timeout``: instead of request-timeout-s (a query's own timeout and a margin)."""
         try:
-            # encoded=True: pass the client's query string on byte for byte.
+            # The client's path and query string go on byte for byte.
             return await self._http.pool.exchange_at(
                 method, self._origin, self._base_path + target,
                 [*headers.items()] if "accept" in headers else [*headers.items(),
