@@ -28,7 +28,8 @@ shuffle and keeps every other record, and everything else — counts, fingerprin
 rejects, the quads to send — is read from that (persisted) result. An initial load
 shuffles no quad: its PART records go to the worker as they are (the worker's store is
 a set), and the count and fingerprint of the distinct quads come from their digests
-alone (``distinct_sums``: a shuffle of 16 bytes a quad instead of its text).
+alone (``distinct_sums``: a shuffle of 16 bytes a quad, in a row per bucket and part,
+instead of its text).
 """
 
 from __future__ import annotations
@@ -342,20 +343,64 @@ def parts(records: DataFrame) -> DataFrame:
 
 def distinct_sums(records: DataFrame) -> DataFrame:
     """``fingerprint_sums`` of the distinct quads of the PART records, from their digests
-    alone: one row per digest (its four 32-bit pieces), deduplicated by one shuffle."""
+    alone. Each task spreads its digests into 256 buckets by their first byte (a row per
+    bucket and part), one shuffle brings each bucket's rows to one task, and that task
+    deduplicates them a bucket at a time with numpy. Spark's own ``dropDuplicates`` of a
+    row per digest (two hash aggregations over every digest) was ~22% of the JVM's CPU in
+    an initial load (JFR, bench/README "The Spark pipeline")."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def spread(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
+            buckets: list[int] = []
+            blobs: list[bytes] = []
             for digests in batch.column("digests").to_pylist():
-                # Big-endian digests: piece 3 (the most significant) comes first.
-                cols = np.frombuffer(digests, dtype=">u4").reshape(-1, rdf.PIECES)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(cols[:, rdf.PIECES - 1 - i].astype(np.int64))
-                     for i in range(rdf.PIECES)], names=PIECE_COLUMNS)
+                d = np.frombuffer(digests, dtype="V16")
+                first = np.frombuffer(digests, dtype=np.uint8)[::16]
+                order = np.argsort(first, kind="stable")
+                d, first = d[order], first[order]
+                starts = np.flatnonzero(np.diff(first)) + 1
+                for lo, hi in zip([0, *starts], [*starts, len(d)], strict=True):
+                    buckets.append(int(first[lo]))
+                    blobs.append(d[lo:hi].tobytes())
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(buckets, pa.int32()), pa.array(blobs, pa.binary())],
+                names=["bucket", "digests"])
 
-    hashes = records.filter(F.col("kind") == rdf.PART).select("digests").mapInArrow(
-        run, ", ".join(f"{c} long" for c in PIECE_COLUMNS))
-    return fingerprint_sums(hashes.dropDuplicates())
+    def unique_sums(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        totals = [0] * (1 + rdf.PIECES)  # distinct digests, then the sum of each piece
+        current: int | None = None
+        held: list[bytes] = []
+
+        def settle() -> None:
+            if held:
+                unique = np.unique(np.frombuffer(b"".join(held), dtype="V16"))
+                # Big-endian digests: piece 3 (the most significant) comes first.
+                cols = unique.view(">u4").reshape(-1, rdf.PIECES)
+                totals[0] += len(unique)
+                for i in range(rdf.PIECES):
+                    totals[1 + i] += int(cols[:, rdf.PIECES - 1 - i].sum(dtype=np.uint64))
+            held.clear()
+
+        for batch in batches:  # sorted by bucket: one bucket in memory at a time
+            for bucket, blob in zip(batch.column("bucket").to_pylist(),
+                                    batch.column("digests").to_pylist(), strict=True):
+                if bucket != current:
+                    settle()
+                    current = bucket
+                held.append(blob)
+        settle()
+        # A task's sums fit a long: each piece is < 2**32, a task holds < 2**31 digests.
+        yield pa.RecordBatch.from_arrays([pa.array([t], pa.int64()) for t in totals],
+                                         names=["quads", *(f"s{i}" for i in range(rdf.PIECES))])
+
+    spread_out = records.filter(F.col("kind") == rdf.PART).select("digests").mapInArrow(
+        spread, "bucket int, digests binary")
+    sums = (spread_out.repartition("bucket").sortWithinPartitions("bucket")
+            .mapInArrow(unique_sums, "quads long, "
+                        + ", ".join(f"s{i} long" for i in range(rdf.PIECES))))
+    return sums.agg(F.coalesce(F.sum("quads"), F.lit(0)).alias("quads"),
+                    *[F.coalesce(F.sum(F.col(f"s{i}").cast("decimal(20,0)")), F.lit(0))
+                      .alias(f"s{i}") for i in range(rdf.PIECES)])
 
 
 def rejects(records: DataFrame) -> DataFrame:
