@@ -162,6 +162,10 @@ def test_page_draws_two_data_centres_and_a_dead_worker(two_data_centres, tmp_pat
     data = page_data(uk)
     head = data["status"]["head"]["seq"]
     assert head > 0
+    # The other data centre executes the agreed write on its own workers when it gets
+    # there: the page shows them at the head once their master has seen them there.
+    us.wait_for(lambda s: all(us.worker_status(s, w)["seq"] >= head for w in us.workers),
+                "the other data centre's workers at the head")
 
     dom = Elements()
     dom.feed(chromium(tmp_path, f"{uk.master.url}/", "--dump-dom").stdout)
