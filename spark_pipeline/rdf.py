@@ -51,7 +51,7 @@ from pathlib import Path
 import pyoxigraph as ox
 import xxhash
 
-from rdfcore.canonical import canonical_quad
+from rdfcore.canonical import canonical_quad, canonical_term
 from rdfcore.fingerprint import MOD, line_hash
 
 # Kinds of the records a parse produces (one schema for all, see transform.PARSED).
@@ -182,6 +182,9 @@ class Canonicaliser:
         self.with_graphs = with_graphs  # fill Parsed.graphs (costs an attribute access)
 
     def add(self, out: Parsed, quads: Sequence[ox.Quad]) -> None:
+        if self.graph is None and not self.with_graphs:
+            out.quads.extend(canonical_lines(quads))
+            return
         graph = self.graph
         default = ox.DefaultGraph
         for q in quads:
@@ -192,6 +195,30 @@ class Canonicaliser:
             if self.with_graphs:
                 g = q.graph_name
                 out.graphs.append("" if type(g) is default else str(g))
+
+
+def canonical_lines(quads: Sequence[ox.Quad]) -> list[str]:
+    """The canonical line of each quad, as ``canonical_quad`` gives it, in order.
+
+    pyoxigraph's N-Quads serialiser writes each quad as ``str(quad) + " ."``, one line
+    each, in one call: ~4x cheaper than formatting the quads one by one. Only lines with
+    a typed literal can differ from the canonical ones, and of those only where the
+    object is not canonical; its text is then replaced where it stands, the last
+    occurrence in the line (the graph name after it is an IRI or a blank node: no quote)."""
+    text = ox.serialize(quads, format=ox.RdfFormat.N_QUADS).decode()
+    lines = text.split("\n")
+    lines.pop()  # after the last newline
+    if '"^^<' not in text:
+        return lines
+    for i, line in enumerate(lines):
+        if '"^^<' in line:
+            obj = quads[i].object
+            canon = canonical_term(obj)
+            if canon is not obj and canon != obj:
+                before, after = str(obj), str(canon)
+                at = line.rfind(before)
+                lines[i] = line[:at] + after + line[at + len(before):]
+    return lines
 
 
 def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,

@@ -143,16 +143,16 @@ class _QuadsOut:
     def __init__(self, part_quads: int | None) -> None:
         self.part_quads = part_quads
         self.lines: list[str] = []
-        self.digests: list[bytes] = []
 
     def add(self, parsed: rdf.Parsed) -> Iterator[pa.RecordBatch]:
         if self.part_quads is None:
             yield _quad_batch(parsed)
             return
-        digest = xxhash.xxh3_128_digest  # rdfcore.fingerprint.line_hash, as bytes
-        for line in parsed.quads:
-            self.lines.append(line)
-            self.digests.append(digest(line.encode()))
+        lines, start = parsed.quads, 0
+        while start < len(lines):
+            room = self.part_quads - len(self.lines)
+            self.lines += lines[start:start + room]
+            start += room
             if len(self.lines) >= self.part_quads:
                 yield self._part()
 
@@ -161,10 +161,19 @@ class _QuadsOut:
             yield self._part()
 
     def _part(self) -> pa.RecordBatch:
-        n, data = len(self.lines), ("\n".join(self.lines) + "\n").encode()
-        digests = b"".join(self.digests)
-        self.lines, self.digests = [], []
-        return _records([{"kind": rdf.PART, "statements": n, "data": data,
+        lines, self.lines = self.lines, []
+        # The lines that may hold a blank node go last: the worker bulk-loads the text
+        # before the first "_:" as it is and parses only the rest into quads
+        # (worker_service/bulk_load.py, _canonical_text). A store is a set: the order of
+        # a part's lines means nothing else.
+        plain = [line for line in lines if "_:" not in line]
+        if len(plain) < len(lines):
+            plain += [line for line in lines if "_:" in line]
+        data = ("\n".join(plain) + "\n").encode()
+        each = data.split(b"\n")
+        each.pop()  # after the last newline
+        digests = b"".join(map(xxhash.xxh3_128_digest, each))  # rdfcore's line_hash
+        return _records([{"kind": rdf.PART, "statements": len(lines), "data": data,
                           "digests": digests}])
 
 

@@ -120,6 +120,30 @@ def test_canonical_and_other_text_stage_the_same_content(client, repo, tmp_path)
     assert repo.state().quads == len(quads)
 
 
+def test_lines_after_the_first_blank_node_label_are_parsed_whatever_they_hold(client, repo):
+    """The loader sends a part's lines that may hold a blank node last; the worker
+    bulk-loads the text before the first "_:" as it is and parses the rest, so a part in
+    another order (plain lines after a labelled one, "_:" inside an IRI or a literal)
+    stages the same quads, with the labels as sent."""
+    from worker_service import bulk_load
+    lines = ['<http://e/a> <http://e/p> <http://e/b> .',
+             '<http://e/_:c> <http://e/p> "1" .',
+             '_:x1 <http://e/p> _:x2 .',
+             '<http://e/c> <http://e/p> "_:lit" .',
+             '<http://e/d> <http://e/p> _:x1 <http://e/g> .',
+             '<http://e/e> <http://e/p> <http://e/f> .']
+    text = "".join(line + "\n" for line in lines)
+    staged = bulk_load._canonical_text(text.encode())
+    assert staged is not None and staged.count == 6
+    assert staged.text == (lines[0] + "\n").encode()
+    assert staged.labelled == "".join(line + "\n" for line in lines[1:]).encode()
+    assert put(client, "L1", 0, text).status_code == 200
+    expected = canonical(text)
+    assert commit(client, "L1", expected).status_code == 200
+    assert set(repo.store) == expected and repo.verify()["matches"]
+    assert {ox.BlankNode("x1"), ox.BlankNode("x2")} <= {t for q in repo.store for t in q}
+
+
 def test_a_worker_holding_data_refuses_a_bulk_load(client, repo):
     assert put(client, "L1", 0, MORE).status_code == 200
     assert commit(client, "L1", canonical(MORE)).status_code == 200

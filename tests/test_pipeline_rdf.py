@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdfcore.canonical import canonical_quad
 from rdfcore.fingerprint import MOD, line_hash
 from spark_pipeline import rdf
 
@@ -112,6 +113,30 @@ def test_terms_are_canonicalised_as_the_store_holds_them():
     store = ox.Store()
     store.extend(ox.parse(b"\n".join(lines), format=NT))
     assert sorted(f"{q} ." for q in store) == sorted(out.quads)
+
+
+_IRI = st.sampled_from([ox.NamedNode("http://e/a"), ox.NamedNode("http://e/p"),
+                        ox.NamedNode("http://e/1")])
+_TEXT = st.sampled_from(["01", "+5", "1.50", "1E3", "true", "1", "0", "x", 'a"^^<b',
+                         "2024-01-01T00:00:00Z", "-0", " 7"]) | st.text(max_size=8)
+_LITERAL = st.one_of(
+    _TEXT.map(ox.Literal),
+    st.builds(lambda t, lang: ox.Literal(t, language=lang), _TEXT, st.sampled_from(["en"])),
+    st.builds(lambda t, dt: ox.Literal(t, datatype=ox.NamedNode(XSD + dt)), _TEXT,
+              st.sampled_from(["integer", "decimal", "double", "boolean", "dateTime",
+                               "string", "int", "float"])))
+_SUBJECT = _IRI | st.sampled_from([ox.BlankNode("b1"), ox.BlankNode("x_2")])
+_OBJECT = _IRI | _SUBJECT | _LITERAL | st.builds(ox.Triple, _SUBJECT, _IRI, _LITERAL)
+_GRAPH = st.just(ox.DefaultGraph()) | _IRI | st.just(ox.BlankNode("g"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.builds(ox.Quad, _SUBJECT, _IRI, _OBJECT, _GRAPH), max_size=12))
+def test_canonical_lines_in_one_call_are_canonical_quads_lines(quads):
+    """The serialiser's lines with the non-canonical objects replaced in place are the
+    lines ``canonical_quad`` gives one quad at a time (typed literals the store rewrites,
+    texts holding a quote and ``"^^<``, triple terms, graphs of every kind)."""
+    assert rdf.canonical_lines(quads) == [canonical_quad(q)[1] for q in quads]
 
 
 def test_graph_option_puts_every_quad_in_that_graph():

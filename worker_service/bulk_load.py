@@ -27,9 +27,11 @@ A worker that holds anything is refused (409) at every step.
 
 from __future__ import annotations
 
+import array
 import gc
 import re
 import shutil
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,8 +138,13 @@ class Digests:
         with open(self.folder / "sent", "ab") as fh:
             fh.write(digests)
         self.sent += len(digests) // 16
-        self.total = (self.total + sum(int.from_bytes(digests[i:i + 16], "big")
-                                       for i in range(0, len(digests), 16))) % fingerprint.MOD
+        # The sum of the digests as 128-bit big-endian integers, from their two 64-bit
+        # halves summed apart (in C: ~2.5x faster than an int per digest).
+        words = array.array("Q", digests)
+        if sys.byteorder == "little":
+            words.byteswap()
+        self.total = (self.total + (sum(words[0::2]) << 64) + sum(words[1::2])) \
+            % fingerprint.MOD
 
     def distinct(self) -> tuple[int, int]:
         """(count, fingerprint) of the distinct quads added."""
@@ -184,16 +191,19 @@ def _canonical_text(data: bytes) -> Staged | None:
     typed = [line for line in lines if b'"^^<' in line]
     if typed and not _stored_as_written(typed):
         return None
-    digest = xxhash.xxh3_128_digest  # fingerprint.line_hash, as bytes
-    digests = b"".join(digest(line) for line in lines)
+    digests = b"".join(map(xxhash.xxh3_128_digest, lines))  # fingerprint.line_hash
     # The store's loader gives blank nodes fresh labels, and the loader's labels must
     # stay (they are in the fingerprint, and a later add names them): lines that may
-    # hold one go in as quads (a "_:" inside an IRI or a literal only costs speed).
-    if b"_:" not in data:
+    # hold one go in as quads (a "_:" inside an IRI or a literal only costs speed). The
+    # loader sends them after the others (spark_pipeline/transform.py, _QuadsOut), so
+    # everything before the line of the first "_:" is bulk-loaded as text, the rest
+    # parsed, without a look at each line; in another order, more is parsed, and the
+    # same quads are staged.
+    first = data.find(b"_:")
+    if first < 0:
         return Staged(digests, text=data)
-    text = b"".join(line + b"\n" for line in lines if b"_:" not in line)
-    labelled = b"".join(line + b"\n" for line in lines if b"_:" in line)
-    return Staged(digests, text=text, labelled=labelled)
+    cut = data.rfind(b"\n", 0, first) + 1
+    return Staged(digests, text=data[:cut], labelled=data[cut:])
 
 
 def _stored_as_written(lines: list[bytes]) -> bool:
