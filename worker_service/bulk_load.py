@@ -60,6 +60,17 @@ SLICE = 50_000
 LOAD_EVERY = 300_000
 
 
+# The end of a canonical line whose object is a typed literal the store keeps as written
+# (checked without the store: ~3x cheaper): an integer in the form rdfcore.canonical
+# takes as canonical, or a boolean "true"/"false" (both held to the store's round trip
+# in tests/test_changeset.py). Anchored at the line's end, the match is the object: the
+# graph name after it is an IRI or a blank node, and a quote inside a literal is escaped.
+_KEPT_TYPED = re.compile(
+    rb' "(?:(?:0|-?[1-9][0-9]{0,17})"\^\^<http://www\.w3\.org/2001/XMLSchema#integer>'
+    rb'|(?:true|false)"\^\^<http://www\.w3\.org/2001/XMLSchema#boolean>)'
+    rb'(?: <[^>]*>| _:[^ ]+)? \.\Z')
+
+
 class BulkLoadError(WorkerError):
     def __init__(self, message: str, status: int = 409) -> None:
         super().__init__(message)
@@ -188,7 +199,7 @@ def _canonical_text(data: bytes) -> Staged | None:
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
-    typed = [line for line in lines if b'"^^<' in line]
+    typed = [line for line in lines if b'"^^<' in line and not _KEPT_TYPED.search(line)]
     if typed and not _stored_as_written(typed):
         return None
     digests = b"".join(map(xxhash.xxh3_128_digest, lines))  # fingerprint.line_hash
