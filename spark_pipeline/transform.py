@@ -358,6 +358,8 @@ def distinct_sums(records: DataFrame) -> DataFrame:
     row per digest (two hash aggregations over every digest) was ~22% of the JVM's CPU in
     an initial load (JFR, bench/README "The Spark pipeline")."""
 
+    sums = [f"s{i}" for i in range(rdf.PIECES)]  # a task's sum of each piece
+
     def spread(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             buckets: list[int] = []
@@ -400,16 +402,15 @@ def distinct_sums(records: DataFrame) -> DataFrame:
         settle()
         # A task's sums fit a long: each piece is < 2**32, a task holds < 2**31 digests.
         yield pa.RecordBatch.from_arrays([pa.array([t], pa.int64()) for t in totals],
-                                         names=["quads", *(f"s{i}" for i in range(rdf.PIECES))])
+                                         names=["quads", *sums])
 
     spread_out = records.filter(F.col("kind") == rdf.PART).select("digests").mapInArrow(
         spread, "bucket int, digests binary")
-    sums = (spread_out.repartition("bucket").sortWithinPartitions("bucket")
-            .mapInArrow(unique_sums, "quads long, "
-                        + ", ".join(f"s{i} long" for i in range(rdf.PIECES))))
-    return sums.agg(F.coalesce(F.sum("quads"), F.lit(0)).alias("quads"),
-                    *[F.coalesce(F.sum(F.col(f"s{i}").cast("decimal(20,0)")), F.lit(0))
-                      .alias(f"s{i}") for i in range(rdf.PIECES)])
+    per_task = (spread_out.repartition("bucket").sortWithinPartitions("bucket")
+                .mapInArrow(unique_sums, ", ".join(f"{n} long" for n in ["quads", *sums])))
+    return per_task.agg(F.coalesce(F.sum("quads"), F.lit(0)).alias("quads"),
+                        *[F.coalesce(F.sum(F.col(n).cast("decimal(20,0)")), F.lit(0)).alias(n)
+                          for n in sums])
 
 
 def rejects(records: DataFrame) -> DataFrame:
