@@ -163,9 +163,18 @@ def test_page_draws_two_data_centres_and_a_dead_worker(two_data_centres, tmp_pat
     head = data["status"]["head"]["seq"]
     assert head > 0
     # The other data centre executes the agreed write on its own workers when it gets
-    # there: the page shows them at the head once their master has seen them there.
-    us.wait_for(lambda s: all(us.worker_status(s, w)["seq"] >= head for w in us.workers),
-                "the other data centre's workers at the head")
+    # there: the page shows them at the head once their master has seen them there, and
+    # this master has asked it again (status_page.PeerViews keeps its answer up to
+    # PEER_VIEW_TTL_S): wait for the page's own data to say so.
+
+    def peer_workers_at_head() -> bool:
+        view = page_data(uk)["peer_views"].get("master-us") or {}
+        workers = view.get("data", {}).get("status", {}).get("workers", [])
+        return bool(view.get("ok")) and len(workers) == len(us.workers) and all(
+            w["seq"] >= head for w in workers)
+
+    wait_for("the other data centre's workers at the head, in this page's data",
+             peer_workers_at_head)
 
     dom = Elements()
     dom.feed(chromium(tmp_path, f"{uk.master.url}/", "--dump-dom").stdout)
