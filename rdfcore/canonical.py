@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import pyoxigraph as ox
@@ -42,10 +43,20 @@ def _canonical_literal(lit: ox.Literal) -> ox.Literal:
 # (tests/test_changeset.py compares them with the round trip.)
 _XSD_INTEGER = ox.NamedNode(XSD + "integer")
 _XSD_BOOLEAN = ox.NamedNode(XSD + "boolean")
-_CANONICAL_INTEGER = re.compile(r"0|-?[1-9][0-9]{0,17}")
+_CANONICAL_INTEGER_FORM = r"0|-?[1-9][0-9]{0,17}"
+_CANONICAL_INTEGER = re.compile(_CANONICAL_INTEGER_FORM)
 _INTEGER = re.compile(r"[+-]?[0-9]+")  # not int()'s syntax: no spaces, no underscores
 _INTEGER_BOUND = 10**18
 _CANONICAL_BOOLEANS = frozenset(("true", "false"))
+# The same forms at the end of a canonical N-Quads line, where they are its object (the
+# graph name after it is an IRI or a blank node, and a quote inside a literal is
+# escaped): a line matched by this holds a typed literal the store keeps as written
+# (worker_service/bulk_load.py checks a part's lines so, without the store).
+KEPT_OBJECT_AT_END = re.compile(
+    rb' "(?:(?:' + _CANONICAL_INTEGER_FORM.encode() + rb')"\^\^<'
+    + re.escape((XSD + "integer").encode()) + rb'>|(?:'
+    + b"|".join(sorted(b.encode() for b in _CANONICAL_BOOLEANS)) + rb')"\^\^<'
+    + re.escape((XSD + "boolean").encode()) + rb'>)(?: <[^>]*>| _:[^ ]+)? \.\Z')
 
 
 def canonical_term(term: Any) -> Any:
@@ -87,3 +98,28 @@ def canonical_quad(q: ox.Quad) -> tuple[ox.Quad, str]:
             q = ox.Quad(q.subject, q.predicate, canon, q.graph_name)
             line = f"{q} ."
     return q, line
+
+
+def canonical_lines(quads: Sequence[ox.Quad]) -> list[str]:
+    """``canonical_quad``'s line of each quad, in order, for many quads at once.
+
+    pyoxigraph's N-Quads serialiser writes each quad as ``str(quad) + " ."``, one line
+    each, in one call: 28 against 41 ms per 100,000 quads formatted one by one
+    (in-process, bench/README "Less Python per quad on both sides"). As in
+    ``canonical_quad``, only lines with a typed literal can differ; where the object is
+    not canonical its text is replaced where it stands, the last occurrence in the line
+    (the graph name after it is an IRI or a blank node: no quote)."""
+    text = ox.serialize(quads, format=ox.RdfFormat.N_QUADS).decode()
+    lines = text.split("\n")
+    lines.pop()  # after the last newline
+    if '"^^<' not in text:
+        return lines
+    for i, line in enumerate(lines):
+        if '"^^<' in line:
+            obj = quads[i].object
+            canon = canonical_term(obj)
+            if canon is not obj and canon != obj:
+                before, after = str(obj), str(canon)
+                at = line.rfind(before)
+                lines[i] = line[:at] + after + line[at + len(before):]
+    return lines

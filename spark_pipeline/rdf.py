@@ -51,7 +51,7 @@ from pathlib import Path
 import pyoxigraph as ox
 import xxhash
 
-from rdfcore.canonical import canonical_quad, canonical_term
+from rdfcore.canonical import canonical_lines, canonical_quad
 from rdfcore.fingerprint import MOD, line_hash
 
 # Kinds of the records a parse produces (one schema for all, see transform.PARSED).
@@ -195,31 +195,6 @@ class Canonicaliser:
             if self.with_graphs:
                 g = q.graph_name
                 out.graphs.append("" if type(g) is default else str(g))
-
-
-def canonical_lines(quads: Sequence[ox.Quad]) -> list[str]:
-    """The canonical line of each quad, as ``canonical_quad`` gives it, in order.
-
-    pyoxigraph's N-Quads serialiser writes each quad as ``str(quad) + " ."``, one line
-    each, in one call: 28 against 41 ms per 100,000 quads formatted one by one
-    (in-process, bench/README "Less Python per quad on both sides"). Only lines with
-    a typed literal can differ from the canonical ones, and of those only where the
-    object is not canonical; its text is then replaced where it stands, the last
-    occurrence in the line (the graph name after it is an IRI or a blank node: no quote)."""
-    text = ox.serialize(quads, format=ox.RdfFormat.N_QUADS).decode()
-    lines = text.split("\n")
-    lines.pop()  # after the last newline
-    if '"^^<' not in text:
-        return lines
-    for i, line in enumerate(lines):
-        if '"^^<' in line:
-            obj = quads[i].object
-            canon = canonical_term(obj)
-            if canon is not obj and canon != obj:
-                before, after = str(obj), str(canon)
-                at = line.rfind(before)
-                lines[i] = line[:at] + after + line[at + len(before):]
-    return lines
 
 
 def parse_lines(lines: Sequence[bytes], fmt: ox.RdfFormat, scope: str | None,

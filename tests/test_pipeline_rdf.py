@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdfcore.canonical import canonical_quad
+from rdfcore.canonical import canonical_lines, canonical_quad
 from rdfcore.fingerprint import MOD, line_hash
 from spark_pipeline import rdf
 
@@ -136,7 +136,7 @@ def test_canonical_lines_in_one_call_are_canonical_quads_lines(quads):
     """The serialiser's lines with the non-canonical objects replaced in place are the
     lines ``canonical_quad`` gives one quad at a time (typed literals the store rewrites,
     texts holding a quote and ``"^^<``, triple terms, graphs of every kind)."""
-    assert rdf.canonical_lines(quads) == [canonical_quad(q)[1] for q in quads]
+    assert canonical_lines(quads) == [canonical_quad(q)[1] for q in quads]
 
 
 def test_graph_option_puts_every_quad_in_that_graph():
