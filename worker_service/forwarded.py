@@ -57,8 +57,12 @@ class Group:
 
     def write(self, store: ox.Store) -> None:
         if self.as_text:
-            for e in self.entries:
-                load_added(store, e.added_text, e.added_quads)  # type: ignore[arg-type]
+            # One load, so one store transaction (one write to RocksDB's log) for the
+            # group, not one per entry. The same quads: every entry only adds, and exact
+            # changesets in order never add a quad an earlier one added.
+            text = "".join(e.added_text if e.added_text.endswith("\n")  # type: ignore[union-attr]
+                           else e.added_text + "\n" for e in self.entries)
+            load_added(store, text, sum(e.added_quads for e in self.entries))
         else:
             apply_to(store, self.total)
 

@@ -15,7 +15,14 @@ import pyoxigraph as ox
 
 from rdfcore.canonical import GraphName, Term, canonical_term
 from rdfcore.changeset import Changeset
-from worker_service.steps import Step, exact_changeset, named_graph_names, relabel
+from worker_service.steps import (
+    DeleteDataStep,
+    InsertDataStep,
+    Step,
+    exact_changeset,
+    named_graph_names,
+    relabel,
+)
 from worker_service.transaction import BlankNodeMinter
 
 
@@ -183,3 +190,16 @@ class ClearNamespacesOperation(_SingleStep):
                   namespaces: Mapping[str, str]) -> Changeset:
         return Changeset(namespaces={p: None for p in namespaces})
 
+
+# Steps whose cost follows from their own text: the quads or the prefix they list, each
+# looked up once. Any other (a pattern removal, DELETE/INSERT WHERE, CLEAR, ADD/COPY/MOVE)
+# may touch any part of the store, however short it is.
+_BOUNDED_BY_TEXT = (InsertDataStep, DeleteDataStep, AddOperation, NamespaceOperation,
+                    ClearNamespacesOperation)
+
+
+def bounded_by_text(operations: Iterable[Operation]) -> bool:
+    """Whether running ``operations`` costs in proportion to their own size: only data
+    (INSERT DATA, DELETE DATA, an added document) and namespaces."""
+    return all(isinstance(step, _BOUNDED_BY_TEXT) for op in operations
+               for step in op.steps())

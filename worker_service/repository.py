@@ -277,6 +277,15 @@ class Repository:
         with self._lock.write():
             return self._execute_locked(start_seq, transactions, control_queries)
 
+    def execute_batch_now(self, start_seq: int, transactions: Sequence[tuple],
+                          control_queries: Sequence[str] = ()
+                          ) -> list[ExecuteResult | Exception] | None:
+        """``execute_batch`` if the write lock is free now, else None at once (nothing
+        executed): for the event loop, which must never wait for a lock."""
+        with self._lock.write_now() as taken:
+            return self._execute_locked(start_seq, transactions, control_queries) \
+                if taken else None
+
     def _execute_locked(self, start_seq: int, transactions: Sequence[tuple],
                         control_queries: Sequence[str]) -> list[ExecuteResult | Exception]:
         self._check_next(start_seq)
@@ -387,65 +396,81 @@ class Repository:
         or when a result would not be the expected fingerprint (this worker was not in the
         state the changeset was computed against). ``raw`` is the request as received
         ({"entries": [...]}), journaled without re-serialising the changesets."""
-        started = time.perf_counter()
         with self._lock.write():
-            current = self._state
-            afters: list[WorkerState] = []
-            for e in entries:
-                if e.seq != current.seq + 1:
-                    raise SequenceError(
-                        f"sequence number {e.seq} does not follow this worker's {current.seq}"
-                    )
-                # From the text as received when there is one: the probe wrote it one
-                # quad per line (changeset.nquads); any other text hashes to another
-                # fingerprint than the probe's, and the batch is refused.
-                after_fp = e.changeset.moved_fingerprint(current.fingerprint, e.wire)
-                if e.expected_fingerprint is not None and after_fp != e.expected_fingerprint:
-                    if e.added_text is not None and e.wire is not None:
-                        # Text loaded unparsed: say so when it is not even N-Quads.
-                        try:
-                            Changeset.from_wire(e.wire)
-                        except ValueError as exc:
-                            raise WorkerError(f"seq {e.seq}: {exc}") from None
-                    raise FingerprintMismatch(
-                        f"applying seq {e.seq} would give fingerprint "
-                        f"{fingerprint.to_hex(after_fp)}, expected "
-                        f"{fingerprint.to_hex(e.expected_fingerprint)}: this worker is not in"
-                        f" the state the changeset was computed against"
-                    )
-                namespaces = dict(current.namespaces)
-                e.changeset.apply_namespaces(namespaces)
-                current = current.evolve(
-                    seq=e.seq, txid=e.txid, fingerprint=after_fp,
-                    quads=current.quads + len(e.changeset.added) + e.added_quads
-                    - len(e.changeset.removed),
-                    namespaces=namespaces,
+            return self._apply_locked(entries, raw)
+
+    def apply_batch_now(self, entries: Sequence[ApplyEntry], raw: bytes | None = None
+                        ) -> list[ExecuteResult] | None:
+        """``apply_batch`` if the write lock is free now, else None at once (nothing
+        applied): for the event loop, which must never wait for a lock."""
+        with self._lock.write_now() as taken:
+            return self._apply_locked(entries, raw) if taken else None
+
+    @property
+    def syncs_writes(self) -> bool:
+        """Whether the journal and state file are fsynced (``sync-writes``)."""
+        return self._sync
+
+    def _apply_locked(self, entries: Sequence[ApplyEntry], raw: bytes | None
+                      ) -> list[ExecuteResult]:
+        started = time.perf_counter()
+        current = self._state
+        afters: list[WorkerState] = []
+        for e in entries:
+            if e.seq != current.seq + 1:
+                raise SequenceError(
+                    f"sequence number {e.seq} does not follow this worker's {current.seq}"
                 )
-                afters.append(current)
-            if not entries:
-                return []
-            group = forwarded.Group.of(entries)
-            if any(e.expected_fingerprint is None for e in entries):
-                # An expected fingerprint proves this worker is in the state the probe
-                # computed the changeset against (so it is exact here too); without one,
-                # exactness is checked against the store. (A signed apply adding a quad
-                # already held would otherwise make the kept state lie.)
-                problem = forwarded.inexact(self.store, group.total, self._state, current)
-                if problem is not None:
-                    raise NotExact(f"changesets refused, not exact against this worker's "
-                                   f"store: {problem}")
-            self._journal.begin({"seq": current.seq, "txid": current.txid,
-                                 "mode": journal.REDO, "after": current.to_json()})
-            if raw is not None:
-                self._journal.append_entries(raw)
-            else:
-                for e in group.entries:
-                    self._journal.append(e.changeset, e.wire)
-            self._journal.seal()
-            group.write(self.store)
-            state.save(self._gen, current, self._sync)
-            self._state = current
-            self._journal.discard()
+            # From the text as received when there is one: the probe wrote it one
+            # quad per line (changeset.nquads); any other text hashes to another
+            # fingerprint than the probe's, and the batch is refused.
+            after_fp = e.changeset.moved_fingerprint(current.fingerprint, e.wire)
+            if e.expected_fingerprint is not None and after_fp != e.expected_fingerprint:
+                if e.added_text is not None and e.wire is not None:
+                    # Text loaded unparsed: say so when it is not even N-Quads.
+                    try:
+                        Changeset.from_wire(e.wire)
+                    except ValueError as exc:
+                        raise WorkerError(f"seq {e.seq}: {exc}") from None
+                raise FingerprintMismatch(
+                    f"applying seq {e.seq} would give fingerprint "
+                    f"{fingerprint.to_hex(after_fp)}, expected "
+                    f"{fingerprint.to_hex(e.expected_fingerprint)}: this worker is not in"
+                    f" the state the changeset was computed against"
+                )
+            namespaces = dict(current.namespaces)
+            e.changeset.apply_namespaces(namespaces)
+            current = current.evolve(
+                seq=e.seq, txid=e.txid, fingerprint=after_fp,
+                quads=current.quads + len(e.changeset.added) + e.added_quads
+                - len(e.changeset.removed),
+                namespaces=namespaces,
+            )
+            afters.append(current)
+        if not entries:
+            return []
+        group = forwarded.Group.of(entries)
+        if any(e.expected_fingerprint is None for e in entries):
+            # An expected fingerprint proves this worker is in the state the probe
+            # computed the changeset against (so it is exact here too); without one,
+            # exactness is checked against the store. (A signed apply adding a quad
+            # already held would otherwise make the kept state lie.)
+            problem = forwarded.inexact(self.store, group.total, self._state, current)
+            if problem is not None:
+                raise NotExact(f"changesets refused, not exact against this worker's "
+                               f"store: {problem}")
+        self._journal.begin({"seq": current.seq, "txid": current.txid,
+                             "mode": journal.REDO, "after": current.to_json()})
+        if raw is not None:
+            self._journal.append_entries(raw)
+        else:
+            for e in group.entries:
+                self._journal.append(e.changeset, e.wire)
+        self._journal.seal()
+        group.write(self.store)
+        state.save(self._gen, current, self._sync)
+        self._state = current
+        self._journal.discard()
         duration = (time.perf_counter() - started) / len(entries)
         return [ExecuteResult(e.changeset, a, duration) for e, a in zip(group.entries, afters,
                                                                          strict=True)]

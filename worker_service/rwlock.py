@@ -53,6 +53,22 @@ class RWLock:
                         self._cond.notify_all()
 
     @contextmanager
+    def write_now(self) -> Iterator[bool]:
+        """The write lock if it is free now (no reader, no writer, none waiting): yields
+        whether it was taken. Never waits, so the event loop may call it."""
+        with self._cond:
+            taken = not self._writer and not self._readers and not self._waiting_writers
+            if taken:
+                self._writer = True
+        try:
+            yield taken
+        finally:
+            if taken:
+                with self._cond:
+                    self._writer = False
+                    self._cond.notify_all()
+
+    @contextmanager
     def write(self) -> Iterator[None]:
         with self._cond:
             self._waiting_writers += 1
