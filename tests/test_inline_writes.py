@@ -96,11 +96,11 @@ def test_apply_now_changes_nothing_while_the_lock_is_busy_then_applies_as_apply_
     before = repo.state()
     release = holding(repo._lock.read())
     try:
-        assert repo.apply_batch_now(entries) is None
+        assert repo.apply_batch(entries, wait=False) is None
         assert repo.state() == before and len(repo.store) == 0
     finally:
         release()
-    done = repo.apply_batch_now(entries)
+    done = repo.apply_batch(entries, wait=False)
     assert done is not None and [r.state.seq for r in done] == [1, 2, 3]
     other = Repository("r", tmp_path / "other")
     try:
@@ -141,11 +141,11 @@ def test_execute_now_waits_for_nobody_and_executes_as_execute_batch(repo):
                              "update": f"INSERT DATA {{ <{EX}a> <{EX}p> 'x' }}"}])
     release = holding(repo._lock.write())
     try:
-        assert repo.execute_batch_now(1, [("t1", ops)]) is None
+        assert repo.execute_batch(1, [("t1", ops)], wait=False) is None
         assert repo.state().seq == 0
     finally:
         release()
-    [done] = repo.execute_batch_now(1, [("t1", ops)])  # type: ignore[misc]
+    [done] = repo.execute_batch(1, [("t1", ops)], wait=False)  # type: ignore[misc]
     assert not isinstance(done, Exception) and done.state.seq == 1 and len(repo.store) == 1
 
 

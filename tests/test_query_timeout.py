@@ -44,8 +44,10 @@ def marked(query: str) -> str:
 # ---- what a process is doing, from /proc ----
 
 
-def children_of(pid: int) -> list[int]:
-    """Live (not zombie) child processes of ``pid``: a worker's query processes."""
+def children_of(pid: int, idle: bool = False) -> list[int]:
+    """Live (not zombie) child processes of ``pid``: a worker's query processes, those
+    evaluating a query (named txc-query); ``idle``: those kept for the next query
+    (txc-query-idle: they use no CPU, query_process.QueryProcesses) instead."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -54,8 +56,10 @@ def children_of(pid: int) -> list[int]:
             text = (entry / "stat").read_text()
         except OSError:
             continue
+        name = text[text.index("(") + 1:text.rindex(")")]
         fields = text[text.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
+        if int(fields[1]) == pid and fields[0] != "Z" and \
+                (name == "txc-query-idle") == idle:
             found.append(int(entry.name))
     return found
 
@@ -337,28 +341,78 @@ def test_a_query_process_stuck_at_its_fork_is_forked_again():
 
     attempts: list[int] = []
 
-    def evaluate(out: query_process.FrameWriter) -> None:
+    def evaluate(request: bytes, out: query_process.FrameWriter) -> None:
         if not attempts:  # the first child (forked before any was counted): blocked
             time.sleep(600)
         out.header("text/plain")
-        out.write(b"answer")
+        out.write(b"answer to " + request)
 
-    def fork() -> tuple[int, int]:
+    def fork() -> tuple[int, int, int, int]:
         r, w = os.pipe()
+        requests_r, requests_w = os.pipe()
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            query_process.child_main(parent, w, evaluate)
+            query_process.child_main(parent, w, requests_r, evaluate)
         os.close(w)
+        os.close(requests_r)
         attempts.append(pid)
-        return pid, r
+        return pid, r, requests_w, 0
+
+    async def run() -> query_process.Answer:
+        try:
+            return await processes.evaluate(b"q", fork, lambda: 1, timeout_s=10)
+        finally:
+            processes.kill_all()
 
     processes = query_process.QueryProcesses(limit=1)
     started = time.monotonic()
-    answer = asyncio.run(processes.evaluate(fork, timeout_s=10))
+    answer = asyncio.run(run())
     took = time.monotonic() - started
-    assert (answer.content_type, answer.body) == ("text/plain", b"answer")
+    assert (answer.content_type, answer.body) == ("text/plain", b"answer to q")
     assert len(attempts) == 2 and processes.stuck == 1
     assert query_process.STUCK_AFTER_S <= took < query_process.STUCK_AFTER_S + 1.5
     assert not set(attempts) & set(children_of(os.getpid()))  # both reaped
     assert processes.running == 0 and not processes.children
+
+
+# ---- query processes kept between writes ----
+
+
+def test_a_query_process_answers_again_until_a_write_then_never_from_the_old_state(
+        worker_factory, secret):
+    """A query process that answered is kept (txc-query-idle) and answers the next
+    queries, different ones too, from the same process; once a write has been
+    acknowledged, no query is answered from the state before it: the kept process is
+    retired and a new one forked. Without queries, a kept process is retired after
+    IDLE_S."""
+    from worker_service import query_process
+
+    node = worker_factory("kept", **{"verify-on-start": "false"})
+    load(node, secret[1])
+    count = "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o . ?s ?q ?r }"  # not provably cheap
+
+    def ask(query: str) -> str:
+        resp = httpx.get(query_url(node), params={"query": query},
+                         headers={"accept": "text/csv"}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return resp.text.split()[1]
+
+    assert ask(count) == str(N_TRIPLES)
+    [kept] = children_of(node.pid, idle=True)
+    assert children_of(node.pid) == []  # nothing evaluating
+    assert ask(f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s <{EX}p1> ?o . ?s ?q ?r }}") == \
+        str(N_TRIPLES // 5)
+    assert ask(count) == str(N_TRIPLES)
+    assert children_of(node.pid, idle=True) == [kept]  # the same process, three times
+    with signed_client(node, secret[1]) as c:  # a write, as a master forwards it
+        r = c.post("/repositories/repo/statements",
+                   content=f"INSERT DATA {{ <{EX}new> <{EX}p0> 'n' }}",
+                   headers={"content-type": "application/sparql-update"})
+        assert r.status_code == 204, r.text
+    assert ask(count) == str(N_TRIPLES + 1)  # not the kept process's older state
+    [fresh] = children_of(node.pid, idle=True)
+    assert fresh != kept
+    assert kept not in children_of(node.pid) + children_of(node.pid, idle=True)
+    wait_until(lambda: not children_of(node.pid, idle=True), "the kept process retired",
+               query_process.IDLE_S + 2)

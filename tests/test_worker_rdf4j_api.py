@@ -521,6 +521,10 @@ class RecordingRepository:
         return self._repo.reading()
 
     @property
+    def write_count(self):  # the query processes' snapshot check
+        return self._repo.write_count
+
+    @property
     def namespaces(self):
         return self._repo.namespaces
 

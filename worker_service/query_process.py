@@ -32,19 +32,25 @@ which a working child never does for long: one found so for STUCK_AFTER_S is kil
 the query forked again (at most MAX_FORKS times within its deadline).
 ``bench/bench_query_timeout.py --fork-stress N`` counts them through a real worker.
 
-Frames on the pipe, child to parent: ``H`` + 4-byte length + content type, then ``D`` +
-4-byte length + result bytes (any number), then ``K`` (done) or ``E`` + 2-byte status +
-4-byte length + message (failed; a partial result is dropped).
+A child answers one query after the other (QueryProcesses keeps it while no write has
+changed the store since its fork). Requests, parent to child, on a second pipe: 4-byte
+length + the request (``read_request``); the parent closing that pipe ends the child.
+Frames of each answer, child to parent: ``H`` + 4-byte length + content type, then ``D``
++ 4-byte length + result bytes (any number), then ``K`` (done: the child waits for the
+next request) or ``E`` + 2-byte status + 4-byte length + message (failed; a partial result
+is dropped, and the child exits).
 
-The parent side runs on the event loop: the pipe and a pidfd (the child's exit) are
+The parent side runs on the event loop: the pipes and a pidfd (the child's exit) are
 watched with ``add_reader``, so a waiting query holds no thread. Every child is reaped by
 the pidfd callback whatever happened to the request that started it, and a request is
-answered only once its child is gone (its CPU free, its slot empty).
+answered only once its child waits for the next one or is gone (its CPU free either way).
+A child that is killed (timeout, client gone, stuck, stale, retired) is never asked again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import logging
@@ -65,6 +71,8 @@ CHILD_NICENESS = 10
 STUCK_CHECK_S = 0.25
 STUCK_AFTER_S = 1.0
 MAX_FORKS = 3
+IDLE_S = 5.0  # an idle query process is retired after this long without a query
+MAX_USES = 1000  # queries one process answers before it is retired
 REAP_WAIT_S = 5.0  # a killed process is gone in milliseconds
 READ_CHUNK = 1 << 16
 FLUSH_AT = 1 << 16  # bytes a child gathers before it writes a data frame
@@ -73,6 +81,9 @@ FLUSH_AT = 1 << 16  # bytes a child gathers before it writes a data frame
 # lock may be held by another thread at the fork).
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+BUSY_NAME = b"txc-query"
+IDLE_NAME = b"txc-query-idle"  # (at most 15 bytes: the kernel's TASK_COMM_LEN)
 
 _LEN = struct.Struct(">I")
 _STATUS = struct.Struct(">H")
@@ -146,12 +157,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _close_inherited(keep: int) -> None:
+def _close_inherited(keep: tuple[int, ...]) -> None:
     """Close the sockets and pipes inherited from the worker (its listening socket, client
     connections, other children's pipes), keeping ``keep``; the store's files stay open."""
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
-        if fd == keep or fd < 3:
+        if fd in keep or fd < 3:
             continue
         try:
             mode = os.fstat(fd).st_mode
@@ -161,8 +172,42 @@ def _close_inherited(keep: int) -> None:
             os.close(fd)
 
 
-def child_main(parent: int, fd: int, evaluate: Callable[[FrameWriter], None]) -> NoReturn:
-    """Run in the child right after the fork; never returns (``os._exit``)."""
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    """``n`` bytes from ``fd``; None at its end (the worker closed it, or died)."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def read_request(fd: int) -> bytes | None:
+    """The next request on a query process's request pipe (4-byte length + content);
+    None when the worker closed the pipe: the process is done."""
+    head = _read_exactly(fd, _LEN.size)
+    if head is None:
+        return None
+    (length,) = _LEN.unpack(head)
+    return _read_exactly(fd, length) if length else b""
+
+
+def request_frame(request: bytes) -> bytes:
+    return _LEN.pack(len(request)) + request
+
+
+def _set_name(name: bytes) -> None:
+    # What ps and /proc/PID/comm show: an operator (and the tests) can tell a query
+    # process that waits for its next query from one that evaluates (IDLE_NAME).
+    _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+def child_main(parent: int, fd: int, requests: int,
+               evaluate: Callable[[bytes, FrameWriter], None]) -> NoReturn:
+    """Run in the child right after the fork; never returns (``os._exit``). Answers the
+    requests read from ``requests`` one after the other, each with ``evaluate`` writing
+    its frames to ``fd``, until the worker closes that pipe (or kills the process)."""
     code = 0
     try:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -171,12 +216,20 @@ def child_main(parent: int, fd: int, evaluate: Callable[[FrameWriter], None]) ->
         # The worker's handlers (uvicorn's) would make the child ignore a stop request.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
-        _close_inherited(fd)
+        _close_inherited((fd, requests))
         os.nice(CHILD_NICENESS)
         gc.disable()  # a collection would touch (and copy) the worker's pages for nothing
-        out = FrameWriter(fd)
-        evaluate(out)
-        out.done()
+        while True:
+            _set_name(IDLE_NAME)
+            request = read_request(requests)
+            if request is None:
+                break
+            _set_name(BUSY_NAME)
+            out = FrameWriter(fd)
+            evaluate(request, out)
+            out.done()
+            if out.failed:  # an error answer ends the process (QueryProcesses.evaluate)
+                break
     except BaseException as exc:  # nothing may unwind into the worker's code
         code = 1
         try:
@@ -199,13 +252,19 @@ class Answer:
 @dataclass
 class _Child:
     pid: int
-    fd: int  # the read end of its pipe
+    fd: int  # the read end of its answers pipe
+    requests: int  # the write end of its requests pipe
     pidfd: int
+    version: int  # the repository's write count when it was forked (its snapshot)
     exited: asyncio.Future
     started: float
     data: bytearray = field(default_factory=bytearray)
-    eof: asyncio.Future | None = None
+    scanned: int = 0  # bytes of ``data`` read as whole frames
+    answered: asyncio.Future | None = None  # a whole answer is in ``data`` (K or E)
+    eof: bool = False
     reaped: bool = False
+    uses: int = 0
+    retire: asyncio.TimerHandle | None = None  # while idle
 
     def kill(self) -> None:
         if not self.reaped:
@@ -213,6 +272,33 @@ class _Child:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def scan(self) -> None:
+        """Set ``answered`` once ``data`` holds a whole answer: frames up to a K, or an
+        E frame with its message."""
+        data, i, n = self.data, self.scanned, len(self.data)
+        while i < n:
+            tag = data[i]
+            if tag == 0x4B:  # K
+                i += 1
+                break
+            if tag == 0x45:  # E
+                if i + 7 > n or i + 7 + _LEN.unpack_from(data, i + 3)[0] > n:
+                    return
+                i = n
+                break
+            if i + 5 > n:
+                return
+            end = i + 5 + _LEN.unpack_from(data, i + 1)[0]
+            if end > n:
+                return
+            i = end
+        else:
+            self.scanned = i
+            return
+        self.scanned = i
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(None)
 
 
 def _cpu_and_state(pid: int) -> tuple[str, int] | None:
@@ -225,8 +311,9 @@ def _cpu_and_state(pid: int) -> tuple[str, int] | None:
     return fields[0].decode(), int(fields[11]) + int(fields[12])
 
 
-def _parse(data: bytes | bytearray) -> Answer:
-    """The answer in a child's frames; QueryFailed for an error frame or a broken stream."""
+def _parse(data: bytes | bytearray) -> tuple[Answer, bool]:
+    """The answer in a child's frames and whether it ended with K (the child may answer
+    again); QueryFailed for an error frame or a broken stream."""
     i, n = 0, len(data)
     content_type = "application/octet-stream"
     body: list[memoryview] = []
@@ -235,7 +322,7 @@ def _parse(data: bytes | bytearray) -> Answer:
         tag = data[i:i + 1]
         i += 1
         if tag == b"K":
-            return Answer(content_type, b"".join(body))
+            return Answer(content_type, b"".join(body)), i == n
         if tag == b"E":
             (status,) = _STATUS.unpack_from(data, i)
             (length,) = _LEN.unpack_from(data, i + 2)
@@ -255,7 +342,19 @@ def _parse(data: bytes | bytearray) -> Answer:
 
 
 class QueryProcesses:
-    """The worker's running query processes: at most ``limit`` at once."""
+    """The worker's query processes: at most ``limit`` evaluating at once, and those
+    that answered kept (idle) for the next query while the store is as they forked it.
+
+    Why keep them: a fork and the exit of its child cost ~10-20 ms of CPU in a worker of
+    100-200 MB (page tables, and the copies of the pages either side writes meanwhile), a
+    fifth of an engine-bound query (bench/README.md, "Query processes kept between
+    writes"). A child answers from the snapshot it was forked with, so it is given a query
+    only while the repository's write count (``version``) is the one it was forked at: no
+    writer has held the lock since, and a read after an acknowledged write never goes to
+    an older snapshot. An idle child holds the store's files as they were at its fork (a
+    compaction's deleted files too: a child forked before a compaction still read every
+    quad after it, measured), so it is retired after IDLE_S without a query, when found
+    stale, and after MAX_USES queries (its garbage is never collected: gc is off)."""
 
     def __init__(self, limit: int, executor: Executor | None = None) -> None:
         """``executor``: the threads that fork (one waits for the repository's read lock
@@ -264,8 +363,10 @@ class QueryProcesses:
         self.limit = limit
         self.executor = executor
         self.children: dict[int, _Child] = {}
+        self.idle: list[_Child] = []  # answered, waiting for a query, newest last
         self._slots = 0  # queries holding a slot (a query between two forks holds one)
         self.forks = 0
+        self.reused = 0
         self.timed_out = 0
         self.abandoned = 0
         self.stuck = 0
@@ -274,12 +375,16 @@ class QueryProcesses:
     def running(self) -> int:
         return self._slots
 
-    async def evaluate(self, fork: Callable[[], tuple[int, int]], timeout_s: float,
+    async def evaluate(self, request: bytes,
+                       fork: Callable[[], tuple[int, int, int, int]],
+                       version: Callable[[], int], timeout_s: float,
                        disconnected: Callable[[], Awaitable[Any]] | None = None) -> Answer:
-        """Fork (``fork`` runs in a thread and returns the child's pid and the read end of
-        its pipe), wait for the answer and return it; kill the child at the deadline
-        (QueryTimedOut) or when ``disconnected()`` returns (ClientGone). QueryFailed for
-        the child's own errors; TooManyQueries when ``limit`` queries run already."""
+        """Answer ``request`` in a query process: an idle one forked at ``version()``, or
+        a new one (``fork`` runs in a thread and returns the child's pid, the read end of
+        its answers pipe, the write end of its requests pipe and the version it was forked
+        at). The child is killed at the deadline (QueryTimedOut) or when
+        ``disconnected()`` returns (ClientGone). QueryFailed for the child's own errors;
+        TooManyQueries when ``limit`` queries run already."""
         if self._slots >= self.limit:
             raise TooManyQueries
         self._slots += 1
@@ -287,32 +392,54 @@ class QueryProcesses:
         deadline = time.monotonic() + timeout_s
         watcher = asyncio.ensure_future(disconnected()) if disconnected else None
         try:
-            for attempt in range(1, MAX_FORKS + 1):
-                forked = loop.run_in_executor(self.executor, fork)
+            attempt = 0
+            while attempt < MAX_FORKS:
+                child = self._take_idle(version())
+                reused = child is not None
+                if child is None:
+                    attempt += 1
+                    forked = loop.run_in_executor(self.executor, fork)
+                    try:
+                        pid, fd, requests, forked_at = await asyncio.shield(forked)
+                    except asyncio.CancelledError:  # the fork goes on in its thread: kill it
+                        forked.add_done_callback(partial(self._discard, loop))
+                        raise
+                    child = self._watch(loop, pid, fd, requests, forked_at)
+                else:
+                    self.reused += 1
+                child.answered = loop.create_future()
+                child.scan()
                 try:
-                    pid, fd = await asyncio.shield(forked)
-                except asyncio.CancelledError:  # the fork goes on in its thread: kill it
-                    forked.add_done_callback(partial(self._discard, loop))
-                    raise
-                child = self._watch(loop, pid, fd)
-                try:
+                    await self._send(loop, child, request)
                     outcome = await self._wait(child, deadline, watcher)
-                finally:
-                    child.kill()  # no-op once reaped; the pidfd callback reaps it
-                # Answer only once it is gone: its CPU is free and its slot really empty.
-                await asyncio.wait({child.exited}, timeout=REAP_WAIT_S)
+                except BaseException:
+                    child.kill()
+                    raise
+                if outcome == "done" and reused and not child.data:
+                    await self._end(child)  # an idle one that died meanwhile: another
+                    continue
                 if outcome == "done":
-                    return _parse(child.data)
+                    try:
+                        answer, whole = _parse(child.data)
+                    except QueryFailed:
+                        await self._end(child)  # an error answer ends the process
+                        raise
+                    if not (whole and not child.reaped and self._park(loop, child,
+                                                                      version())):
+                        await self._end(child)
+                    return answer
+                await self._end(child)
                 if outcome == "timeout":
                     self.timed_out += 1
                     raise QueryTimedOut
                 if outcome == "gone":
                     self.abandoned += 1
                     raise ClientGone
-                self.stuck += 1
-                log.warning("query process %d made no progress for %.1f s (a lock held at "
-                            "the fork): killed, fork %d of %d", pid, STUCK_AFTER_S, attempt,
-                            MAX_FORKS)
+                if outcome == "stuck":
+                    self.stuck += 1
+                    log.warning("query process %d made no progress for %.1f s (a lock held "
+                                "at the fork): killed, fork %d of %d", child.pid,
+                                STUCK_AFTER_S, attempt, MAX_FORKS)
             self.timed_out += 1
             raise QueryTimedOut
         finally:
@@ -320,18 +447,75 @@ class QueryProcesses:
             if watcher is not None:
                 watcher.cancel()
 
+    async def _end(self, child: _Child) -> None:
+        """Kill ``child`` and wait until it is gone: its CPU is free and its slot really
+        empty before anything is answered."""
+        child.kill()  # no-op once reaped; the pidfd callback reaps it
+        await asyncio.wait({child.exited}, timeout=REAP_WAIT_S)
+
+    def _take_idle(self, version: int) -> _Child | None:
+        """The newest idle child forked at ``version``; the stale ones are retired."""
+        while self.idle:
+            child = self.idle.pop()
+            if child.retire is not None:
+                child.retire.cancel()
+                child.retire = None
+            if child.version == version and not child.reaped and not child.eof:
+                child.data.clear()
+                child.scanned = 0
+                return child
+            child.kill()
+        return None
+
+    def _park(self, loop: asyncio.AbstractEventLoop, child: _Child, version: int) -> bool:
+        """Keep ``child`` for the next query; False when it is not to be kept (stale,
+        used up, or as many processes as ``limit`` without it)."""
+        child.uses += 1
+        running = len(self.children) - len(self.idle) - 1  # others still evaluating
+        if (child.version != version or child.uses >= MAX_USES
+                or len(self.idle) + running >= self.limit):
+            return False
+        child.retire = loop.call_later(IDLE_S, self._retire, child)
+        self.idle.append(child)
+        return True
+
+    def _retire(self, child: _Child) -> None:
+        child.retire = None
+        if child in self.idle:
+            self.idle.remove(child)
+        child.kill()
+
+    @staticmethod
+    async def _send(loop: asyncio.AbstractEventLoop, child: _Child, request: bytes) -> None:
+        """Write the request to the child's pipe: at once when it fits the pipe (a query
+        text almost always does), else from a thread while the child reads it."""
+        frame = request_frame(request)
+        try:
+            written = os.write(child.requests, frame)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the child is gone: its exit answers the request
+            return
+        if written < len(frame):
+            os.set_blocking(child.requests, True)  # nothing else writes to it meanwhile
+            with contextlib.suppress(OSError):
+                await loop.run_in_executor(None, _write_all, child.requests, frame[written:])
+            os.set_blocking(child.requests, False)
+
     def _discard(self, loop: asyncio.AbstractEventLoop, forked: asyncio.Future) -> None:
         """A fork whose request was cancelled meanwhile: kill the child (and reap it)."""
         if not forked.cancelled() and forked.exception() is None:
             self._watch(loop, *forked.result()).kill()
 
-    def _watch(self, loop: asyncio.AbstractEventLoop, pid: int, fd: int) -> _Child:
+    def _watch(self, loop: asyncio.AbstractEventLoop, pid: int, fd: int, requests: int,
+               version: int) -> _Child:
         self.forks += 1
         pidfd = os.pidfd_open(pid)
-        child = _Child(pid, fd, pidfd, loop.create_future(), time.monotonic())
-        child.eof = loop.create_future()
+        child = _Child(pid, fd, requests, pidfd, version, loop.create_future(),
+                       time.monotonic())
         self.children[pid] = child
         os.set_blocking(fd, False)
+        os.set_blocking(requests, False)
         loop.add_reader(fd, self._readable, loop, child)
         loop.add_reader(pidfd, self._reap, loop, child)
         return child
@@ -343,15 +527,17 @@ class QueryProcesses:
             try:
                 chunk = os.read(child.fd, READ_CHUNK)
             except BlockingIOError:
+                child.scan()
                 return
             except OSError:
                 chunk = b""
             if not chunk:
                 break
             child.data += chunk
-        loop.remove_reader(child.fd)
-        if child.eof is not None and not child.eof.done():
-            child.eof.set_result(None)
+        child.scan()
+        if not child.eof:
+            child.eof = True
+            loop.remove_reader(child.fd)
 
     def _reap(self, loop: asyncio.AbstractEventLoop, child: _Child) -> None:
         """The child exited: collect its status (no zombie), release its fds."""
@@ -361,29 +547,33 @@ class QueryProcesses:
         except ChildProcessError:
             pass
         child.reaped = True
-        self._readable(loop, child)  # whatever is left in the pipe
+        if not child.eof:
+            self._readable(loop, child)  # whatever is left in the pipe
         loop.remove_reader(child.fd)
-        os.close(child.fd)
-        os.close(child.pidfd)
+        for fd in (child.fd, child.requests, child.pidfd):
+            os.close(fd)
         self.children.pop(child.pid, None)
+        if child in self.idle:
+            self.idle.remove(child)
+        if child.retire is not None:
+            child.retire.cancel()
+            child.retire = None
         if not child.exited.done():
             child.exited.set_result(None)
-        if child.eof is not None and not child.eof.done():
-            child.eof.set_result(None)
 
     async def _wait(self, child: _Child, deadline: float,
                     watcher: asyncio.Future | None) -> str:
-        """"done" (answer complete and the child exited), "timeout", "gone" (client) or
+        """"done" (a whole answer, or the child exited), "timeout", "gone" (client) or
         "stuck" (no CPU, no output for STUCK_AFTER_S)."""
-        assert child.eof is not None
+        assert child.answered is not None
         last: tuple[str, int] | None = None
         still_since = time.monotonic()
-        seen = 0
+        seen = len(child.data)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "timeout"
-            waiting = {child.exited} if child.eof.done() else {child.eof}
+            waiting = {child.answered, child.exited}
             if watcher is not None:
                 waiting.add(watcher)
             done, _ = await asyncio.wait(waiting, timeout=min(left, STUCK_CHECK_S),
@@ -392,10 +582,8 @@ class QueryProcesses:
                 if not watcher.cancelled():
                     watcher.exception()  # retrieved: a failed receive also ends the wait
                 return "gone"
-            if child.exited.done():
+            if child.answered.done() or child.exited.done():
                 return "done"
-            if child.eof.done():
-                continue  # all written: the child is exiting
             now = time.monotonic()
             sample = _cpu_and_state(child.pid)
             if sample is None or len(child.data) != seen or sample[0] != "S" or \
@@ -409,4 +597,3 @@ class QueryProcesses:
         """At shutdown: no query process outlives the worker."""
         for child in list(self.children.values()):
             child.kill()
-

@@ -262,7 +262,8 @@ class Repository:
         return outcome
 
     def execute_batch(self, start_seq: int, transactions: Sequence[tuple],
-                      control_queries: Sequence[str] = ()) -> list[ExecuteResult | Exception]:
+                      control_queries: Sequence[str] = (), wait: bool = True
+                      ) -> list[ExecuteResult | Exception] | None:
         """Probe execution of a group of transactions (the master's group commit).
 
         Each transaction is executed on its own: its exact changeset is computed and applied
@@ -273,18 +274,13 @@ class Repository:
         instead of its operations (refused by the caller before anything ran, e.g. a
         syntax error) is that refusal, in its place. A transaction is (txid, operations[,
         timestamp_ms]); its fresh values come from it alone, never from seq (determinism.py).
-        Every outcome is kept in the executed journal once the group is committed."""
-        with self._lock.write():
+        Every outcome is kept in the executed journal once the group is committed.
+        ``wait`` False: None at once, nothing executed, unless the write lock is free now
+        (the event loop never waits for a lock)."""
+        with self._lock.write() if wait else self._lock.write_now() as taken:
+            if taken is False:
+                return None
             return self._execute_locked(start_seq, transactions, control_queries)
-
-    def execute_batch_now(self, start_seq: int, transactions: Sequence[tuple],
-                          control_queries: Sequence[str] = ()
-                          ) -> list[ExecuteResult | Exception] | None:
-        """``execute_batch`` if the write lock is free now, else None at once (nothing
-        executed): for the event loop, which must never wait for a lock."""
-        with self._lock.write_now() as taken:
-            return self._execute_locked(start_seq, transactions, control_queries) \
-                if taken else None
 
     def _execute_locked(self, start_seq: int, transactions: Sequence[tuple],
                         control_queries: Sequence[str]) -> list[ExecuteResult | Exception]:
@@ -388,23 +384,25 @@ class Repository:
         [result] = self.apply_batch([ApplyEntry(seq, txid, changeset, expected_fingerprint, wire)])
         return result
 
-    def apply_batch(self, entries: Sequence[ApplyEntry], raw: bytes | None = None
-                    ) -> list[ExecuteResult]:
+    def apply_batch(self, entries: Sequence[ApplyEntry], raw: bytes | None = None,
+                    wait: bool = True) -> list[ExecuteResult] | None:
         """Apply changesets computed by the probe worker, in order, as one journaled write.
 
         Refused as a whole, changing nothing, when the sequence numbers do not follow ours
         or when a result would not be the expected fingerprint (this worker was not in the
         state the changeset was computed against). ``raw`` is the request as received
-        ({"entries": [...]}), journaled without re-serialising the changesets."""
-        with self._lock.write():
+        ({"entries": [...]}), journaled without re-serialising the changesets. ``wait``
+        False: None at once, nothing applied, unless the write lock is free now."""
+        with self._lock.write() if wait else self._lock.write_now() as taken:
+            if taken is False:
+                return None
             return self._apply_locked(entries, raw)
 
-    def apply_batch_now(self, entries: Sequence[ApplyEntry], raw: bytes | None = None
-                        ) -> list[ExecuteResult] | None:
-        """``apply_batch`` if the write lock is free now, else None at once (nothing
-        applied): for the event loop, which must never wait for a lock."""
-        with self._lock.write_now() as taken:
-            return self._apply_locked(entries, raw) if taken else None
+    @property
+    def write_count(self) -> int:
+        """How many times a writer has taken the lock: the same number means the same
+        store (read under ``reading()``, no writer can be changing it meanwhile)."""
+        return self._lock.writes
 
     @property
     def syncs_writes(self) -> bool:

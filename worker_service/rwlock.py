@@ -20,6 +20,9 @@ class RWLock:
         self._readers = 0
         self._writer = False
         self._waiting_writers = 0
+        # Times a writer took the lock: unchanged means the store is as it was (a query
+        # process forked before answers as one forked now would: query_process.py).
+        self.writes = 0
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -60,6 +63,7 @@ class RWLock:
             taken = not self._writer and not self._readers and not self._waiting_writers
             if taken:
                 self._writer = True
+                self.writes += 1
         try:
             yield taken
         finally:
@@ -76,6 +80,7 @@ class RWLock:
                 self._cond.wait()
             self._waiting_writers -= 1
             self._writer = True
+            self.writes += 1
         try:
             yield
         finally:

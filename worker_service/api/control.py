@@ -255,8 +255,8 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
                   and not controls and all(isinstance(ops, Exception) or bounded_by_text(ops)
                                            for _, ops, _ in parsed))
         try:
-            outcomes = (repo.execute_batch_now(start_seq, parsed, controls) if inline
-                        else None)
+            outcomes = repo.execute_batch(start_seq, parsed, controls, wait=False) \
+                if inline else None
             if outcomes is None:
                 outcomes = await run_in_threadpool(repo.execute_batch, start_seq, parsed,
                                                    controls)
@@ -315,7 +315,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         try:
             entries = (_apply_entries(items) if inline
                        else await run_in_threadpool(_apply_entries, items))
-            results = repo.apply_batch_now(entries, body) if inline else None
+            results = repo.apply_batch(entries, body, wait=False) if inline else None
             if results is None:
                 results = await run_in_threadpool(repo.apply_batch, entries, body)
         except WorkerError as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -258,24 +259,41 @@ def _answer_in_child(store: ox.Store, q: QueryRequest, accept: str | None,
         out.fail(500, f"query evaluation failed: {exc}")
 
 
-def _fork_query(repo: Any, q: QueryRequest, accept: str | None,
-                neg: Negotiated | None) -> tuple[int, int]:
+def _serve_in_child(store: ox.Store, repo_id: str, request: bytes,
+                    out: query_process.FrameWriter) -> None:
+    """In a query process: one request of the worker (``_query_request``)."""
+    q, accept = pickle.loads(request)
+    _answer_in_child(store, q, accept, _negotiate_first(q, accept), repo_id, out)
+
+
+def _query_request(q: QueryRequest, accept: str | None) -> bytes:
+    """What a query process is sent for ``q`` (the format is negotiated again there:
+    pyoxigraph's formats do not pickle)."""
+    return pickle.dumps((q, accept))
+
+
+def _fork_query(repo: Any) -> tuple[int, int, int, int]:
     """In a pool thread: fork a query process while holding the read lock (no changeset
-    half-applied in what it inherits); its pid and the read end of its pipe."""
-    r, w = os.pipe()
+    half-applied in what it inherits): its pid, the read end of its answers pipe, the
+    write end of its requests pipe, and the repository's write count it was forked at."""
+    answers_r, answers_w = os.pipe()
+    requests_r, requests_w = os.pipe()
     try:
         with repo.reading() as store:
+            version = repo.write_count
             parent = os.getpid()
             pid = os.fork()
             if pid == 0:  # the child: never returns
-                query_process.child_main(
-                    parent, w, partial(_answer_in_child, store, q, accept, neg, repo.id))
+                query_process.child_main(parent, answers_w, requests_r,
+                                         partial(_serve_in_child, store, repo.id))
     except BaseException:
-        os.close(r)
+        os.close(answers_r)
+        os.close(requests_w)
         raise
     finally:
-        os.close(w)
-    return pid, r
+        os.close(answers_w)
+        os.close(requests_r)
+    return pid, answers_r, requests_w, version
 
 
 def _excerpt(query: str, limit: int = 200) -> str:

@@ -60,6 +60,7 @@ from worker_service.api.queries import (
     _fork_query,
     _negotiate_first,
     _pool,
+    _query_request,
     _run_query,
     run_in_threadpool,
     run_inline,
@@ -214,11 +215,12 @@ class WorkerBackend(Backend):
     async def in_query_process(self, request: Request, repo: Any, q: Any,
                                timeout_s: float) -> Response:
         accept = request.headers.get("accept")
-        neg = _negotiate_first(q, accept)  # a 406 costs no fork
+        _negotiate_first(q, accept)  # a 406 costs no fork
         started = time.monotonic()
         try:
             answer = await self.processes.evaluate(
-                partial(_fork_query, repo, q, accept, neg), timeout_s,
+                _query_request(q, accept), partial(_fork_query, repo),
+                lambda: repo.write_count, timeout_s,
                 partial(query_limits.wait_for_disconnect, request.receive))
         except query_process.TooManyQueries:
             raise ProtocolError(query_limits.BUSY_STATUS,
