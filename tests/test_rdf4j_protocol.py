@@ -8,6 +8,8 @@ import json
 
 import pyoxigraph as ox
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdf4j_protocol import negotiation, parameters, reads, results, transactions, writes
 from rdf4j_protocol.parameters import ProtocolError
@@ -45,6 +47,29 @@ def test_params_merge_query_string_and_form_body():
     assert params == (("a", "1"), ("$x", "<http://e>"), ("query", "ASK {}"), ("a", "2"))
     # A body of another type is not a form.
     assert parameters.parse_params("a=1", b"query=x", "text/turtle") == (("a", "1"),)
+
+
+# Query strings and form bodies as clients write them: escapes valid or not, "+", "&",
+# "=", backslashes (the fast decoder doubles them), text past ASCII, bytes not UTF-8.
+_FORM_TEXT = st.lists(st.sampled_from([*"%+&=\\xX09aAfFgG \u00e9\u4e2d", "%41", "%C3%A9",
+                                      "%e9", "%5C", "%25", "%2"]),
+                      max_size=30).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_FORM_TEXT)
+def test_form_pairs_are_what_urllib_parse_qsl_gives(text):
+    """parameters.form_pairs decodes escapes with a C codec; it must give exactly what
+    urllib.parse.parse_qsl gives (keep_blank_values, errors="strict"), errors included."""
+    from urllib.parse import parse_qsl
+
+    try:
+        expected = parse_qsl(text, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            parameters.form_pairs(text)
+        return
+    assert parameters.form_pairs(text) == expected
 
 
 def test_update_dataset_from_the_protocol():

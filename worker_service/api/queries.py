@@ -146,10 +146,12 @@ INLINE_BUDGET_S = 0.002
 
 
 def run_inline(repo: Any, q: QueryRequest, accept: str | None,
-               timeout_s: float | None) -> Response | None:
+               timeout_s: float | None) -> tuple[bytes, str] | None:
     """A provably cheap query on the calling (event loop) thread, if the repository's
     read lock is free now and the answer is written within INLINE_BUDGET_S; None
-    otherwise (nothing was answered: run it in the thread pool, ``_run_query``). A query
+    otherwise (nothing was answered: run it in the thread pool, ``_run_query``). The
+    answer is its body and media type, not yet a Response (the direct lane writes it
+    itself: http_server.DirectAnswers). A query
     only reads, so giving one up and running it again changes nothing; the loop is never
     held for longer than the budget and one result chunk."""
     budget = INLINE_BUDGET_S if timeout_s is None else min(INLINE_BUDGET_S, timeout_s)
@@ -158,7 +160,7 @@ def run_inline(repo: Any, q: QueryRequest, accept: str | None,
             return None
         started = _start_query(store, q, repo.id)
     try:
-        return _run_query(repo, q, accept, budget, started=started)
+        return _evaluate(repo, q, accept, budget, started=started)
     except _GivenUp:
         return None
 
@@ -168,7 +170,14 @@ class _GivenUp(Exception):
 
 
 def _run_query(repo: Any, q: QueryRequest, accept: str | None,
-               timeout_s: float | None, started: Any = None) -> Response:
+               timeout_s: float | None) -> Response:
+    """``_evaluate`` as a Response."""
+    body, media_type = _evaluate(repo, q, accept, timeout_s)
+    return Response(body, media_type=media_type)
+
+
+def _evaluate(repo: Any, q: QueryRequest, accept: str | None,
+              timeout_s: float | None, started: Any = None) -> tuple[bytes, str]:
     """Start, evaluate and serialise a query, all in the calling (pool) thread; stopped
     (TimedOut) when ``timeout_s`` has passed at a write of its results. ``started``: a
     query run_inline started, whose ``timeout_s`` is its budget (_GivenUp, not TimedOut).
@@ -206,7 +215,7 @@ def _run_query(repo: Any, q: QueryRequest, accept: str | None,
     del result
     if failure is not None:
         raise failure
-    return Response(body, media_type=neg.content_type)
+    return body, neg.content_type
 
 
 def _within(items: Iterable, timeout_s: float | None) -> Iterable:
