@@ -132,6 +132,9 @@ def parse_query_request(method: str, params: Params, body: bytes = b"",
         raise ProtocolError(415, f"unsupported Content-Type '{mtype}' for a query: send "
                                  f"{FORM} or {SPARQL_QUERY}")
     else:
+        if len(params) == 1 and params[0][0] == "query" and params[0][1].strip():
+            # Nothing but the query (most requests): every other parameter's default.
+            return QueryRequest(params[0][1])
         query = single_param(params, "query")
     if query is None or not query.strip():
         if param_values(params, "update"):
