@@ -219,14 +219,12 @@ def child_main(parent: int, fd: int, requests: int,
         _close_inherited((fd, requests))
         os.nice(CHILD_NICENESS)
         gc.disable()  # a collection would touch (and copy) the worker's pages for nothing
-        while True:
-            _set_name(IDLE_NAME)
-            request = read_request(requests)
-            if request is None:
-                break
+        _set_name(IDLE_NAME)
+        while (request := read_request(requests)) is not None:
             _set_name(BUSY_NAME)
             out = FrameWriter(fd)
             evaluate(request, out)
+            _set_name(IDLE_NAME)  # before the answer ends: so named once the worker has it
             out.done()
             if out.failed:  # an error answer ends the process (QueryProcesses.evaluate)
                 break
@@ -481,9 +479,7 @@ class QueryProcesses:
 
     def _retire(self, child: _Child) -> None:
         child.retire = None
-        if child in self.idle:
-            self.idle.remove(child)
-        child.kill()
+        child.kill()  # the pidfd callback takes it out of ``idle``
 
     @staticmethod
     async def _send(loop: asyncio.AbstractEventLoop, child: _Child, request: bytes) -> None:
@@ -496,11 +492,13 @@ class QueryProcesses:
             written = 0
         except OSError:  # the child is gone: its exit answers the request
             return
-        if written < len(frame):
-            os.set_blocking(child.requests, True)  # nothing else writes to it meanwhile
+        if written < len(frame):  # from a copy of the fd (the child's exit closes this)
+            fd = os.dup(child.requests)
+            os.set_blocking(fd, True)  # (the flag is the pipe's: shared with the original)
             with contextlib.suppress(OSError):
-                await loop.run_in_executor(None, _write_all, child.requests, frame[written:])
-            os.set_blocking(child.requests, False)
+                await loop.run_in_executor(None, _write_all, fd, frame[written:])
+            os.set_blocking(fd, False)
+            os.close(fd)
 
     def _discard(self, loop: asyncio.AbstractEventLoop, forked: asyncio.Future) -> None:
         """A fork whose request was cancelled meanwhile: kill the child (and reap it)."""
