@@ -209,3 +209,15 @@ def test_a_worker_answers_small_and_large_writes_alike(worker_factory, secret):
         assert out["state"]["quads"] == start
         verified = c.post("/cluster/verify").json()
         assert verified["matches"], verified
+
+
+def test_an_execute_with_an_empty_txid_is_refused_whole(worker_factory, secret):
+    """Found by `make fuzz`: an empty txid (its blank nodes are minted from it) was a 500;
+    it is a 400 that says so, and nothing runs."""
+    node = worker_factory()
+    with signed_client(node, secret[1]) as c:
+        r = c.post("/cluster/execute", json={"start_seq": 1, "transactions": [
+            {"txid": "a", "operations": []}, {"txid": "", "operations": []}]})
+        assert r.status_code == 400, r.text
+        assert r.json()["detail"] == "transaction 1 needs a non-empty string 'txid'"
+        assert c.get("/cluster/state").json()["seq"] == 0

@@ -236,8 +236,9 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         txs = _field(data, "transactions", list)
         parsed: list = []
         for i, tx in enumerate(txs):
-            if not isinstance(tx, dict) or not isinstance(tx.get("txid"), str):
-                raise HTTPException(400, f"transaction {i} needs a string 'txid'")
+            if not isinstance(tx, dict) or not isinstance(tx.get("txid"), str) \
+                    or not tx["txid"]:  # its blank nodes are minted from it
+                raise HTTPException(400, f"transaction {i} needs a non-empty string 'txid'")
             when = tx.get("timestamp")
             if when is not None and (type(when) is not int or not 0 <= when < 2**62):
                 raise HTTPException(400, f"transaction {i}: 'timestamp' must be integer "
