@@ -311,8 +311,6 @@ def create_app(service: MasterService) -> FastAPI:
                   "and the admin API.", telemetry=http_server.FASTAPI_TELEMETRY)
     auth = ClientAuth(c.client_users)
     guard = AdminGuard(auth)  # every admin route: /admin, /admin/sync, /jolokia
-    # Read by the client API's forward_read (master_service/api/client.py).
-    app.state.query_timeout_s = c.query_timeout_s
 
     def cluster() -> Cluster:
         assert service.cluster is not None
@@ -325,8 +323,12 @@ def create_app(service: MasterService) -> FastAPI:
         return {k: s[k] for k in ("node_id", "status", "writable", "head")}
 
     app.include_router(admin_router(service.control, guard))
-    rdf4j_api = client_router(cluster, c.repository_id, auth, service.transactions)
+    rdf4j_api = client_router(cluster, c.repository_id, auth, service.transactions,
+                              c.query_timeout_s,
+                              service.metrics.request_seconds.labels("read"))
     app.include_router(rdf4j_api, tags=["rdf4j"])
+    # Reads forwarded from the HTTP parser's callback (http_server.DirectAnswers).
+    app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
     peer_api = peer_router(lambda: service.sync, service.peer_verifier)
     app.include_router(peer_api)
     app.include_router(seeding_router(
@@ -361,5 +363,6 @@ def serve(config: MasterConfig) -> None:
     if problems := preflight(config):
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
-    http_server.run(create_app(service), host=config.host, port=config.port,
+    app = create_app(service)
+    http_server.run(app, host=config.host, port=config.port, lane=app.state.direct_lane,
                     **tls.server_options(config.tls_cert_file, config.tls_key_file))

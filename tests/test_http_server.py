@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 
 import pytest
@@ -136,18 +137,33 @@ def test_h2c_offer_without_a_body_is_plain_http(server):
 # ---- the direct lane ----
 
 LANE_CALLS: list[str] = []
+CLIENT_LEFT = threading.Event()  # a later answer saw its client go away
+
+
+async def later_answer(query: bytes, client_gone) -> tuple[int, bytes, bytes]:
+    """An answer given after an await, as a master's forwarded read: ``wait`` waits for
+    the client to go away (then there is nobody to answer), ``fail`` raises."""
+    if query == b"wait":
+        await client_gone()
+        CLIENT_LEFT.set()
+    await asyncio.sleep(0.2)
+    if query == b"fail":
+        raise RuntimeError("the later answer failed")
+    return 200, b"content-type: text/x-later\r\n", b"later " + query
 
 
 def lane(path: str, query: bytes, headers: list[tuple[bytes, bytes]]):
-    """Answers GET /fast (its query string and Accept header), fails on /broken,
-    declines the rest."""
+    """Answers GET /fast (its query string and Accept header) now and GET /later later,
+    fails on /broken, declines the rest."""
     LANE_CALLS.append(path)
     if path == "/broken":
         raise RuntimeError("the lane failed")
+    if path == "/later":
+        return lambda client_gone: later_answer(query, client_gone)
     if path != "/fast":
         return None
     accept = dict(headers).get(b"accept", b"")
-    return 200, b"text/x-lane", b"lane " + query + b" " + accept
+    return 200, b"content-type: text/x-lane\r\n", b"lane " + query + b" " + accept
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +231,48 @@ def test_a_connection_goes_on_after_lane_answers(lane_server):
               get("/fast?3") + get("/fast?4")]
     assert exchange(lane_server, pieces, 5) == [b"lane 1 ", b"POST /p 5 after", b"lane 2 ",
                                                 b"lane 3 ", b"lane 4 "]
+
+
+def test_a_later_answer_keeps_request_order_and_the_connection(lane_server):
+    # Behind an answer that takes 0.2 s, pipelined requests queue in the application
+    # (the lane is not asked while an answer is pending), so answers keep their order.
+    LANE_CALLS.clear()
+    pieces = [get("/later?a") + get("/other") + get("/fast?b"), get("/later?c")]
+    assert exchange(lane_server, pieces, 4) == [b"later a", b"GET /other 0 ", b"GET /fast 0 ",
+                                                b"GET /later 0 "]
+    assert LANE_CALLS == ["/later"]
+    # One after the other, the lane answers each, later and now, on one connection.
+    pieces = [get("/later?c"), get("/fast?d")]
+    with socket.create_connection(("127.0.0.1", lane_server), timeout=10) as s:
+        for piece, expected in zip(pieces, [b"later c", b"lane d "], strict=True):
+            s.sendall(piece)
+            answer = b""
+            while not answer.endswith(expected):
+                chunk = s.recv(65536)
+                assert chunk, answer
+                answer += chunk
+
+
+def test_a_later_answer_that_fails_is_a_500_and_the_connection_goes_on(lane_server):
+    with socket.create_connection(("127.0.0.1", lane_server), timeout=10) as s:
+        s.sendall(get("/later?fail") + get("/fast?after"))  # the second: the application's
+        answer = b""
+        while not answer.endswith(b"GET /fast 0 "):
+            chunk = s.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert b"\r\n\r\nInternal Server Error" in answer
+
+
+def test_a_later_answer_learns_that_its_client_went_away(lane_server):
+    CLIENT_LEFT.clear()
+    with socket.create_connection(("127.0.0.1", lane_server), timeout=10) as s:
+        s.sendall(get("/later?wait"))
+        time.sleep(0.1)
+    assert CLIENT_LEFT.wait(5), "the later answer was not told that its client left"
+    # The server goes on serving others.
+    assert exchange(lane_server, get("/later?next"), 1) == [b"later next"]
 
 
 # ---- an answer's head goes out with its body (HeadWithBody) ----

@@ -65,7 +65,8 @@ def test_the_direct_lane_answers_as_the_route_byte_for_byte(repo, query, accept)
                                   [(b"accept", accept.encode())])
     routed = _run_query(repo, request(query), accept, 30.0)
     assert answer is not None
-    assert answer == (200, routed.headers["content-type"].encode(), routed.body)
+    assert answer == (200, b"content-type: " + routed.headers["content-type"].encode()
+                      + b"\r\n", routed.body)
     assert answer[2] and accept in answer[1].decode()
 
 

@@ -20,8 +20,9 @@ their exact meaning; nothing here parses HTTP by hand.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httptools
@@ -30,10 +31,16 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 log = logging.getLogger("txcluster.http")
 
-# A node's direct lane: (path, query string, headers) of a GET -> (status, content type,
-# body) of the whole answer, or None to let the application answer it. Runs on the event
-# loop, so it must answer within a small budget or decline.
-DirectLane = Callable[[str, bytes, list[tuple[bytes, bytes]]], tuple[int, bytes, bytes] | None]
+# A whole answer: status, its content headers (each ``name: value\r\n``), body.
+Answer = tuple[int, bytes, bytes]
+# An answer the lane gives later: called with a waiter that returns when the client has
+# gone away, it returns the answer (a master's forwarded read).
+LaterAnswer = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Answer]]
+# A node's direct lane: (path, query string, headers) of a GET -> the whole answer now, an
+# answer later, or None to let the application answer it. It runs on the event loop, so
+# it must answer (or return its later answer) within a small budget, or decline.
+DirectLane = Callable[[str, bytes, list[tuple[bytes, bytes]]],
+                      Answer | LaterAnswer | None]
 
 # FastAPI's own OpenTelemetry instrumentation, off on both node kinds: nothing here
 # configures a tracer or meter, and deciding so again on every request cost about 25 us
@@ -214,20 +221,68 @@ class DirectAnswers(UpgradeIgnoringProtocol):
             return False
         if answer is None:
             return False
-        status, content_type, body = answer
-        head = [STATUS_LINE[status]]
-        head += [name + b": " + value + b"\r\n"
-                 for name, value in self.server_state.default_headers]
-        head += [b"content-type: ", content_type, b"\r\ncontent-length: ",
-                 str(len(body)).encode("ascii"), b"\r\n\r\n", body]
-        # One write for head and body (uvicorn writes them separately: two sends).
-        self.transport.write(b"".join(head))
+        if callable(answer):
+            self._answer_later(answer)
+            return True
+        self._write_answer(*answer)
         # What uvicorn's on_response_complete does for a keep-alive connection.
         self.server_state.total_requests += 1
         self._unset_keepalive_if_required()
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)
         return True
+
+    def _write_answer(self, status: int, headers: bytes, body: bytes) -> None:
+        head = [STATUS_LINE[status]]
+        head += [name + b": " + value + b"\r\n"
+                 for name, value in self.server_state.default_headers]
+        head += [headers, b"content-length: ", str(len(body)).encode("ascii"), b"\r\n\r\n",
+                 body]
+        # One write for head and body (uvicorn writes them separately: two sends).
+        self.transport.write(b"".join(head))
+
+    def _answer_later(self, later: LaterAnswer) -> None:
+        """Run ``later`` as this request's answer: until it is written, a stand-in
+        cycle is the protocol's current one, so that uvicorn queues pipelined requests
+        behind it, marks it on a lost connection and clears its keep-alive on shutdown;
+        the server waits for it on shutdown as for an application's task."""
+        cycle = _LaterCycle()
+        self.cycle = cycle  # type: ignore[assignment]
+        task = self.loop.create_task(self._finish_later(cycle, later))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _finish_later(self, cycle: _LaterCycle, later: LaterAnswer) -> None:
+        answer: Answer | None = None
+        try:
+            answer = await later(cycle.message_event.wait)
+        except Exception:  # the answer a failing application gets from uvicorn
+            log.exception("direct lane failed on a request it had taken")
+            answer = (500, b"content-type: text/plain; charset=utf-8\r\n",
+                      b"Internal Server Error")
+        finally:
+            # What RequestResponseCycle does at the end of an answer (none is written if
+            # the client went away, or if this was cancelled: the connection closes).
+            cycle.response_complete = True
+            if answer is not None and not cycle.disconnected:
+                self._write_answer(*answer)
+            if answer is None or not cycle.keep_alive:
+                self.transport.close()
+            self.on_response_complete()
+
+
+class _LaterCycle:
+    """What uvicorn's protocol sees of a request whose answer the direct lane gives
+    later (uvicorn's RequestResponseCycle has these attributes): connection_lost sets
+    ``disconnected`` and the event, shutdown clears ``keep_alive``."""
+
+    __slots__ = ("disconnected", "keep_alive", "message_event", "response_complete")
+
+    def __init__(self) -> None:
+        self.response_complete = False
+        self.disconnected = False
+        self.keep_alive = True
+        self.message_event = asyncio.Event()
 
 
 def protocol_with(lane: DirectLane | None) -> type[UpgradeIgnoringProtocol]:

@@ -21,7 +21,9 @@ import base64
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote_plus, urlencode
 
@@ -30,7 +32,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from master_service.cluster.core import Cluster, Worker
-from master_service.cluster.reads import PASS_HEADERS, QUERY_WAIT_MARGIN_S, route_read
+from master_service.cluster.reads import (
+    PASS_HEADERS,
+    QUERY_WAIT_MARGIN_S,
+    ReadAnswer,
+    route_read,
+)
 from master_service.cluster.worker_client import WorkerUnavailable
 from master_service.errors import NotWritable, WriteFailed
 from rdf4j_protocol.parameters import GraphName, Params, ProtocolError, parse_params, single_param
@@ -38,6 +45,8 @@ from rdf4j_protocol.routes import Backend, rdf4j_routes
 from rdf4j_protocol.routes import text as _text
 from rdf4j_protocol.transactions import TransactionRegistry
 from txcluster import query_limits
+from txcluster.http_server import LaterAnswer
+from txcluster.query_limits import wait_for_disconnect
 
 log = logging.getLogger("txcluster.master.api")
 
@@ -51,23 +60,28 @@ class ClientAuth:
     def __init__(self, users) -> None:
         self.users = {u.name: u for u in users}
 
+    def user_for(self, header: str) -> Any:
+        """The user an ``Authorization`` header names with its right password; None
+        for any other header."""
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            name, _, password = base64.b64decode(token).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        candidate = self.users.get(name)
+        # Bytes: compare_digest raises TypeError on str holding non-ASCII characters
+        # (a non-ASCII password would be a 500).
+        if candidate and hmac.compare_digest(candidate.password.encode(),
+                                             password.encode()):
+            return candidate
+        return None
+
     def problem(self, request: Request, need_write: bool) -> Response | None:
         if not self.users:
             return None
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        user = None
-        if scheme.lower() == "basic":
-            try:
-                name, _, password = base64.b64decode(token).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                name, password = "", ""
-            candidate = self.users.get(name)
-            # Bytes: compare_digest raises TypeError on str holding non-ASCII characters
-            # (a non-ASCII password would be a 500).
-            if candidate and hmac.compare_digest(candidate.password.encode(),
-                                                 password.encode()):
-                user = candidate
+        user = self.user_for(request.headers.get("authorization", ""))
         client = request.client.host if request.client else "?"
         if user is None:
             # Logged (issue 9: refused credentials are logged), never with the password.
@@ -84,11 +98,20 @@ class ClientAuth:
 
 
 def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
-                  auth: ClientAuth,
-                  transactions: TransactionRegistry | None = None) -> APIRouter:
-    """``transactions``: the open RDF4J transactions (the service sweeps idle ones)."""
+                  auth: ClientAuth, transactions: TransactionRegistry | None = None,
+                  query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S,
+                  read_seconds: Any = None) -> APIRouter:
+    """``transactions``: the open RDF4J transactions (the service sweeps idle ones);
+    ``query_timeout_s``: this master's query-timeout-s; ``read_seconds``: the latency
+    histogram's child for reads (api/metrics.py), which the direct lane observes as
+    LatencyMiddleware does for the routes. The router's ``direct_lane`` is the master's
+    (MasterBackend.direct_read), for http_server.run."""
     transactions = transactions if transactions is not None else TransactionRegistry()
-    return rdf4j_routes(MasterBackend(cluster_provider, repository_id, auth), transactions)
+    backend = MasterBackend(cluster_provider, repository_id, auth, query_timeout_s,
+                            read_seconds)
+    router = rdf4j_routes(backend, transactions)
+    router.direct_lane = backend.direct_read  # type: ignore[attr-defined]
+    return router
 
 
 class MasterBackend(Backend):
@@ -99,10 +122,15 @@ class MasterBackend(Backend):
     route_prefix = "client"
 
     def __init__(self, cluster_provider: Callable[[], Cluster], repository_id: str,
-                 auth: ClientAuth) -> None:
+                 auth: ClientAuth,
+                 query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S,
+                 read_seconds: Any = None) -> None:
         self.cluster_provider = cluster_provider
         self.repository_id = repository_id
         self.auth = auth
+        self.query_timeout_s = query_timeout_s
+        self.read_seconds = read_seconds
+        self.query_path = f"/repositories/{repository_id}"
         # Workers holding a view for a transaction's reads (worker_service/tx_view.py):
         # told when it ends, so its private store goes at once rather than after the
         # idle time.
@@ -154,8 +182,7 @@ class MasterBackend(Backend):
         ``timeout`` that does not parse is left to the worker to refuse (400)."""
         if target != f"/repositories/{self.repository_id}":
             return None
-        cap = getattr(request.app.state, "query_timeout_s",
-                      query_limits.DEFAULT_QUERY_TIMEOUT_S)
+        cap = self.query_timeout_s
         asked = None
         if body or _names_timeout(query):
             try:
@@ -203,7 +230,54 @@ class MasterBackend(Backend):
             return w.client.read(request.method, url, body, headers,
                                  timeout=wait_s and wait_s + 1)
 
-        return await route_read(request, cluster, floor, send, timeout_s)
+        return _response(await route_read(partial(wait_for_disconnect, request.receive),
+                                           cluster, floor, send, timeout_s))
+
+    def direct_read(self, path: str, query_string: bytes,
+                    headers: list[tuple[bytes, bytes]]) -> LaterAnswer | None:
+        """The master's direct lane (txcluster/http_server.py, DirectAnswers): a GET
+        query on this repository with nothing but what most reads have (no ``timeout``
+        parameter, not FROM the control-query graph, the credential of a known user when
+        client-auth-file is set) is forwarded as ``forward_read`` forwards it, from the
+        HTTP parser's callback, without the framework's request and response objects
+        (they were most of a master's Python per point read). Everything else, refusals
+        included, is declined: the route answers it (and logs a refused credential)."""
+        if (path != self.query_path or not query_string or _names_timeout(query_string)
+                or _is_control_query(query_string, b"")):
+            return None
+        forwarded: dict[str, str] = {}
+        authorization = consistency = None
+        for name, value in headers:  # as forward_read's dict, and the first of the others
+            if name in _FORWARDED:
+                forwarded[name.decode()] = value.decode("latin-1")
+            elif name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif name == _LOCAL_CONSISTENCY and consistency is None:
+                consistency = value.decode("latin-1")
+        if self.auth.users and self.auth.user_for(authorization or "") is None:
+            return None
+        cluster = self.cluster_provider()
+        timeout_s = query_limits.effective_timeout(self.query_timeout_s, None)
+        forwarded[query_limits.TIMEOUT_HEADER] = repr(timeout_s)
+        wait_s = timeout_s + QUERY_WAIT_MARGIN_S + 1
+        floor = cluster.read_floor((consistency or "").lower() == "updating")
+        url = f"{path}?{query_string.decode()}"
+
+        def send(w: Worker) -> Awaitable:
+            return w.client.read("GET", url, b"", forwarded, timeout=wait_s)
+
+        async def answer(client_gone: Callable[[], Awaitable]) -> tuple[int, bytes, bytes]:
+            started = time.perf_counter()
+            cluster.counters.direct_reads += 1
+            try:
+                status, out, content = await route_read(client_gone, cluster, floor, send,
+                                                        timeout_s)
+            finally:
+                if self.read_seconds is not None:
+                    self.read_seconds.observe(time.perf_counter() - started)
+            return status, _header_lines(out), content
+
+        return answer
 
     # ---- writes: the cluster's write path ----
 
@@ -255,7 +329,24 @@ class MasterBackend(Backend):
             def send(w: Worker) -> Awaitable:
                 return w.client.read(method, url, body if method == "POST" else b"",
                                      headers)
-        return await route_read(request, cluster, cluster.read_floor(), send, None)
+        return _response(await route_read(partial(wait_for_disconnect, request.receive),
+                                          cluster, cluster.read_floor(), send, None))
+
+
+# The request headers a read passes on to the worker (forward_read).
+_FORWARDED = (b"accept", b"content-type", b"accept-encoding")
+_LOCAL_CONSISTENCY = LOCAL_CONSISTENCY.encode()
+
+
+def _response(answer: ReadAnswer) -> Response:
+    status, headers, content = answer
+    return Response(content, status_code=status, headers=headers)
+
+
+def _header_lines(headers: dict[str, str]) -> bytes:
+    """``headers`` as the lines of an HTTP head (http_server.Answer)."""
+    return b"".join(f"{name}: {value}\r\n".encode("latin-1")
+                    for name, value in headers.items())
 
 
 def _without_action(query_string: bytes) -> str:

@@ -17,13 +17,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-
 from master_service.cluster.pool import Worker, WorkerPool
 from master_service.cluster.worker_client import WorkerUnavailable
 from txcluster import query_limits
-from txcluster.query_limits import wait_for_disconnect
 
 if TYPE_CHECKING:
     from master_service.cluster.core import Cluster
@@ -35,6 +31,10 @@ log = logging.getLogger("txcluster.master.api")
 QUERY_WAIT_MARGIN_S = 5.0
 # Headers of a worker's answer worth passing on to the client.
 PASS_HEADERS = ("content-type", "content-disposition", "vary")
+# An answer to a client's read: status, headers, body.
+ReadAnswer = tuple[int, dict[str, str], bytes]
+# A client that went away: the status of an answer nobody reads (nothing is sent).
+CLIENT_GONE = 499
 
 
 class Reads:
@@ -85,17 +85,18 @@ class Reads:
             await pool.wait_advanced(min(left, 0.05))
 
 
-def _text(status: int, message: str) -> Response:
-    return PlainTextResponse(message, status_code=status)
+def _text(status: int, message: str) -> ReadAnswer:
+    return status, {"content-type": "text/plain; charset=utf-8"}, message.encode()
 
 
 # A read still running after this long watches for its client going away (read_unless_gone).
 WATCH_AFTER_S = 0.05
 
 
-async def read_unless_gone(request: Request, read: Awaitable,
+async def read_unless_gone(client_gone: Callable[[], Awaitable], read: Awaitable,
                            wait_s: float | None) -> tuple | None:
-    """The worker's answer to ``read``; None when the client went away first: the read
+    """The worker's answer to ``read``; None when the client went away first
+    (``client_gone()`` returned, e.g. query_limits.wait_for_disconnect): the read
     is cancelled, which closes its connection to the worker, whose query process is
     then killed (worker_service/query_process.py). TimeoutError after ``wait_s``."""
     # The read runs in this task; a watcher task cancels it if the client goes first (one
@@ -109,7 +110,7 @@ async def read_unless_gone(request: Request, read: Awaitable,
 
     async def watch() -> None:
         nonlocal left
-        await wait_for_disconnect(request.receive)
+        await client_gone()
         left = True
         me.cancel()
 
@@ -132,15 +133,15 @@ async def read_unless_gone(request: Request, read: Awaitable,
             gone.cancel()
 
 
-async def route_read(request: Request, cluster: Cluster, floor: int | None,
-                     send: Callable[[Worker], Awaitable], timeout_s: float | None
-                     ) -> Response:
+async def route_read(client_gone: Callable[[], Awaitable], cluster: Cluster,
+                     floor: int | None, send: Callable[[Worker], Awaitable],
+                     timeout_s: float | None) -> ReadAnswer:
     """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost
     connection or a 5xx, to another. ``timeout_s``: a query's timeout, waited for
     with a margin and never re-sent once reached."""
     wait_s = None if timeout_s is None else timeout_s + QUERY_WAIT_MARGIN_S
     tried: set[str] = set()
-    refusal: Response | None = None  # the last worker's 5xx (e.g. "too many queries")
+    refusal: ReadAnswer | None = None  # the last worker's 5xx (e.g. "too many queries")
     cluster.counters.running_reads += 1
     try:
         while True:
@@ -161,7 +162,7 @@ async def route_read(request: Request, cluster: Cluster, floor: int | None,
             tried.add(w.url)
             started = time.monotonic()
             try:
-                answer = await read_unless_gone(request, send(w), wait_s)
+                answer = await read_unless_gone(client_gone, send(w), wait_s)
             except WorkerUnavailable as exc:
                 cluster.router.done(w.url, time.monotonic() - started, ok=False)
                 log.warning("read on %s failed (%s): retrying elsewhere", w.url, exc)
@@ -176,7 +177,7 @@ async def route_read(request: Request, cluster: Cluster, floor: int | None,
             if answer is None:
                 cluster.router.done(w.url, time.monotonic() - started, ok=True)
                 log.info("client of a read on %s went away: read abandoned", w.url)
-                return Response(status_code=499)  # nobody reads it
+                return CLIENT_GONE, {}, b""  # nobody reads it
             status, resp_headers, content = answer
             elapsed = time.monotonic() - started
             timed_out = query_limits.TIMED_OUT_HEADER in resp_headers
@@ -184,15 +185,15 @@ async def route_read(request: Request, cluster: Cluster, floor: int | None,
             cluster.router.done(w.url, elapsed, ok=ok)
             if not ok:
                 log.warning("read on %s answered %d: retrying elsewhere", w.url, status)
-                refusal = Response(content, status_code=status, headers={
-                    k: v for k, v in resp_headers.items() if k in PASS_HEADERS})
+                refusal = status, {k: v for k, v in resp_headers.items()
+                                   if k in PASS_HEADERS}, content
                 continue
             if timed_out:  # the worker's answer goes to the client as it is
                 cluster.counters.failed_reads += 1
             else:
                 cluster.counters.completed_reads += 1
                 cluster.counters.read_time_s += elapsed
-            out = {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}
-            return Response(content, status_code=status, headers=out)
+            return status, {k: v for k, v in resp_headers.items() if k in PASS_HEADERS}, \
+                content
     finally:
         cluster.counters.running_reads -= 1

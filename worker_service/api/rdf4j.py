@@ -101,9 +101,10 @@ _TIMEOUT_HEADER = query_limits.TIMEOUT_HEADER.encode("ascii")
 
 @lru_cache(maxsize=64)
 def _content_type_header(media_type: str) -> bytes:
-    """The Content-Type a Response of ``media_type`` sends (Starlette adds a charset to
-    text types): the direct lane answers as the route does, byte for byte."""
-    return Response(b"", media_type=media_type).headers["content-type"].encode("latin-1")
+    """The Content-Type header line a Response of ``media_type`` sends (Starlette adds a
+    charset to text types): the direct lane answers as the route does, byte for byte."""
+    value = Response(b"", media_type=media_type).headers["content-type"]
+    return b"content-type: " + value.encode("latin-1") + b"\r\n"
 
 
 def _provably_cheap(q: Any) -> bool:
