@@ -163,11 +163,10 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
     over them and one shuffle; the result stays persisted for the load.
 
     ``stream`` (an initial load) gets the quads as PART records as the parse makes them,
-    NOT deduplicated (the worker counts distinct digests; the distinct count and
-    fingerprint come from the digests alone, ``transform.distinct_sums``): no quad's
-    text is shuffled and the worker loads while Spark parses (docs/design/pipeline-on-
-    spark.md#an-initial-load-...). It calls its third argument once Spark has given it
-    every part: the counts are taken while the last parts still travel and load."""
+    NOT deduplicated (distinct count and fingerprint from the digests alone,
+    ``transform.distinct_sums``), while Spark parses (docs/design/pipeline-on-spark.md),
+    shuffled only from files Spark cannot split (extract.stream_partitions). It calls its
+    third argument once Spark has given it every part."""
     started = time.monotonic()
     counts = spark.sparkContext.accumulator({}, CountsParam())
     config = transform.ParseConfig(graph, scope_blank_nodes, counts=counts,
@@ -196,7 +195,8 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
         if stream is not None:
             if not is_local(spark.sparkContext.master):  # every executor parses at once
                 pool.submit(records.count)  # (the stream fetches 1 partition + 1 ahead)
-            stream(transform.parts(records), watcher.say, take)
+            stream(transform.parts(records, extract.stream_partitions(files)),
+                   watcher.say, take)
         take()
         kinds, declared = taken[0].result()
     progress.done()

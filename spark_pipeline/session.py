@@ -17,13 +17,23 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
-from spark_pipeline import shipping
+from spark_pipeline import extract, shipping
 
 DEFAULT_MASTER = "local[*]"
 
 
 def is_local(master: str) -> bool:
     return master.startswith("local")
+
+
+def local_driver_memory() -> str:
+    """The JVM heap of a local-mode Spark (driver and executors in one JVM): a quarter of
+    the machine's memory, between 1 and 8 GiB. Spark's own default, 1 GiB, is a
+    cluster driver's, which holds no data: here the persisted records and the parts on
+    their way to the driver live in it, and 4,000,000 quads (385 MB of N-Quads) ran it
+    out of heap (bench/README, "The Spark pipeline")."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return f"{min(8, max(1, total // 4 // 2**30))}g"
 
 
 def local_cores(master: str) -> int:
@@ -69,7 +79,8 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
             # (docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline).
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            builder = (builder.config("spark.driver.host", "127.0.0.1")
+            builder = (builder.config("spark.driver.memory", local_driver_memory())
+                       .config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1")
                        # Spark's 200 shuffle partitions are for clusters: on one machine
                        # each costs a task in every shuffle and a job when streamed out.
@@ -94,6 +105,8 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
         # or the documents Spark packs into one task (spark.sql.files.maxPartitionBytes).
         "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
         "spark.sql.adaptive.enabled": "true",
+        # An initial load's partitions come to the driver whole (extract.py).
+        "spark.sql.files.maxPartitionBytes": str(extract.STREAM_PARTITION_BYTES),
         **(shipment.conf if shipment else {}),
         **(extra or {}),
     }

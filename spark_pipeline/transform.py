@@ -344,10 +344,12 @@ def quads(records: DataFrame) -> DataFrame:
     return records.filter(F.col("kind") == rdf.QUAD).select("quad", "graph", *PIECE_COLUMNS)
 
 
-def parts(records: DataFrame) -> DataFrame:
-    """The PART records (``ParseConfig.part_quads``): columns data, quads."""
-    return (records.filter(F.col("kind") == rdf.PART)
-            .select("data", F.col("statements").alias("quads")))
+def parts(records: DataFrame, partitions: int | None = None) -> DataFrame:
+    """The PART records (``ParseConfig.part_quads``): columns data, quads; shuffled
+    into ``partitions`` partitions when given (extract.stream_partitions)."""
+    out = (records.filter(F.col("kind") == rdf.PART)
+           .select("data", F.col("statements").alias("quads")))
+    return out if partitions is None else out.repartition(partitions)
 
 
 def distinct_sums(records: DataFrame) -> DataFrame:

@@ -206,6 +206,46 @@ def test_an_initial_loads_parts_hold_every_quad_and_count_the_distinct_ones(
     streamed.release()
 
 
+def test_parts_of_a_file_spark_cannot_split_come_in_bounded_partitions(
+        spark, tmp_path, monkeypatch):
+    """A gzip file is one Spark task: all its parts would come to the driver as one task
+    result (a 4,000,000-quad load ran a 1 GiB driver out of heap). They are shuffled into
+    partitions of about STREAM_PARTITION_BYTES, and still hold every quad once."""
+    monkeypatch.setattr(jobs, "PART_QUADS", 50)
+    monkeypatch.setattr(extract, "STREAM_PARTITION_BYTES", 4096)
+    text = "".join(f'<http://e/s{i}> <http://e/p> "{i}" .\n' for i in range(2000))
+    files = extract.list_inputs(spark, [write(tmp_path / "big.nt.gz", text, gz=True)])
+    partitions = extract.stream_partitions(files)
+    assert partitions is not None and partitions > 1
+    held: list[int] = []
+    sent: list[tuple[bytes, int]] = []
+
+    def stream(parts, say, done):
+        held.extend(parts.rdd.glom().map(len).collect())  # parts per partition
+        sent.extend(jobs._blobs(parts))
+        done()
+
+    streamed = jobs.prepare(spark, files, None, QUIET, stream=stream)
+    assert len(held) == partitions and sum(held) == len(sent) == 40
+    assert max(held) <= -(-40 // partitions)  # spread evenly: none holds the file
+    lines = [line for data, _ in sent for line in data.decode().splitlines()]
+    assert sorted(lines) == sorted(text.splitlines()) and streamed.quads == 2000
+    streamed.release()
+
+
+def test_which_inputs_are_shuffled_for_an_initial_load(monkeypatch):
+    monkeypatch.setattr(extract, "STREAM_PARTITION_BYTES", 1000)
+    nq = rdf.InputFile("/d/a.nq", "nq", None, 50_000)  # split by Spark: never shuffled
+    small_gz = rdf.InputFile("/d/b.nq.gz", "nq", "gz", 100)  # ~1,000 bytes: one task's
+    big_gz = rdf.InputFile("/d/c.nq.gz", "nq", "gz", 150)  # ~1,500 bytes of N-Quads
+    ttl = rdf.InputFile("/d/d.ttl", "ttl", None, 300)  # N-Quads up to 4 times larger
+    assert extract.stream_partitions([nq]) is None
+    assert extract.stream_partitions([nq, small_gz]) is None
+    assert extract.stream_partitions([big_gz]) == 2
+    assert extract.stream_partitions([ttl]) == 2
+    assert extract.stream_partitions([nq, big_gz, ttl]) == 53  # all of it, shuffled
+
+
 def test_spark_runs_with_ansi_mode(spark):
     assert spark.conf.get("spark.sql.ansi.enabled") == "true"
 
