@@ -51,11 +51,12 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
         """Liveness and a summary of the worker's state (no credential needed)."""
         return state_json(repo)
 
-    app.include_router(control_router(provider, verifier, secret, client_tls),
-                       tags=["cluster-control"])
+    control_api = control_router(provider, verifier, secret, client_tls)
+    app.include_router(control_api, tags=["cluster-control"])
     rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_api, tags=["rdf4j"])
-    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints)  # type: ignore[attr-defined]
+    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints,  # type: ignore[attr-defined]
+                       exact=control_api.hot_endpoints)  # type: ignore[attr-defined]
     # Point queries answered from the HTTP parser's callback (http_server.DirectAnswers).
     app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
     return app

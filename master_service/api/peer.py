@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.exception_handlers import http_exception_handler
 from starlette.concurrency import run_in_threadpool
 
 from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.protocol import UnknownPeer
 from master_service.sync.transport import TAKES_HEADER, TAKES_TAILS
+from rdf4j_protocol.routes import answered
 from txcluster import jsonbody
 from txcluster.auth import Verifier
 from txcluster.http_auth import require_credential
@@ -76,16 +76,6 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
     @router.post("/tail", status_code=204, summary="A tail segment for a lagging master")
     async def tail(request: Request) -> Response:
         return await deliver(request, "tail segment", lambda d, b: d.receive_tail(b))
-
-    def answered(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
-        """The endpoint with a refusal answered as the framework's handler answers it: for
-        routes.HotPaths, which calls it past the framework's routing and error handling."""
-        async def hot(request: Request) -> Response:
-            try:
-                return await endpoint(request)
-            except HTTPException as exc:
-                return await http_exception_handler(request, exc)
-        return hot
 
     # Statuses and tail segments are a peered master's most frequent requests (about one
     # per agreed transaction under load): past FastAPI's router each cost ~40 us of CPU

@@ -43,6 +43,7 @@ from fastapi.responses import (
 )
 from starlette.concurrency import run_in_threadpool
 
+from rdf4j_protocol.routes import answered
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, added_text
 from txcluster import growing_file, jsonbody
@@ -323,6 +324,12 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
             raise fail(exc) from None
         return {"applied": len(results), **_state_summary(repo.state()),
                 "duration_s": sum(r.duration_s for r in results)}
+
+    # A worker's most frequent requests under writes (one per group): past FastAPI's
+    # router, as a master's peer messages are (routes.HotPaths).
+    router.hot_endpoints = {  # type: ignore[attr-defined]
+        "/cluster/apply": (answered(apply), ("POST",)),
+        "/cluster/execute": (answered(execute), ("POST",))}
 
     @router.post("/verify")
     async def verify(request: Request):
