@@ -31,7 +31,7 @@ def local_driver_memory() -> str:
     the machine's memory, between 1 and 8 GiB. Spark's own default, 1 GiB, is a
     cluster driver's, which holds no data: here the persisted records and the parts on
     their way to the driver live in it, and 4,000,000 quads (385 MB of N-Quads) ran it
-    out of heap (bench/README, "The Spark pipeline")."""
+    out of heap (bench/README, "a 4,000,000-quad initial load")."""
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return f"{min(8, max(1, total // 4 // 2**30))}g"
 
