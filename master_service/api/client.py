@@ -180,7 +180,7 @@ class MasterBackend(Backend):
         """The timeout of a query (txcluster/query_limits.py): the smaller of the
         client's ``timeout`` and this master's query-timeout-s; None for other reads. A
         ``timeout`` that does not parse is left to the worker to refuse (400)."""
-        if target != f"/repositories/{self.repository_id}":
+        if target != self.query_path:
             return None
         cap = self.query_timeout_s
         asked = None
@@ -206,8 +206,7 @@ class MasterBackend(Backend):
         declared = request.headers
         body = b"" if request.method == "GET" and "content-length" not in declared \
             and "transfer-encoding" not in declared else await request.body()
-        headers = {k: v for k, v in declared.items()
-                   if k in ("accept", "content-type", "accept-encoding")}
+        headers = {k: v for k, v in declared.items() if k in _FORWARDED}
         # scope["path"] is what request.url.path gives (no root_path here) without
         # building a URL object for every read.
         target = target or request.scope["path"]
@@ -216,22 +215,14 @@ class MasterBackend(Backend):
             return await _to_every_worker(cluster, request.method, target, query, body,
                                           headers)
         timeout_s = self.query_timeout(request, target, query, body)
-        wait_s = None  # other reads: request-timeout-s
-        if timeout_s is not None:
-            headers[query_limits.TIMEOUT_HEADER] = repr(timeout_s)
-            wait_s = timeout_s + QUERY_WAIT_MARGIN_S
         # Read-your-writes (the default): the read sees every write this master
         # acknowledged before it arrived, so its floor is the head of the log now.
         floor = cluster.read_floor(
             request.headers.get(LOCAL_CONSISTENCY, "").lower() == "updating")
         url = target + (f"?{query.decode()}" if query else "")
-
-        def send(w: Worker) -> Awaitable:
-            return w.client.read(request.method, url, body, headers,
-                                 timeout=wait_s and wait_s + 1)
-
-        return _response(await route_read(partial(wait_for_disconnect, request.receive),
-                                           cluster, floor, send, timeout_s))
+        return _response(await _forward(cluster, request.method, url, body, headers,
+                                        timeout_s, floor,
+                                        partial(wait_for_disconnect, request.receive)))
 
     def direct_read(self, path: str, query_string: bytes,
                     headers: list[tuple[bytes, bytes]]) -> LaterAnswer | None:
@@ -248,7 +239,7 @@ class MasterBackend(Backend):
         forwarded: dict[str, str] = {}
         authorization = consistency = None
         for name, value in headers:  # as forward_read's dict, and the first of the others
-            if name in _FORWARDED:
+            if name in _FORWARDED_RAW:
                 forwarded[name.decode()] = value.decode("latin-1")
             elif name == b"authorization" and authorization is None:
                 authorization = value.decode("latin-1")
@@ -258,20 +249,15 @@ class MasterBackend(Backend):
             return None
         cluster = self.cluster_provider()
         timeout_s = query_limits.effective_timeout(self.query_timeout_s, None)
-        forwarded[query_limits.TIMEOUT_HEADER] = repr(timeout_s)
-        wait_s = timeout_s + QUERY_WAIT_MARGIN_S + 1
         floor = cluster.read_floor((consistency or "").lower() == "updating")
         url = f"{path}?{query_string.decode()}"
-
-        def send(w: Worker) -> Awaitable:
-            return w.client.read("GET", url, b"", forwarded, timeout=wait_s)
 
         async def answer(client_gone: Callable[[], Awaitable]) -> tuple[int, bytes, bytes]:
             started = time.perf_counter()
             cluster.counters.direct_reads += 1
             try:
-                status, out, content = await route_read(client_gone, cluster, floor, send,
-                                                        timeout_s)
+                status, out, content = await _forward(cluster, "GET", url, b"", forwarded,
+                                                      timeout_s, floor, client_gone)
             finally:
                 if self.read_seconds is not None:
                     self.read_seconds.observe(time.perf_counter() - started)
@@ -333,9 +319,27 @@ class MasterBackend(Backend):
                                           cluster, cluster.read_floor(), send, None))
 
 
-# The request headers a read passes on to the worker (forward_read).
-_FORWARDED = (b"accept", b"content-type", b"accept-encoding")
+# The request headers a read passes on to the worker (forward_read, direct_read).
+_FORWARDED = ("accept", "content-type", "accept-encoding")
+_FORWARDED_RAW = tuple(name.encode() for name in _FORWARDED)
 _LOCAL_CONSISTENCY = LOCAL_CONSISTENCY.encode()
+
+
+async def _forward(cluster: Cluster, method: str, url: str, body: bytes,
+                   headers: dict[str, str], timeout_s: float | None, floor: int | None,
+                   client_gone: Callable[[], Awaitable]) -> ReadAnswer:
+    """A read sent to a worker at ``floor`` as it came (route_read): a query with its
+    timeout (the worker stops it there), waited for that long plus a margin; other
+    reads (``timeout_s`` None) for request-timeout-s."""
+    wait_s = None
+    if timeout_s is not None:
+        headers[query_limits.TIMEOUT_HEADER] = repr(timeout_s)
+        wait_s = timeout_s + QUERY_WAIT_MARGIN_S + 1
+
+    def send(w: Worker) -> Awaitable:
+        return w.client.read(method, url, body, headers, timeout=wait_s)
+
+    return await route_read(client_gone, cluster, floor, send, timeout_s)
 
 
 def _response(answer: ReadAnswer) -> Response:
