@@ -117,6 +117,25 @@ def test_interrupted_execute_is_undone_on_restart(repo):
     assert repo.verify()["matches"]
 
 
+def test_committed_group_leaves_an_empty_journal_that_recovers_nothing(repo, caplog):
+    """A committed group empties the journal and keeps it open (journal.py, committed);
+    the next group's journal holds that group alone, and an empty one is no journal."""
+    repo.apply(1, "t0", adds(q("a", "1")))
+    repo.apply(2, "t1", adds(q("b", "2")))
+    path = repo._gen / journal.JOURNAL_FILE
+    assert path.read_bytes() == b"" and repo._journal.pending() is None
+    st = repo.state()
+    repo._journal.begin({"seq": 3, "txid": "t2", "mode": journal.UNDO})
+    header = path.read_bytes()
+    assert header.count(b"\n") == 1 and b'"t2"' in header  # nothing of t0 or t1 before it
+    repo._journal.committed()  # as a group refused whole leaves it
+    repo._journal._fh.close()  # kill -9: nothing else closed or removed
+    with caplog.at_level("INFO", logger="txcluster"):
+        repo = reopen(repo)
+    assert repo.state() == st and repo.verify()["matches"]
+    assert not [r for r in caplog.records if "journal" in r.getMessage()]
+
+
 def test_torn_journal_line_is_ignored(repo):
     repo.apply(1, "t0", adds(q("a", "1")))
     st = repo.state()

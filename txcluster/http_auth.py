@@ -14,7 +14,11 @@ log = logging.getLogger("txcluster.auth")
 async def credential_problem(request: Request, verifier: Verifier) -> str | None:
     """None if the request carries a valid cluster credential, else why not."""
     body = await request.body()  # cached by Starlette: handlers can read it again
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    # What the sender signed (auth.signed_target): the path as decoded (ASGI's path, not
+    # request.url's, which re-escapes '?', '#' and '\\' in it) and the query as sent.
+    scope = request.scope
+    query = scope.get("query_string", b"")
+    target = scope["path"] + (f"?{query.decode()}" if query else "")
     # The Host header as received: the credential is bound to the node it was sent to.
     return verifier.check(request.headers.get("authorization"), request.method,
                           request.headers.get("host"), target, body)

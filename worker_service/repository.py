@@ -349,7 +349,7 @@ class Repository:
         if current is not self._state:
             state.save(self._gen, current, self._sync)
             self._state = current
-        self._journal.discard()
+        self._journal.committed()
         # After the state is saved: every line is of a committed state (journal.py).
         try:
             self.executed.record(executed)
@@ -468,7 +468,7 @@ class Repository:
         group.write(self.store)
         state.save(self._gen, current, self._sync)
         self._state = current
-        self._journal.discard()
+        self._journal.committed()
         duration = (time.perf_counter() - started) / len(entries)
         return [ExecuteResult(e.changeset, a, duration) for e, a in zip(group.entries, afters,
                                                                          strict=True)]
@@ -563,6 +563,7 @@ class Repository:
                     old = self._gen
                     self._point_current_to(gen)
                     self.store, self._gen, self._state = new_store, gen, new_state
+                    self._journal.close()
                     self._journal = journal.Journal(gen, self._sync)
                     self.executed.close()
                     self.executed = journal.Executed(gen)

@@ -18,7 +18,7 @@ import json
 import os
 import struct
 import threading
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import xxhash
@@ -41,9 +41,11 @@ class WorkerState:
     namespaces: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["fingerprint"] = fingerprint.to_hex(self.fingerprint)
-        return data
+        # Written after every group (``save``): built directly, dataclasses.asdict
+        # deep-copies field by field.
+        return {"seq": self.seq, "txid": self.txid,
+                "fingerprint": fingerprint.to_hex(self.fingerprint), "quads": self.quads,
+                "namespaces": dict(self.namespaces)}
 
     @classmethod
     def from_json(cls, data: dict) -> WorkerState:
@@ -121,11 +123,16 @@ _slots_lock = threading.Lock()
 
 def save(directory: Path, state: WorkerState, sync: bool = False) -> None:
     """Save the live state of the repository in ``directory`` (see module docstring)."""
-    key = Path(directory).resolve()
     with _slots_lock:
-        slots = _open_slots.get(key)
+        # Looked up by the path as given first: resolving it (an lstat per component)
+        # cost as much as the write.
+        slots = _open_slots.get(directory)
         if slots is None:
-            slots = _open_slots[key] = _Slots(key)
+            key = Path(directory).resolve()
+            slots = _open_slots.get(key)
+            if slots is None:
+                slots = _open_slots[key] = _Slots(key)
+            _open_slots[directory] = slots
         slots.write(json.dumps(state.to_json()).encode(), sync)
 
 
