@@ -5,7 +5,7 @@ Layout of the data directory::
     data-dir/current -> gen-000003      symlink, swapped atomically when an image arrives
     data-dir/gen-000003/store/          pyoxigraph (RocksDB)
     data-dir/gen-000003/state.json      seq, txid, fingerprint, quad count, namespaces
-    data-dir/gen-000003/journal.jsonl   only while a transaction is being applied
+    data-dir/gen-000003/journal.jsonl   the group being applied (empty between groups)
     data-dir/gen-000003/executed*.jsonl the last transactions executed as probe (journal.py)
     data-dir/backups/<name>/            named images (image.tar.sz + manifest.json)
     data-dir/tmp/                       images in transit
