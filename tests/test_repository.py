@@ -19,6 +19,7 @@ from worker_service.repository import (
     Repository,
     SequenceError,
 )
+from worker_service.state import WorkerState
 
 EX = "http://example.org/"
 
@@ -175,6 +176,27 @@ def test_image_round_trip_gives_identical_state(tmp_path):
     # the new generation is what a restart opens
     dst = reopen(dst)
     assert dst.state() == src.state()
+
+
+def test_state_saved_after_a_refused_install_reaches_the_new_generation(tmp_path):
+    """A bulk load refused on a non-empty repository (its generation dropped), then an image
+    installed as the same generation number: the states saved afterwards are in that
+    generation's slot file, not in the dropped one's (a restart found the image's state)."""
+    src = Repository("r", tmp_path / "src")
+    src.apply(1, "t1", adds(q("a", "1")))
+    manifest = src.create_image(tmp_path / "img.tar.sz")
+    dst = Repository("r", tmp_path / "dst")
+    dst.apply(1, "other", adds(q("junk", "1")))
+    built = tmp_path / "built"
+    ox.Store(str(built)).add(q("bulk", "1"))
+    with pytest.raises(ValueError, match="no longer empty"):
+        dst.install_store(built, WorkerState(seq=1, txid="bulk", quads=1))
+    gc.collect()
+    dst.install_image(tmp_path / "img.tar.sz", manifest["sha256"])
+    dst.apply(2, "t2", adds(q("b", "2")))
+    st = dst.state()
+    dst = reopen(dst)
+    assert dst.state() == st and dst.verify()["matches"]
 
 
 def test_an_image_without_compression_is_a_plain_tar_and_installs_alike(tmp_path):

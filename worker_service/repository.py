@@ -574,11 +574,13 @@ class Repository:
                 raise ValueError(f"repository '{self.id}' is no longer empty (seq "
                                  f"{self._state.seq}, {self._state.quads} quads)")
             # Queries still reading the old store keep their open files (POSIX unlink).
+            state.forget(old)
             shutil.rmtree(old, ignore_errors=True)
         return new_state
 
     def _drop_generation(self, gen: Path, activity: str) -> None:
         gc.collect()
+        state.forget(gen)
         shutil.rmtree(gen, ignore_errors=True)
         self.activity = activity
 

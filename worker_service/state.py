@@ -81,6 +81,7 @@ class _Slots:
     """The open slot file of one directory and the generation last written to it."""
 
     def __init__(self, directory: Path) -> None:
+        self.directory = directory
         self.fd = os.open(directory / SLOTS_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         found = _read_slots(self.fd)
         self.generation = found[0] if found else 0
@@ -134,6 +135,20 @@ def save(directory: Path, state: WorkerState, sync: bool = False) -> None:
                 slots = _open_slots[key] = _Slots(key)
             _open_slots[directory] = slots
         slots.write(json.dumps(state.to_json()).encode(), sync)
+
+
+def forget(directory: Path) -> None:
+    """``directory`` is being removed: close its slot file. Kept open, a generation made
+    again under the same name (after a refused install) had its states written into the
+    removed file, and a restart found the state it was installed with."""
+    key = Path(directory).resolve()
+    with _slots_lock:
+        for path in [p for p, slots in _open_slots.items()
+                     if p in (directory, key) or slots.directory == key]:
+            slots = _open_slots.pop(path)
+            if slots.fd >= 0:
+                os.close(slots.fd)
+                slots.fd = -1
 
 
 def export_json(directory: Path, state: WorkerState) -> None:
