@@ -227,10 +227,13 @@ def oxigraph_serve(root: Path, data: Path, n_triples: int) -> Iterator[str]:
 
 def txcluster(*args: str) -> subprocess.CompletedProcess:
     """The real CLI (the same click command as the `txcluster` script), importing this
-    checkout's code in it and in the nodes it starts (they inherit PYTHONPATH)."""
+    checkout's code in it and in the nodes it starts (they inherit PYTHONPATH and the
+    working directory: ``python -m`` puts the working directory before PYTHONPATH, so a
+    run of another checkout, a worktree for an A/B, from this one's directory ran this
+    one's nodes)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.run([sys.executable, "-m", "txcluster.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "txcluster.cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
