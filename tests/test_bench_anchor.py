@@ -88,3 +88,14 @@ def test_the_lua_script_counts_2xx_and_writes_unique_subjects():
             wrk.run("w", "write", base, ("/fail",), [], 1)
     finally:
         server.shutdown()
+
+
+def test_the_peer_rounds_line_splits_cpu_into_per_round_and_per_transaction():
+    """bench_peer_rounds: points on CPU = 500 + 1,500 x rounds give that line back; a
+    single rounds value (no slope to find) gives a flat line through the mean."""
+    from bench.bench_peer_rounds import line
+
+    points = [(r, 500 + 1500 * r) for r in (1.3, 0.67, 0.36, 0.32, 0.16)]
+    intercept, slope = line(points)
+    assert (round(intercept, 6), round(slope, 6)) == (500, 1500)
+    assert line([(0.5, 10.0), (0.5, 20.0)]) == (15.0, 0.0)
