@@ -1,6 +1,7 @@
 """The peer API's statuses and tail segments past the framework's routing (routes.HotPaths
 with master_service/api/peer.py's hot endpoints): every answer, refusals included, is
-the one the route table gives, and the hot ones never reach the router.
+the one the route table gives, and the hot ones never reach the router. A payload's fetch
+takes the credential its sender signed whatever the transaction id holds.
 
 The driver here only raises what a real one raises for a message (the whole protocol
 behind these routes is tests/test_sync_peering.py's, on real masters)."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi import FastAPI
@@ -42,6 +44,9 @@ class Driver:
         self.taken.append(body)
 
     receive_status = receive_tail = _take
+
+    def payload(self, txid: str, peer: str) -> bytes | None:
+        return json.dumps([{"txid": txid, "asked by": peer}]).encode()
 
 
 def app(hot: bool, driver: Driver | None, routed: list[str]) -> FastAPI:
@@ -114,3 +119,20 @@ def test_what_is_not_a_peer_message_takes_the_route_table(method, path):
         assert routed == [path]
     assert answers[0] == answers[1]
     assert answers[0][0] in (404, 405, 307)
+
+
+# Not an id holding "%": Starlette's TestClient decodes the path twice (uvicorn once).
+@pytest.mark.parametrize("txid", ["plain", "a?b", "a#b", "a\\b", "é?"])
+def test_a_payload_is_fetched_whatever_its_id_holds(txid):
+    """A transaction id is any string (messages.py): its fetch quotes it in the path, and
+    the credential signs the path as decoded (auth.signed_target). The receiver checks it
+    against the same (the ASGI path): a '?', '#' or '\\' in the id was refused as a wrong
+    credential while the check read Starlette's request.url, which escapes them again."""
+    path = f"/peer/transactions/{quote(txid, safe='')}?peer=m2"
+    with TestClient(app(True, Driver(), []), base_url=BASE) as c:
+        r = c.get(path, headers={"authorization": sign(SECRET, "GET", BASE + path)})
+        assert r.status_code == 200, r.text
+        assert r.json() == [{"txid": txid, "asked by": "m2"}]
+        other = f"/peer/transactions/{quote(txid + 'x', safe='')}?peer=m2"
+        r = c.get(path, headers={"authorization": sign(SECRET, "GET", BASE + other)})
+        assert r.status_code == 403 and "credential" in r.text, r.text
