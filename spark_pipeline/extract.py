@@ -49,13 +49,11 @@ def stream_partitions(files: Iterable[rdf.InputFile]) -> int | None:
     estimate = 0
     large = False
     for f in files:
-        if f.line_based and not f.compression:
-            size = f.size
-        else:
-            size = f.size * (1 if f.line_based else _DOCUMENT_EXPANSION) \
-                * (_COMPRESSION_RATIO if f.compression else 1)
-            large = large or size > STREAM_PARTITION_BYTES
+        size = f.size * (1 if f.line_based else _DOCUMENT_EXPANSION) \
+            * (_COMPRESSION_RATIO if f.compression else 1)
         estimate += size
+        splittable = f.line_based and not f.compression
+        large = large or (not splittable and size > STREAM_PARTITION_BYTES)
     return -(-estimate // STREAM_PARTITION_BYTES) if large else None
 
 

@@ -143,8 +143,9 @@ def forget(directory: Path) -> None:
     removed file, and a restart found the state it was installed with."""
     key = Path(directory).resolve()
     with _slots_lock:
-        for path in [p for p, slots in _open_slots.items()
-                     if p in (directory, key) or slots.directory == key]:
+        # Under the path it was saved by and its resolved form: one _Slots, opened at the
+        # resolved path.
+        for path in [p for p, slots in _open_slots.items() if slots.directory == key]:
             slots = _open_slots.pop(path)
             if slots.fd >= 0:
                 os.close(slots.fd)
