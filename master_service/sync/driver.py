@@ -491,7 +491,8 @@ class SyncDriver:
         """Persist the queued Readies in as few SQLite transactions as their order allows
         (ready.py, ``merged``), in the txlog's thread."""
         for merged in group_commits(batch):
-            await self.cluster.db(lambda m=merged: self.agreement.persist(**m))
+            if self.agreement.writes(**merged):  # else acted on without the thread's hop
+                await self.cluster.db(lambda m=merged: self.agreement.persist(**m))
 
     def _act(self, ready: Ready) -> None:
         for tail in ready.tails:  # before the status: it finds the lagger caught up
