@@ -18,13 +18,11 @@ and push to whom (relaying.py), which source a payload is asked from and when
 (acquisition.py), whether a peer's fingerprint diverges from ours (fingerprints.py).
 The driver only tells it the time, what arrived and this data centre's fingerprints.
 
-The execution room (execution.py) runs agreed transactions (the synchronised queue) in
-the agreed order on this data centre's workers through the agreed ordering (ordering.py,
-``Cluster.execute``) — probe, control queries, changeset logged, forwarded — and
-answers the client that submitted one here: a client's write is acknowledged once it is
-synchronised and applied on this master's probe worker.
-A transaction the probe refuses is refused identically in every data centre (same data,
-same order) and moves no fingerprint.
+The execution room (execution.py) runs agreed transactions in the agreed order on this
+data centre's workers (ordering.py, ``Cluster.execute``) and answers the client that
+submitted one here once it is synchronised and applied on this master's probe worker;
+the payloads persisted here and the positions agreed are handed to it as they become
+durable, so that it rarely reads them back from the log.
 
 A receiver refuses messages from nodes that are not configured peers
 (docs/design/cluster-basics.md#master-modes), and a request whose parts are not all taken.
@@ -288,8 +286,7 @@ class SyncDriver:
 
     async def _payload_bytes(self, txid: str) -> bytes | None:
         """A payload to push or relay: ours in memory, else from the log (its thread)."""
-        own = self._own_payloads.get(txid)
-        if own is not None:
+        if (own := self._own_payloads.get(txid)) is not None:
             return own
         return await self.cluster.db(self.agreement.payload, txid)
 
@@ -419,6 +416,7 @@ class SyncDriver:
         """A new core from what is persisted (where a restart would leave us), told the
         time so that it acts at once."""
         self.node = self._core(state, missing, peers)
+        self.execution.forget_offered()  # what it executes next comes from the log
         if self.node.split_point != self.split_point:
             self.execution.split_point_moved(self.node.split_point)
         self._step(lambda now: self.node.tick(now))
@@ -447,6 +445,7 @@ class SyncDriver:
                     continue
                 for ready, payloads in batch:
                     if payloads:  # an agreed transaction may have been waiting for it
+                        self.execution.hold(payloads)  # durable now
                         self.execution.wake()
                     self._act(ready)
             if not self._queue:
@@ -501,8 +500,7 @@ class SyncDriver:
             self.transport.post(post)
         for ask in ready.fetches:
             self.transport.fetch(ask.tx, ask.source, self._fetched)
-        if ready.synchronised:
-            self.execution.wake()
+        if ready.synchronised:  # the execution room is woken below (agreed)
             for tx in ready.synchronised:  # agreed: every peer holds it, no more pushes
                 self._own_payloads.pop(tx.txid, None)
         if ready.activity is not None:
@@ -518,7 +516,9 @@ class SyncDriver:
                         "position %d are negotiated again; this data centre returns to the "
                         "state at that position", self.split_recovery.value, len(t.entries),
                         t.after_seq)
-            self.execution.start_rollback()
+            self.execution.start_rollback()  # offered positions are agreed anew
+        if ready.synchronised:  # durable now, at the positions the core gave them: wakes it
+            self.execution.agreed(ready.seq, ready.synchronised)
         if ready.next_round_at != self._deadline_seen:
             # The deadline moves exactly when a round ends (protocol.py, _complete_round)
             t = time.monotonic()
@@ -558,8 +558,7 @@ class SyncDriver:
         if not self._stopping and not self.failed:
             self._step(lambda now: self.node.tick(now))
 
-    # ------------------------------------------------------------------ execution
-    # The execution room's reports (execution.py).
+    # ------------------------------------------------------------------ execution's reports
 
     def _executed(self, pos: int) -> None:
         """Agreed transactions up to ``pos`` are executed here: posted to the peers, and

@@ -25,19 +25,24 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from master_service.cluster.core import MAX_GROUP, Cluster
 from master_service.cluster.statuses import WorkerStatus
 from master_service.errors import NotWritable
+from master_service.sync.messages import TxMeta
 from master_service.sync.ordering import AgreedOrdering
-from master_service.txlog.agreement import AgreementLog
+from master_service.txlog.agreement import Agreed, AgreementLog
 
 log = logging.getLogger("txcluster.sync")
 
 # Fingerprints after recent positions kept to compare with the peers' (the driver).
 RECENT = 4096
+# Durable payloads held in memory until their transaction is agreed (``hold``), and
+# agreed transactions offered with them (``agreed``): at most this many, and this many
+# payload bytes held; past that the executor reads them from the log, as anything else.
+HELD, HELD_BYTES = 4096, 64 << 20
 
 
 class Execution:
@@ -78,6 +83,13 @@ class Execution:
         self._backup_for: int | None = None  # execution holds after it until backed up
         self._backup_recorded_at: int | None = None  # agreed position of split_backup_name
         self._wake = asyncio.Event()
+        # Payloads the driver persisted (hold), until their transaction is agreed; then
+        # offered at its agreed position (agreed). The executor takes offered ones instead
+        # of reading them from the log (to_execute): that saves each executed group a
+        # round trip through the log thread, behind the persists queued there.
+        self._held: OrderedDict[str, tuple[int, list]] = OrderedDict()  # txid -> size, ops
+        self._held_bytes = 0
+        self._offered: OrderedDict[int, Agreed] = OrderedDict()
         self._not_executing: str | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
@@ -129,7 +141,8 @@ class Execution:
                 if (self._agreed_up_to is not None
                         and self._agreed_up_to() <= self.executed_pos):
                     break
-                batch = await self.db(self.agreement.to_execute, self.executed_pos, limit)
+                batch = self._take_offered(limit) or await self.db(
+                    self.agreement.to_execute, self.executed_pos, limit)
                 if not batch:
                     break
                 try:
@@ -160,6 +173,48 @@ class Execution:
                 while len(self.recent) > RECENT:
                     self.recent.popitem(last=False)
                 self._on_answers(answers)
+
+    def hold(self, payloads: Sequence[tuple[TxMeta, list]]) -> None:
+        """Payloads durable in the agreement log, with their operations (the oldest go
+        past HELD / HELD_BYTES: one never agreed here, or agreed before it arrived)."""
+        held = self._held
+        for tx, operations in payloads:
+            if tx.txid not in held:
+                held[tx.txid] = (tx.size, operations)
+                self._held_bytes += tx.size
+        while len(held) > HELD or self._held_bytes > HELD_BYTES:
+            self._held_bytes -= held.popitem(last=False)[1][0]
+
+    def agreed(self, seq: int, synchronised: Sequence[TxMeta]) -> None:
+        """Transactions durable in the agreed queue, which ends with them at position
+        ``seq`` (Ready.seq): those whose payload is held are offered to the executor."""
+        first = seq - len(synchronised) + 1
+        for k, tx in enumerate(synchronised):
+            held = self._held.pop(tx.txid, None)
+            if held is None:
+                continue
+            self._held_bytes -= held[0]
+            if first + k > self.executed_pos and len(self._offered) < HELD:
+                self._offered[first + k] = Agreed(first + k, tx.txid, held[1], tx.timestamp)
+        self.wake()
+
+    def forget_offered(self) -> None:
+        """The positions offered no longer hold (a truncation, a core rebuilt)."""
+        self._offered.clear()
+
+    def _take_offered(self, limit: int) -> list[Agreed]:
+        """The run of offered transactions right after the executed position (at most
+        ``limit``), taken out; offers at or before that position are dropped."""
+        offered, done = self._offered, self.executed_pos
+        while offered:
+            first = next(iter(offered))
+            if first > done:
+                break
+            del offered[first]
+        out: list[Agreed] = []
+        while len(out) < limit and (a := offered.pop(done + len(out) + 1, None)) is not None:
+            out.append(a)
+        return out
 
     # ---- split recovery ----
 
@@ -206,6 +261,7 @@ class Execution:
         self._wake.set()
 
     def start_rollback(self) -> None:
+        self.forget_offered()
         if self.rollback is None or self.rollback.done():
             self.rollback = asyncio.create_task(self._roll_back(), name="split rollback")
 

@@ -889,7 +889,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         incoming = tuple(Incoming(self._incoming[t].tx, self._incoming[t].acquired)
                          for t in out.incoming if t in self._incoming)
         return Ready(
-            counter=counter, incoming=incoming, synchronised=tuple(out.synchronised),
+            counter=counter, incoming=incoming, synchronised=tuple(out.synchronised), seq=self.seq,
             acknowledge=tuple(out.acknowledge), posts=tuple(out.posts), tails=tuple(out.tails),
             acquire=tuple(out.acquire), activity=out.activity, fetches=tuple(out.fetches),
             fingerprint_agrees=tuple(out.fingerprint_agrees), next_fetch_at=self.next_fetch_at,

@@ -307,6 +307,7 @@ class Ready:
     incoming: tuple[Incoming, ...] = ()  # incoming entries added or changed (upsert by txid)
     synchronised: tuple[TxMeta, ...] = ()  # appended to the synchronised queue, in order;
     #                                        they leave the incoming queue
+    seq: int = 0  # the agreed length after this step: synchronised ends at this position
     split_point: int | None = None  # the current split point (last known good position)
     split_point_changed: bool = False  # persist split_point
     compacted: Compaction | None = None  # last: forget the agreed entries up to its floor
