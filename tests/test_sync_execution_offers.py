@@ -63,7 +63,7 @@ def test_offers_at_or_before_the_executed_position_are_dropped():
     r.executed_pos = 2
     r.agreed(4, [tx(3), tx(4)])
     assert [a.pos for a in r._take_offered(10)] == [3, 4]
-    assert not r._offered
+    assert not r._offered and r._held_bytes == 0
 
 
 def test_a_truncation_forgets_what_was_offered():
@@ -86,8 +86,27 @@ def test_held_payloads_are_bounded_by_count_and_bytes(monkeypatch):
     assert list(r._held) == ["t2", "t3", "t4"] and r._held_bytes == 30
     r.hold([(tx(5, size=20), ops(5))])  # 4 > 3: t2 goes; then 40 bytes > 35: t3 goes
     assert list(r._held) == ["t4", "t5"] and r._held_bytes == 30
-    r.agreed(2, [tx(4), tx(5)])
-    assert not r._held and r._held_bytes == 0
+    r.agreed(2, [tx(4), tx(5)])  # offered: their bytes still count
+    assert not r._held and r._held_bytes == 30
+    assert [a.pos for a in r._take_offered(5)] == [1, 2] and r._held_bytes == 0
+
+
+def test_offers_count_within_the_same_bounds(monkeypatch):
+    """A master that executes nothing (read-only) keeps being offered what is agreed: held
+    and offered together stay within HELD entries and HELD_BYTES, held payloads going
+    first (the offers are what executes next)."""
+    monkeypatch.setattr(execution, "HELD", 4)
+    monkeypatch.setattr(execution, "HELD_BYTES", 45)
+    r = room()
+    for n in range(1, 4):
+        r.hold([(tx(n), ops(n))])
+        r.agreed(n, [tx(n)])
+    assert len(r._offered) == 3 and r._held_bytes == 30
+    r.hold([(tx(4), ops(4)), (tx(5), ops(5))])  # 5 entries > 4: t4 goes
+    assert list(r._held) == ["t5"] and len(r._offered) == 3 and r._held_bytes == 40
+    r.hold([(tx(6, size=20), ops(6))])  # 5 > 4: t5 goes; then 50 bytes > 45: t6 goes
+    assert not r._held and len(r._offered) == 3 and r._held_bytes == 30
+    assert [a.pos for a in r._take_offered(5)] == [1, 2, 3] and r._held_bytes == 0
 
 
 @pytest.mark.parametrize("held_twice", [False, True])
@@ -99,4 +118,4 @@ def test_a_payload_held_twice_counts_once(held_twice):
         r.hold([(tx(1), ops(1))])
     assert r._held_bytes == 10
     r.agreed(1, [tx(1)])
-    assert r._held_bytes == 0 and [a.pos for a in r._take_offered(5)] == [1]
+    assert [a.pos for a in r._take_offered(5)] == [1] and r._held_bytes == 0

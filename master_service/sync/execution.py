@@ -41,7 +41,8 @@ log = logging.getLogger("txcluster.sync")
 RECENT = 4096
 # Durable payloads held in memory until their transaction is agreed (``hold``), and
 # agreed transactions offered with them (``agreed``): at most this many, and this many
-# payload bytes held; past that the executor reads them from the log, as anything else.
+# payload bytes, together; past that the executor reads them from the log, as anything
+# else (a read-only master, which executes nothing, stays within them too).
 HELD, HELD_BYTES = 4096, 64 << 20
 
 
@@ -88,8 +89,8 @@ class Execution:
         # of reading them from the log (to_execute): that saves each executed group a
         # round trip through the log thread, behind the persists queued there.
         self._held: OrderedDict[str, tuple[int, list]] = OrderedDict()  # txid -> size, ops
-        self._held_bytes = 0
-        self._offered: OrderedDict[int, Agreed] = OrderedDict()
+        self._offered: OrderedDict[int, tuple[int, Agreed]] = OrderedDict()  # pos -> size, tx
+        self._held_bytes = 0  # of both
         self._not_executing: str | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
@@ -175,14 +176,17 @@ class Execution:
                 self._on_answers(answers)
 
     def hold(self, payloads: Sequence[tuple[TxMeta, list]]) -> None:
-        """Payloads durable in the agreement log, with their operations (the oldest go
-        past HELD / HELD_BYTES: one never agreed here, or agreed before it arrived)."""
+        """Payloads durable in the agreement log, with their operations. Past HELD
+        entries or HELD_BYTES held and offered together, the oldest held go: one never
+        agreed here, or agreed before it arrived (offers only come from what was held
+        within them, so they stay within them too)."""
         held = self._held
         for tx, operations in payloads:
             if tx.txid not in held:
                 held[tx.txid] = (tx.size, operations)
                 self._held_bytes += tx.size
-        while len(held) > HELD or self._held_bytes > HELD_BYTES:
+        while held and (len(held) + len(self._offered) > HELD
+                        or self._held_bytes > HELD_BYTES):
             self._held_bytes -= held.popitem(last=False)[1][0]
 
     def agreed(self, seq: int, synchronised: Sequence[TxMeta]) -> None:
@@ -193,13 +197,17 @@ class Execution:
             held = self._held.pop(tx.txid, None)
             if held is None:
                 continue
-            self._held_bytes -= held[0]
-            if first + k > self.executed_pos and len(self._offered) < HELD:
-                self._offered[first + k] = Agreed(first + k, tx.txid, held[1], tx.timestamp)
+            if first + k > self.executed_pos:  # its bytes now count as offered
+                self._offered[first + k] = (held[0], Agreed(first + k, tx.txid, held[1],
+                                                            tx.timestamp))
+            else:
+                self._held_bytes -= held[0]
         self.wake()
 
     def forget_offered(self) -> None:
-        """The positions offered no longer hold (a truncation, a core rebuilt)."""
+        """The positions offered no longer hold (a truncation, a core rebuilt): what is
+        agreed there is read from the log."""
+        self._held_bytes -= sum(size for size, _ in self._offered.values())
         self._offered.clear()
 
     def _take_offered(self, limit: int) -> list[Agreed]:
@@ -210,10 +218,11 @@ class Execution:
             first = next(iter(offered))
             if first > done:
                 break
-            del offered[first]
+            self._held_bytes -= offered.pop(first)[0]
         out: list[Agreed] = []
-        while len(out) < limit and (a := offered.pop(done + len(out) + 1, None)) is not None:
-            out.append(a)
+        while len(out) < limit and (o := offered.pop(done + len(out) + 1, None)) is not None:
+            self._held_bytes -= o[0]
+            out.append(o[1])
         return out
 
     # ---- split recovery ----
