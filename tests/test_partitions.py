@@ -488,6 +488,51 @@ class TestSplitAtTheEmptyState:
               f"us1's during the cut); states on the way {seen}")
 
 
+class TestBackupHolderDownAtTheHeal:
+    """Smart, and the minority's worker that holds its split backup killed during the cut
+    and started again seconds after the heal (the chaos round partition-dc,kill-worker
+    of seed 4253 found it): the rollback's restores cannot reach it meanwhile. They used
+    to count as restores that left a worker elsewhere, and three of them in half a second
+    gave the recovery up for good ("restore them by hand and restart"); they are tried
+    again, waiting longer each time, until the holder is back."""
+
+    props = {"split-recovery": "Smart"}
+
+    def test_the_rollback_waits_for_the_worker_holding_the_split_backup(self, ukus: UkUs):
+        lab = ukus.lab
+        ukus.wait_converged(timeout=30)
+        before = set().union(*ukus.subjects().values())
+        us1 = ukus.sites["us1"]
+        with Writers(ukus, list(LAYOUT), "holder") as writers:
+            time.sleep(0.3)
+            cut_at = time.monotonic()
+            for uk in UK:
+                lab.cut(uk, "us1")
+            time.sleep(MAX_PEER_LAG_S + 4)
+            backups = httpx.get(f"{us1.url}/admin/backups", timeout=5).json()
+            holder_url = next(b["worker"] for b in backups if b["name"] == "split-us1")
+            holder = next(w for w in us1.workers if w.url == holder_url.rstrip("/"))
+            holder.kill9()
+            heal_at = time.monotonic()
+            lab.heal()
+            time.sleep(0.5)
+        us_post_split = [x for x in writers.by_master["us1"]
+                         if cut_at < writers.acked[x] < heal_at]
+        assert us_post_split, "us1 acknowledged nothing during the cut"
+        time.sleep(3)  # the restores meet a dead holder for 3 s
+        holder.start()
+        took, seen = ukus.wait_recovered(heal_at, RECOVERY_TIMEOUT_S)
+        assert same_agreed(ukus.agreed("uk2"), ukus.agreed("uk1"), ukus.agreed("us1"))
+        _assert_no_write_lost(ukus, writers, before)
+        fps = ukus.fingerprints()
+        assert len(set(fps.values())) == 1, fps
+        log = us1.master.log_tail(10**7)
+        assert "from 'split-us1'" in log and "trying again in" in log, log[-3000:]
+        assert "restore them by hand" not in log
+        print(f"holder {holder_url} down from before the heal to 3 s after: heal -> all "
+              f"fingerprints equal in {took:.2f}s; states on the way {seen}")
+
+
 class TestNoRecovery:
     """SplitRecovery None: after the heal the divergence is reported on every master, not
     hidden, and nothing is repaired (spec: the operator decides)."""

@@ -44,6 +44,9 @@ RECENT = 4096
 # payload bytes, together; past that the executor reads them from the log, as anything
 # else (a read-only master, which executes nothing, stays within them too).
 HELD, HELD_BYTES = 4096, 64 << 20
+# A rollback whose restore could not reach a worker (or the backup's holder) tries again
+# after this many seconds, doubling up to the second figure.
+UNREACHABLE_WAIT, UNREACHABLE_WAIT_MAX = 0.5, 10.0
 
 
 class Execution:
@@ -278,7 +281,7 @@ class Execution:
         """Return this data centre to the state at the truncation point: restore every
         worker from the split backup when something after it was executed here."""
         db, cluster = self.db, self.cluster
-        restores = 0
+        restores, wait = 0, UNREACHABLE_WAIT
         try:
             while True:
                 owed = await db(self.agreement.rollback_owed)
@@ -317,7 +320,23 @@ class Execution:
                 # The owed rollback stays recorded until a later turn of this loop finds
                 # the log and every reachable worker at the target (a crash in between
                 # restores again).
-                await cluster.rollback(record.name, self.agreement.forget_executed_after)
+                result = await cluster.rollback(record.name,
+                                                self.agreement.forget_executed_after)
+                failed = {url: res for url, res in ((result or {}).get("workers") or {}).items()
+                          if res != "restored"}
+                if failed:
+                    # A worker, or the one holding the backup, could not be reached (one
+                    # killed while the data centres were apart comes back seconds later):
+                    # not a restore that left a worker elsewhere, so it does not count
+                    # against the three; tried again, waiting longer each time.
+                    restores -= 1
+                    self.recovery_problem = (
+                        f"returning to agreed position {owed} from '{record.name}': "
+                        + "; ".join(f"{u} {r}" for u, r in sorted(failed.items()))
+                        + f"; trying again in {wait:g} s")
+                    log.warning("sync: %s", self.recovery_problem)
+                    await asyncio.sleep(wait)
+                    wait = min(2 * wait, UNREACHABLE_WAIT_MAX)
             self.executed_pos, self.executed_fp = await db(self.agreement.executed)
             self.recent.clear()
             self.recovery_problem = None
