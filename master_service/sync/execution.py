@@ -322,7 +322,8 @@ class Execution:
                 # restores again).
                 result = await cluster.rollback(record.name,
                                                 self.agreement.forget_executed_after)
-                failed = {url: res for url, res in ((result or {}).get("workers") or {}).items()
+                # images.restore: each worker's "restored" or "failed: <why>"
+                failed = {url: res for url, res in result["workers"].items()
                           if res != "restored"}
                 if failed:
                     # A worker, or the one holding the backup, could not be reached (one
