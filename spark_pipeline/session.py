@@ -36,6 +36,20 @@ def local_driver_memory() -> str:
     return f"{min(8, max(1, total // 4 // 2**30))}g"
 
 
+# The local JVM compiles hot code with C2 at ten times HotSpot's thresholds (tier 4:
+# invocations 5,000 -> 50,000, ...). A load runs the JVM for tens of seconds, and
+# Spark generates new classes for every query: with the defaults the C2 compiler
+# threads took half of the JVM's CPU in a 1,000,000-quad initial load (11.5 of 23
+# CPU-s); at these thresholds 6.1-6.7, while the tasks' own CPU stayed the same
+# (5.9-6.2 CPU-s: the code that runs per row still reaches C2), and the load took
+# 33.4-38.2 s instead of 37.6-40.3 (bench/README, "2026-12-01"). C1 alone (no C2) did
+# worse: its tasks took 9.5-10.1 CPU-s. At 4,000,000 quads: 7.2 against 14.7 CPU-s of
+# C2, the tasks 16.9 against 16.5. (Spark's launcher passes -XX:+IgnoreUnrecognizedVMOptions
+# itself: a JVM without these flags starts anyway.)
+LOCAL_JVM_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+                     "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+
+
 def local_cores(master: str) -> int:
     """The cores of ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``."""
     inside = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
@@ -80,6 +94,9 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = (builder.config("spark.driver.memory", local_driver_memory())
+                       # Ours come first; a user's spark.driver.extraJavaOptions follow
+                       # and win where they set the same flag.
+                       .config("spark.driver.defaultJavaOptions", LOCAL_JVM_OPTIONS)
                        .config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1")
                        # Spark's 200 shuffle partitions are for clusters: on one machine

@@ -250,6 +250,21 @@ def test_spark_runs_with_ansi_mode(spark):
     assert spark.conf.get("spark.sql.ansi.enabled") == "true"
 
 
+def test_the_local_jvm_runs_with_our_options_and_the_users_after_them(spark):
+    """The running JVM's own arguments: the C2 thresholds of local mode, then the
+    options the caller gave as spark.driver.extraJavaOptions (here the test session's
+    C1-only flag), which HotSpot lets win as the later ones."""
+    from spark_pipeline import session
+
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                .getInputArguments())
+    ours = session.LOCAL_JVM_OPTIONS.split()
+    assert ours == [a for a in args if a in ours]
+    assert "-XX:Tier4InvocationThreshold=50000" in ours
+    assert args.index(ours[-1]) < args.index("-XX:TieredStopAtLevel=1")
+
+
 # ---- the transforms on inline data ----
 
 
