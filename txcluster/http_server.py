@@ -29,6 +29,8 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from txcluster import heap
+
 log = logging.getLogger("txcluster.http")
 
 # A whole answer: status, its content headers (each ``name: value\r\n``), body.
@@ -296,5 +298,6 @@ def run(app: Any, *, host: str, port: int, lane: DirectLane | None = None,
         **options: Any) -> None:
     """Serve ``app`` as both node kinds do (uvicorn, httptools, the protocol above), with
     ``lane`` as the direct lane for the requests it answers (DirectAnswers)."""
+    heap.settle()  # the app is built: nothing a collection should walk again
     uvicorn.run(app, host=host, port=port, http=protocol_with(lane),
                 log_level="warning", access_log=False, **options)

@@ -28,7 +28,6 @@ A worker that holds anything is refused (409) at every step.
 from __future__ import annotations
 
 import array
-import gc
 import re
 import shutil
 import sys
@@ -42,6 +41,7 @@ import xxhash
 
 from rdfcore import fingerprint
 from rdfcore.canonical import KEPT_OBJECT_AT_END, canonical_quad
+from txcluster import heap
 from worker_service.repository import Repository, WorkerError
 from worker_service.state import WorkerState
 
@@ -273,7 +273,7 @@ class BulkLoader:
         staging, self._staging = self._staging, None
         if staging is not None:
             staging.store = None
-            gc.collect()  # closes RocksDB (pyoxigraph has no close())
+            heap.collect()  # closes RocksDB (pyoxigraph has no close())
             shutil.rmtree(staging.folder, ignore_errors=True)
 
     def _failed(self, load_id: str, what: str, exc: Exception) -> NoReturn:
@@ -344,7 +344,7 @@ class BulkLoader:
             staging.store.flush()
             self._staging = None
             staging.store = None
-            gc.collect()
+            heap.collect()
             new_state = WorkerState(seq=0, txid=load_id, fingerprint=got[0], quads=got[1])
             try:
                 return repo.install_store(staging.folder / "store", new_state)

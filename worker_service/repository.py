@@ -18,7 +18,6 @@ agrees with it (fingerprint.py).
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import shutil
@@ -34,6 +33,7 @@ import pyoxigraph as ox
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, apply_to
+from txcluster import heap
 from worker_service import forwarded, image, journal, state
 from worker_service.forwarded import ApplyEntry
 from worker_service.rwlock import RWLock
@@ -188,7 +188,7 @@ class Repository:
                 self.store.flush()
                 self.store = None  # type: ignore[assignment]
             self.executed.close()
-            gc.collect()
+            heap.collect()
 
     # ---- reading ----
 
@@ -579,7 +579,7 @@ class Repository:
         return new_state
 
     def _drop_generation(self, gen: Path, activity: str) -> None:
-        gc.collect()
+        heap.collect()
         state.forget(gen)
         shutil.rmtree(gen, ignore_errors=True)
         self.activity = activity

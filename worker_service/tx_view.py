@@ -19,7 +19,6 @@ at most ``max_views`` are kept (the least recently used goes first).
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import json
 import logging
@@ -37,6 +36,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from rdfcore.changeset import apply_to
+from txcluster import heap
 
 log = logging.getLogger("txcluster.worker.txview")
 
@@ -196,6 +196,6 @@ class TransactionViews:
     def _drop(view: TransactionView) -> None:
         with view.lock:
             view.store = None  # type: ignore[assignment]
-            gc.collect()  # RocksDB releases the directory when the handle is collected
+            heap.collect()  # RocksDB releases the directory when the handle is collected
             with contextlib.suppress(OSError):
                 shutil.rmtree(view.directory)
