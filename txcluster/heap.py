@@ -14,7 +14,7 @@ So, once the process has imported and built everything it keeps (just before it
 serves):
 
 - ``gc.freeze()`` moves what exists into the permanent generation: no collection walks
-  it again (and a forked query process does not touch those pages);
+  it again (``collect`` below, for the few places that need a store closed, does);
 - a young collection every ``YOUNG`` tracked allocations instead of 700. Cyclic garbage
   (an exception's traceback, an abandoned coroutine) then waits longer for its
   collection: at most YOUNG allocations, a few MB.
