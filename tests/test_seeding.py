@@ -443,28 +443,36 @@ def sync_of_url(url: str) -> dict:
     return r.json()
 
 
+def _seed_from(dcs, donor) -> int:
+    """Five writes agreed everywhere, then a seed asked of ``donor`` for a data centre
+    'joiner': the agreed position its image stands for."""
+    from tests.test_sync_peering import insert
+    from txcluster.auth import sign
+
+    for i in range(5):
+        assert insert(donor, f"urn:txc:before-{i}").status_code == 204
+    dcs.wait_converged(timeout=60)
+    body = b'{"peer": "joiner"}'
+    url = f"{donor.master.url}/peer/seed"
+    r = httpx.post(url, content=body, timeout=120, headers={
+        "content-type": "application/json",
+        "authorization": sign(dcs.secret[1], "POST", url, body)})
+    assert r.status_code == 200, r.text
+    return r.json()["pos"]
+
+
 def test_a_donor_restarted_after_making_a_seed_still_holds_what_follows_it(tmp_path):
     """The donor's hold on what follows a seed point is persisted: killed (-9) and
     restarted right after it answered a seed, it still keeps its agreed entries after
     that point for the data centre it seeded, while its peer, which made no seed,
     forgets what both executed."""
     from tests.test_sync_peering import DataCentres, insert
-    from txcluster.auth import sign
 
     dcs = DataCentres(tmp_path, n=2, workers=1)
     try:
         dcs.start()
         m1, m2 = dcs.dcs
-        for i in range(5):
-            assert insert(m1, f"urn:txc:before-{i}").status_code == 204
-        dcs.wait_converged(timeout=60)
-        body = b'{"peer": "joiner"}'
-        url = f"{m1.master.url}/peer/seed"
-        r = httpx.post(url, content=body, timeout=120, headers={
-            "content-type": "application/json",
-            "authorization": sign(dcs.secret[1], "POST", url, body)})
-        assert r.status_code == 200, r.text
-        pos = r.json()["pos"]
+        pos = _seed_from(dcs, m1)
         assert pos >= 5
         m1.master.kill9()
         m1.master.start(wait=True)
@@ -477,5 +485,32 @@ def test_a_donor_restarted_after_making_a_seed_still_holds_what_follows_it(tmp_p
         st = sync_of(m1)
         assert st["seq"] >= pos + 100 and st["floor"] <= pos, st
         assert st["agreed_held"] >= st["seq"] - pos, st
+    finally:
+        dcs.stop_all()
+
+
+def test_a_donor_whose_horizon_passed_its_seed_hold_still_restarts(tmp_path):
+    """LogMaxSize may forget what follows a seed point while the donor holds it. The
+    hold is persisted; restarted (kill -9), the donor cannot keep it any more and starts
+    without it, instead of refusing to start on it ('position .. is before our floor',
+    multi-DC chaos seed 4319), and goes on agreeing writes."""
+    from tests.test_sync_peering import DataCentres, insert
+
+    dcs = DataCentres(tmp_path, n=2, workers=1, extra={0: {"log-max-size": "10"}})
+    try:
+        dcs.start()
+        m1, m2 = dcs.dcs
+        pos = _seed_from(dcs, m1)
+        # More than a compaction batch (COMPACT_BATCH, 64) past the horizon of 10.
+        for i in range(100):
+            assert insert(m1 if i % 2 else m2, f"urn:txc:after-{i}").status_code == 204
+        dcs.wait_converged(timeout=120)
+        wait_until(lambda: sync_of(m1)["floor"] > pos, "m1's horizon passed the seed point",
+                   timeout=60)
+        m1.master.kill9()
+        m1.master.start(wait=True)  # refused to start before the fix (exit 3)
+        assert sync_of(m1)["floor"] > pos
+        assert insert(m1, "urn:txc:after-restart").status_code == 204
+        dcs.wait_converged(timeout=120)
     finally:
         dcs.stop_all()

@@ -158,10 +158,20 @@ class SeedImages:
         if driver is None:
             return []
         now = int(time.time() * 1000)
-        holds = await self.cluster.db(self.agreement.seed_holds, now)
-        for requester, pos, until in holds:
-            driver.hold_for_seeding(requester, pos, until - now)
-        return [requester for requester, _, _ in holds]
+        held = []
+        for requester, pos, until in await self.cluster.db(self.agreement.seed_holds, now):
+            try:
+                driver.hold_for_seeding(requester, pos, until - now)
+            except ValueError as exc:
+                # The horizon (LogMaxSize / LogMaxDepth) forgot what followed the seed
+                # point while we held it, as it may: the requester cannot catch up from
+                # us and needs another seed. A master that refused to start on it could
+                # never start again (multi-DC chaos, seed 4319: wipe-dc, then kill-master).
+                log.warning("sync: the seed hold for %s at agreed position %d is not kept "
+                            "(%s): it needs another seed", requester, pos, exc)
+                continue
+            held.append(requester)
+        return held
 
     async def checksum(self, name: str) -> tuple[str, int]:
         """(SHA-256, bytes) of the image ``name`` once its worker wrote it."""
