@@ -40,9 +40,9 @@ def local_driver_memory() -> str:
 # invocations 5,000 -> 50,000, ...). A load runs the JVM for tens of seconds, and
 # Spark generates new classes for every query: with the defaults the C2 compiler
 # threads took half of the JVM's CPU in a 1,000,000-quad initial load (11.5 of 23
-# CPU-s); at these thresholds 6.1-6.7, while the tasks' own CPU stayed the same
-# (5.9-6.2 CPU-s: the code that runs per row still reaches C2), and the load took
-# 33.4-38.2 s instead of 37.6-40.3 (bench/README, "2026-12-01"). C1 alone (no C2) did
+# CPU-s); at these thresholds 6.1-6.4, while the tasks' own CPU stayed the same
+# (6.1-6.2 against 5.9-6.7 CPU-s: the code that runs per row still reaches C2), and the
+# load took 33.4-35.5 s instead of 37.6-39.2 (bench/README, "2026-12-01"). C1 alone did
 # worse: its tasks took 9.5-10.1 CPU-s. At 4,000,000 quads: 7.2 against 14.7 CPU-s of
 # C2, the tasks 16.9 against 16.5. (Spark's launcher passes -XX:+IgnoreUnrecognizedVMOptions
 # itself: a JVM without these flags starts anyway.)
