@@ -227,8 +227,9 @@ def test_duplicates_in_a_part_and_across_parts_count_once(client, repo, monkeypa
 def test_canonical_parts_load_together_and_a_failed_load_discards_the_staging(
         repo, monkeypatch):
     """Parts in the loader's form wait until LOAD_EVERY of their quads load in one call
-    (the rest at the commit); a load that fails drops the whole staging: what it loaded
-    is not counted, so nothing of it may be committed."""
+    (in the background; the rest at the commit); a load that fails drops the whole
+    staging at the next part or the commit: what it loaded is not counted, so nothing of
+    it may be committed."""
     from worker_service import bulk_load
     monkeypatch.setattr(bulk_load, "LOAD_EVERY", 4)
     extra = "<http://e/x> <http://e/p> <http://e/y> .\n<http://e/x> <http://e/p> \"z\" .\n"
@@ -243,17 +244,32 @@ def test_canonical_parts_load_together_and_a_failed_load_discards_the_staging(
         raise OSError("disk full")
     with monkeypatch.context() as m:
         m.setattr(bulk_load._Staging, "load", broken)
-        with pytest.raises(bulk_load.BulkLoadError, match="discarded: part 1 could not be "
-                           "loaded into the staging store: disk full") as failed:
-            loader.add_part(repo, "L0", 1, parts[1])
+        loader.add_part(repo, "L0", 1, parts[1])  # its batch loads in the background
+        assert isinstance(loader._staging.loading.exception(timeout=30), OSError)
+    with pytest.raises(bulk_load.BulkLoadError, match="discarded: part 2 or a part staged "
+                       "before it could not be loaded into the staging store: disk full"
+                       ) as failed:
+        loader.add_part(repo, "L0", 2, parts[2])
     assert failed.value.status == 500
+    assert loader._staging is None and not list((repo.data_dir / "tmp").iterdir())
+
+    loader.add_part(repo, "L2", 0, parts[0])
+    with monkeypatch.context() as m:
+        m.setattr(bulk_load._Staging, "load", broken)
+        loader.add_part(repo, "L2", 1, parts[1])
+        with pytest.raises(bulk_load.BulkLoadError, match="discarded: parts staged before "
+                           "the commit could not be loaded into the staging store"):
+            loader.commit(repo, "L2", fingerprint.sum_hashes(
+                canonical((parts[0] + parts[1]).decode())), 5)
     assert loader._staging is None and not list((repo.data_dir / "tmp").iterdir())
 
     loader.add_part(repo, "L1", 0, parts[0])
     staging = loader._staging
     assert len(staging.store) == 0 and len(staging.waiting) == 1  # 3 < 4: waits
     loader.add_part(repo, "L1", 1, parts[1])
-    assert len(staging.store) == 5 and not staging.waiting  # 5 >= 4: loaded together
+    assert not staging.waiting  # 5 >= 4: loading together
+    staging.settle()
+    assert len(staging.store) == 5
     loader.add_part(repo, "L1", 2, parts[2])
     assert len(staging.store) == 5 and len(staging.waiting) == 1
     state = loader.commit(repo, "L1", fingerprint.sum_hashes(quads), 6)  # the rest loads

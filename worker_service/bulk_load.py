@@ -11,8 +11,9 @@ of its new transaction log; the other workers are replicated from it ("Replicati
     DELETE /cluster/bulk-load/{id}             abort
 
 Safety: parts go into a staging store under ``data-dir/tmp`` (removed at start), never
-into the live store; those in the loader's form are loaded LOAD_EVERY quads at a time,
-the rest at the commit, and a load that fails discards the whole staging. Each quad is
+into the live store; those in the loader's form are loaded LOAD_EVERY quads at a time
+(in the background, while the next parts come), the rest at the commit, and a load that
+fails discards the whole staging (at the next part or the commit). Each quad is
 hashed here in the form the store holds it (``canonical_quad``, as an RDF4J add does; a
 part that is already in that form, as the loader sends it, is checked so and loaded as
 text: ``_canonical_text``), and the commit checks that the staged content is exactly
@@ -32,6 +33,7 @@ import re
 import shutil
 import sys
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -89,6 +91,27 @@ class _Staging:
     digests: Digests
     parts: set[int] = field(default_factory=set)
     waiting: list[Staged] = field(default_factory=list)  # canonical, not loaded yet
+    # The batch of waiting parts being loaded in the background (load_waiting): the
+    # loader's next parts are taken meanwhile. Answering a part only once its batch was
+    # in the store left the Spark job idle for the batch's load (the loader keeps two
+    # parts in flight, Spark one partition ahead): ~1 core idle for 6-7 s of a
+    # 1,000,000-quad initial load (bench/README, "2026-12-02").
+    loading: Future | None = None
+    loader: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="bulk-load"))
+
+    def settle(self, wait: bool = True) -> None:
+        """Wait for the batch loading in the background (or, with ``wait`` false, only
+        take it if it is done); its error is raised here."""
+        loading = self.loading
+        if loading is not None and (wait or loading.done()):
+            self.loading = None
+            loading.result()
+
+    def close(self) -> None:
+        """No load runs any more once this returns (the store can be dropped)."""
+        self.loader.shutdown(wait=True)
+        self.loading = None
 
     def load(self, parts: list[Staged]) -> None:
         """The parts into the store: their text in one bulk load, their other quads in
@@ -105,10 +128,18 @@ class _Staging:
         for i in range(0, len(quads), SLICE):
             self.store.bulk_extend(quads[i:i + SLICE])
 
-    def load_waiting(self, at_least: int = 0) -> None:
+    def load_waiting(self, at_least: int = 0, background: bool = False) -> None:
+        """The waiting parts into the store once they hold ``at_least`` quads; in the
+        background if asked. One batch loads at a time, after the one before (waited
+        for here): so at most two batches are held in memory, and a batch that failed
+        is known before anything else is staged."""
         if sum(p.count for p in self.waiting) >= at_least:
+            self.settle()
             waiting, self.waiting = self.waiting, []
-            self.load(waiting)
+            if background:
+                self.loading = self.loader.submit(self.load, waiting)
+            else:
+                self.load(waiting)
 
 
 class Digests:
@@ -272,6 +303,7 @@ class BulkLoader:
     def _discard(self) -> None:
         staging, self._staging = self._staging, None
         if staging is not None:
+            staging.close()
             staging.store = None
             heap.collect()  # closes RocksDB (pyoxigraph has no close())
             shutil.rmtree(staging.folder, ignore_errors=True)
@@ -308,13 +340,15 @@ class BulkLoader:
             if part in staging.parts:
                 raise BulkLoadError(f"part {part} of bulk load '{load_id}' is staged already")
             try:
+                staging.settle(wait=False)  # a failed batch fails this part already
                 if staged.quads:  # another form than the loader's: not worth waiting for
+                    staging.settle()
                     staging.load([staged])
                 else:
                     staging.waiting.append(staged)
-                    staging.load_waiting(LOAD_EVERY)
+                    staging.load_waiting(LOAD_EVERY, background=True)
             except Exception as exc:
-                self._failed(load_id, f"part {part}", exc)
+                self._failed(load_id, f"part {part} or a part staged before it", exc)
             staging.digests.add(staged.digests)
             staging.parts.add(part)
             return {"load": load_id, "parts": len(staging.parts),
@@ -340,7 +374,8 @@ class BulkLoader:
             try:
                 staging.load_waiting()
             except Exception as exc:
-                self._failed(load_id, "the last parts", exc)
+                self._failed(load_id, "parts staged before the commit", exc)
+            staging.close()
             staging.store.flush()
             self._staging = None
             staging.store = None
