@@ -52,11 +52,14 @@ _CANONICAL_BOOLEANS = frozenset(("true", "false"))
 # graph name after it is an IRI or a blank node, and a quote inside a literal is
 # escaped): a line matched by this holds a typed literal the store keeps as written
 # (worker_service/bulk_load.py checks a part's lines so, without the store).
-KEPT_OBJECT_AT_END = re.compile(
+_KEPT_OBJECT = (
     rb' "(?:(?:' + _CANONICAL_INTEGER_FORM.encode() + rb')"\^\^<'
     + re.escape((XSD + "integer").encode()) + rb'>|(?:'
     + b"|".join(sorted(b.encode() for b in _CANONICAL_BOOLEANS)) + rb')"\^\^<'
-    + re.escape((XSD + "boolean").encode()) + rb'>)(?: <[^>]*>| _:[^ ]+)? \.\Z')
+    + re.escape((XSD + "boolean").encode()) + rb'>)(?: <[^>\n]*>| _:[^ \n]+)? \.')
+KEPT_OBJECT_AT_END = re.compile(_KEPT_OBJECT + rb'\Z')
+# The same, at the end of any line of a text (each match holds one '"^^<').
+KEPT_OBJECT_AT_LINE_END = re.compile(_KEPT_OBJECT + rb'(?=\n|\Z)')
 
 
 def canonical_term(term: Any) -> Any:

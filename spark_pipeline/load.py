@@ -133,6 +133,9 @@ class MasterAPI:
     def bulk_part(self, load_id: str, part: int, worker: str, data: bytes) -> dict:
         return self._admin(lambda: self.admin.bulk_load_part(load_id, part, worker, data))
 
+    def bulk_sent(self, load_id: str, worker: str) -> dict:
+        return self._admin(lambda: self.admin.bulk_load_sent(load_id, worker))
+
     def bulk_commit(self, load_id: str, worker: str, fingerprint: int, quads: int) -> dict:
         return self._admin(lambda: self.admin.bulk_load_commit(
             load_id, worker, to_hex(fingerprint), quads))
@@ -232,6 +235,9 @@ class BulkLoad:
         sent, _ = send_all(
             blobs, lambda part, data: self.master.bulk_part(self.id, part, self.worker, data),
             self.PARALLEL, on_sent)
+        # The worker loads the parts waiting for a batch while the job computes the
+        # commit's count and fingerprint, instead of at the commit.
+        self.master.bulk_sent(self.id, self.worker)
         return sent
 
     def commit(self, fingerprint: int, quads: int) -> dict:

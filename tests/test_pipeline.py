@@ -443,6 +443,10 @@ def test_load_initial_then_incremental_then_again(spark, cluster_factory, tmp_pa
     r = httpx.put(f"{c.master.url}/admin/bulk-load/x1/parts/0",
                   params={"worker": c.workers[0].url}, content=b"")
     assert r.status_code == 409 and "not new" in r.json()["detail"]
+    # "Every part is sent" for a load the worker does not stage: its 404, forwarded.
+    r = httpx.post(f"{c.master.url}/admin/bulk-load/x1/sent",
+                   params={"worker": c.workers[0].url})
+    assert r.status_code == 404 and "no bulk load 'x1'" in r.json()["detail"], r.text
 
 
 def test_after_an_initial_load_the_other_workers_are_replicated_at_once(

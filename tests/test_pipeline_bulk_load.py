@@ -159,6 +159,13 @@ def test_a_typed_literal_passes_as_text_exactly_when_the_store_keeps_it(
     line = f'<http://e/a> <http://e/p> "{lexical}"^^<{XSD}{datatype}>{graph} .\n'
     kept = {f"{q} .\n" for q in canonical(line)} == {line}
     assert (bulk_load._canonical_text(line.encode()) is not None) is kept
+    # Among lines whose typed literals the store keeps (the whole text is looked at
+    # first), anywhere in the part.
+    others = [f'<http://e/b> <http://e/p> "{i}"^^<{XSD}integer> <http://e/g{i}> .\n'
+              for i in range(3)] + [f'<http://e/c> <http://e/p> "true"^^<{XSD}boolean> .\n']
+    for at in range(len(others) + 1):
+        part = "".join([*others[:at], line, *others[at:]])
+        assert (bulk_load._canonical_text(part.encode()) is not None) is kept, part
 
 
 def test_a_worker_holding_data_refuses_a_bulk_load(client, repo):
@@ -274,6 +281,29 @@ def test_canonical_parts_load_together_and_a_failed_load_discards_the_staging(
     assert len(staging.store) == 5 and len(staging.waiting) == 1
     state = loader.commit(repo, "L1", fingerprint.sum_hashes(quads), 6)  # the rest loads
     assert state.quads == 6 and set(repo.store) == quads and repo.verify()["matches"]
+
+
+def test_sent_loads_the_waiting_parts_and_later_parts_are_still_taken(client, repo):
+    """``sent`` (the loader has sent every part) loads what waits for a batch in the
+    background, so that the commit does not; a part after it is staged as before."""
+    from worker_service import bulk_load
+    quads = canonical(DATA + MORE)
+    lines = sorted((f"{q} .\n" for q in quads), key=lambda line: "_:" in line)
+    loader = bulk_load.BulkLoader()
+    loader.add_part(repo, "L1", 0, "".join(lines[:2]).encode())
+    staging = loader._staging
+    assert len(staging.waiting) == 1 and len(staging.store) == 0  # 2 < LOAD_EVERY
+    assert loader.sent("L1") == {"load": "L1", "parts": 1, "quads": 2}
+    assert not staging.waiting
+    staging.settle()
+    assert len(staging.store) == 2  # loaded before any commit
+    loader.add_part(repo, "L1", 1, "".join(lines[2:]).encode())
+    state = loader.commit(repo, "L1", fingerprint.sum_hashes(quads), 4)
+    assert state.quads == 4 and set(repo.store) == quads and repo.verify()["matches"]
+
+    # Over HTTP, as the master forwards it: a load the worker does not stage is a 404.
+    r = client.post("/cluster/bulk-load/L2/sent")
+    assert r.status_code == 404 and "no bulk load 'L2'" in r.json()["detail"]
 
 
 def test_abort_drops_the_staging(client, repo):

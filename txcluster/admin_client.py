@@ -93,6 +93,11 @@ class AdminClient:
                          params={"worker": worker}, content=data,
                          headers={"content-type": "application/n-quads"})
 
+    def bulk_load_sent(self, load_id: str, worker: str) -> dict:
+        """Every part is sent: the worker loads the waiting ones (before the commit)."""
+        return self.call("POST", f"/admin/bulk-load/{load_id}/sent",
+                         params={"worker": worker})
+
     def bulk_load_commit(self, load_id: str, worker: str, fingerprint: str,
                          quads: int) -> dict:
         """``fingerprint``: 32 hex digits."""

@@ -192,6 +192,14 @@ def admin_router(control: Control, guard: AdminGuard) -> APIRouter:
         w = bulk_worker(worker)
         return await on_worker(w.client.bulk_load_part(load_id, part, await request.body()))
 
+    @router.post("/bulk-load/{load_id}/sent", summary="Initial bulk load: every part is "
+                 "sent, the worker loads the waiting ones while the loader computes the "
+                 "commit")
+    async def bulk_load_sent(request: Request, worker: str,
+                             load_id: str = Path(pattern=LOAD_ID)) -> dict:
+        guard.require(request, write=True)
+        return await on_worker(bulk_worker(worker).client.bulk_load_sent(load_id))
+
     @router.post("/bulk-load/{load_id}", summary="Initial bulk load: commit the staged "
                  "parts; the log adopts the worker's state, the others are replicated")
     async def bulk_load_commit(body: BulkLoadIn, request: Request,

@@ -160,6 +160,10 @@ class WorkerClient:
         return await self._call("PUT", f"/cluster/bulk-load/{load_id}/parts/{part}",
                                 nquads=data, timeout=WORK_CALL_TIMEOUT_S)
 
+    async def bulk_load_sent(self, load_id: str) -> dict:
+        return await self._call("POST", f"/cluster/bulk-load/{load_id}/sent",
+                                timeout=WORK_CALL_TIMEOUT_S)
+
     async def bulk_load_commit(self, load_id: str, fingerprint: str, quads: int) -> dict:
         return await self._call("POST", f"/cluster/bulk-load/{load_id}",
                                 {"fingerprint": fingerprint, "quads": quads},

@@ -542,6 +542,15 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         except WorkerError as exc:
             raise fail(exc) from None
 
+    @router.post("/bulk-load/{load_id}/sent")
+    async def bulk_load_sent(load_id: str, request: Request):
+        """Every part is sent: the waiting ones start loading."""
+        await guard(request)
+        try:
+            return await run_in_threadpool(bulk.sent, load_id)
+        except WorkerError as exc:
+            raise fail(exc) from None
+
     @router.post("/bulk-load/{load_id}")
     async def bulk_load_commit(load_id: str, request: Request):
         """{"fingerprint", "quads"}: install the staged data if it is exactly that."""
