@@ -225,7 +225,7 @@ def _canonical_text(data: bytes) -> Staged | None:
     if lines and not lines[-1]:
         lines.pop()
     # When every '"^^<' of the text ends a kept object at the end of its line (counted,
-    # in C: 30 against 75 ms per 100,000 lines), no line is looked at one by one.
+    # in C: 30 against 72 ms per 100,000 lines), no line is looked at one by one.
     ends = data.count(b'"^^<')
     typed = [line for line in lines if b'"^^<' in line and not KEPT_OBJECT_AT_END.search(line)
              ] if ends and len(KEPT_OBJECT_AT_LINE_END.findall(data)) != ends else []
