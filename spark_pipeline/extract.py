@@ -5,7 +5,8 @@
   mode; a shared filesystem on a Spark cluster), URLs (``hdfs://``, ``s3a://``) are
   read through Hadoop there. Line formats are read by Spark's text source, split by line
   across tasks (gzip files are not splittable: one task each; bzip2 and plain files
-  are); other formats one file per task (``documents``).
+  are), except plain local files, whose splits the tasks read by path
+  (``local_line_splits``); other formats one file per task (``documents``).
 * a replica's content: N-Quads from a worker's RDF4J API (open to anyone), streamed to a
   file in the work directory, then read as line-format input.
 """
@@ -101,6 +102,49 @@ def _hadoop_path(name: str) -> str:
     # Spark's readers take Hadoop path strings (locations.reader_path) and expand glob
     # characters in them; a file name may hold them.
     return _GLOB.sub(r"\\\1", locations.reader_path(name))
+
+
+LOCAL_SPLITS = "uri string, path string, start long, length long"
+
+
+def reads_itself(f: rdf.InputFile) -> bool:
+    """A line file the parse tasks read by path (``local_line_splits``): local and not
+    compressed. The others go through Spark's text source (Hadoop on the JVM side)."""
+    return f.line_based and not f.compression and locations.scheme(f.path) is None
+
+
+def local_line_splits(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:
+    """Splits of local, uncompressed line files (columns ``uri``, ``path``, ``start``,
+    ``length``), which the parse tasks read themselves, as Spark's text source would
+    (``line_splits``): the JVM no longer reads every line and hands it over, which was
+    most of its work in an initial load (bench/README, "2026-12-02"). Split and packed
+    into tasks by Spark's own rule for files (``FilePartition``, with this session's
+    ``spark.sql.files.*`` settings): splits of ``min(maxPartitionBytes,
+    max(openCostInBytes, bytes / minPartitionNum))``, and consecutive splits in one task
+    while they fit in that size, each counted with the cost of opening it."""
+    sc = spark.sparkContext
+    as_bytes = sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes
+    max_bytes = as_bytes(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    open_cost = as_bytes(spark.conf.get("spark.sql.files.openCostInBytes", "4m"))
+    tasks_wanted = int(spark.conf.get("spark.sql.files.minPartitionNum", None)
+                       or sc.defaultParallelism)
+    total = sum(f.size + open_cost for f in files)
+    size = max(1, min(max_bytes, max(open_cost, total // max(tasks_wanted, 1))))
+    tasks: list[list[tuple[str, str, int, int]]] = [[]]
+    filled = 0
+    for f in files:
+        uri = Path(f.path).as_uri()
+        for start in range(0, f.size, size):
+            length = min(size, f.size - start)
+            if tasks[-1] and filled + length > size:
+                tasks.append([])
+                filled = 0
+            tasks[-1].append((uri, f.path, start, length))
+            filled += length + open_cost
+    tasks = [t for t in tasks if t] or [[]]
+    # One element per slice: each task keeps its splits, in file order.
+    rdd = sc.parallelize(tasks, numSlices=len(tasks)).flatMap(lambda splits: splits)
+    return spark.createDataFrame(rdd, LOCAL_SPLITS)
 
 
 def read_lines(spark: SparkSession, files: list[rdf.InputFile]) -> DataFrame:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import TextIO
 
@@ -141,18 +142,17 @@ def sum_row(df: DataFrame) -> tuple[int, int]:
 def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
                  config: transform.ParseConfig) -> DataFrame:
     """PARSED records of every input file (line formats split across tasks)."""
-    lines = [f for f in files if f.line_based]
-    docs = [f for f in files if not f.line_based]
-    parts = []
-    if lines:
-        parts.append(transform.parse_lines(extract.read_lines(spark, lines), config))
-    if docs:
+    local = [f for f in files if extract.reads_itself(f)]  # read by the tasks themselves
+    parts = [transform.parse_local_lines(extract.local_line_splits(spark, local), config)
+             ] if local else []
+    if by_jvm := [f for f in files if f.line_based and f not in local]:  # text source
+        parts.append(transform.parse_lines(extract.read_lines(spark, by_jvm), config))
+    if docs := [f for f in files if not f.line_based]:
         parts.append(transform.parse_documents(extract.documents(spark, docs), config))
-    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    return reduce(DataFrame.unionByName, parts)
 
 
-# The initial load's: (PART records, transform.parts), a word for the progress line, "Spark
-# has given every part".
+# The initial load's: (PART records), a word for the progress line, "Spark gave every part".
 Stream = Callable[[DataFrame, Callable[[str], None], Callable[[], None]], None]
 
 

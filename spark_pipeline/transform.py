@@ -1,8 +1,10 @@
 """Pure transforms of the pipeline: DataFrame in, DataFrame out, configuration passed in.
 
-Nothing here reads files or talks to the cluster (``extract`` and ``load`` do); the
+Nothing here lists files or talks to the cluster (``extract`` and ``load`` do); the
 per-record RDF work is ``rdf``'s, run in ``mapInArrow`` (2-4x faster than RDD pickling,
-docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline).
+docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline). The tasks read
+local files by path themselves: documents (``rdf.open_input``) and the splits of plain
+line files (``line_splits``, as Spark's text source would split them).
 
 The parsed records of every input share one schema, ``PARSED``; ``kind`` says what a
 record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
@@ -45,7 +47,7 @@ import xxhash
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_pipeline import rdf
+from spark_pipeline import line_splits, rdf
 from spark_pipeline.locations import name_of_uri
 
 PARSED = ("kind int, file string, split long, idx long, statements long, quad string, "
@@ -181,14 +183,17 @@ def _records(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=_ARROW)
 
 
-def _parse_line_batches(config: ParseConfig):
+def _parse_line_batches(config: ParseConfig, local: bool = False):
+    """Spark's text source's batches of lines (or, ``local``, batches of splits of local
+    files that the task reads itself: ``parse_local_lines``) -> PARSED records."""
     canon = rdf.Canonicaliser(config.graph, config.with_graphs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         state = _SplitState()
         out = _QuadsOut(config.part_quads)
+        runs = _local_runs(batches) if local else _text_source_runs(batches)
         try:
-            yield from _parse_splits(batches, config, canon, state, out)
+            yield from _parse_splits(runs, config, canon, state, out)
             yield from out.flush()
         except Exception as exc:
             if state.current is None:
@@ -213,7 +218,46 @@ class _SplitState:
     reading: int = 0
 
 
-def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
+# Lines parsed together (and bisected when one is bad): Spark's Arrow batches of lines
+# hold as many (spark.sql.execution.arrow.maxRecordsPerBatch, session.py).
+LINES_PER_CHUNK = 10_000
+
+# Consecutive lines of one split: (uri, split start, split bytes, lines).
+Run = tuple[str, int, int, list[bytes]]
+
+
+def _text_source_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[Run]:
+    """Runs of Spark's text source's batches (columns value, uri, split, split_bytes)."""
+    for batch in batches:
+        values = batch.column("value").to_pylist()
+        uris = batch.column("uri").to_pylist()
+        splits = batch.column("split").to_pylist()
+        sizes = batch.column("split_bytes").to_pylist()
+        start = 0
+        while start < len(values):
+            key = (uris[start], splits[start])
+            end = start
+            while end < len(values) and (uris[end], splits[end]) == key:
+                end += 1
+            yield (uris[start], splits[start], sizes[start],
+                   [v if v is not None else b"" for v in values[start:end]])
+            start = end
+
+
+def _local_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[Run]:
+    """Runs of the splits of local files in ``batches`` (columns uri, path, start,
+    length), each read here as Spark's text source would read it (line_splits)."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            try:
+                lines = line_splits.read_split(row["path"], row["start"], row["length"])
+            except OSError as exc:  # gone or unreadable since it was listed
+                raise TaskFailure(row["path"], _line_range(1, 0, row["start"]), exc) from exc
+            for i in range(0, len(lines), LINES_PER_CHUNK):
+                yield row["uri"], row["start"], row["length"], lines[i:i + LINES_PER_CHUNK]
+
+
+def _parse_splits(runs: Iterator[Run], config: ParseConfig,
                   canon: rdf.Canonicaliser, st: _SplitState, out: _QuadsOut
                   ) -> Iterator[pa.RecordBatch]:
     formats: dict[str, tuple[str, object, str | None]] = {}
@@ -227,43 +271,30 @@ def _parse_splits(batches: Iterator[pa.RecordBatch], config: ParseConfig,
                           "split": st.current[1], "idx": st.seen,
                           "statements": st.statements}])
 
-    for batch in batches:
-        values = batch.column("value").to_pylist()
-        uris = batch.column("uri").to_pylist()
-        splits = batch.column("split").to_pylist()
-        sizes = batch.column("split_bytes").to_pylist()
-        start = 0
-        while start < len(values):
-            key = (uris[start], splits[start])
-            end = start
-            while end < len(values) and (uris[end], splits[end]) == key:
-                end += 1
-            uri, split = key
-            if uri not in formats:
-                path = name_of_uri(uri)
-                ext, _ = rdf.detect(path) or ("nq", None)
-                scope = rdf.scope_of(path) if config.scope_blank_nodes else None
-                formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)
-            path, fmt, scope = formats[uri]
-            if st.current != (path, split):
-                if st.current is not None:
-                    yield finish()
-                st.current, st.seen, st.statements, st.rejected = (path, split), 0, 0, 0
-                st.split_bytes = sizes[start]
-            lines = [v if v is not None else b"" for v in values[start:end]]
-            st.reading = len(lines)
-            parsed = rdf.parse_lines(lines, fmt, scope, canon)
-            st.statements += len(parsed.quads)
-            st.rejected += len(parsed.rejects)
-            if parsed.quads:
-                yield from out.add(parsed)
-            if parsed.rejects:
-                yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
-                                 "idx": st.seen + i, "quad": text, "message": message}
-                                for i, text, message in parsed.rejects])
-            st.seen += end - start
-            st.reading = 0
-            start = end
+    for uri, split, size, lines in runs:
+        if uri not in formats:
+            path = name_of_uri(uri)
+            ext, _ = rdf.detect(path) or ("nq", None)
+            scope = rdf.scope_of(path) if config.scope_blank_nodes else None
+            formats[uri] = (path, rdf.LINE_FORMATS[ext], scope)
+        path, fmt, scope = formats[uri]
+        if st.current != (path, split):
+            if st.current is not None:
+                yield finish()
+            st.current, st.seen, st.statements, st.rejected = (path, split), 0, 0, 0
+            st.split_bytes = size
+        st.reading = len(lines)
+        parsed = rdf.parse_lines(lines, fmt, scope, canon)
+        st.statements += len(parsed.quads)
+        st.rejected += len(parsed.rejects)
+        if parsed.quads:
+            yield from out.add(parsed)
+        if parsed.rejects:
+            yield _records([{"kind": rdf.LINE_REJECT, "file": path, "split": split,
+                             "idx": st.seen + i, "quad": text, "message": message}
+                            for i, text, message in parsed.rejects])
+        st.seen += len(lines)
+        st.reading = 0
     if st.current is not None:
         yield finish()
 
@@ -318,6 +349,14 @@ def parse_lines(lines: DataFrame, config: ParseConfig) -> DataFrame:
     ``split_bytes``, in file order within each split) -> PARSED records."""
     return lines.select("value", "uri", "split", "split_bytes").mapInArrow(
         _parse_line_batches(config), PARSED)
+
+
+def parse_local_lines(splits: DataFrame, config: ParseConfig) -> DataFrame:
+    """Splits of local line-format files (columns ``uri``, ``path``, ``start``,
+    ``length``: extract.local_line_splits), read by the tasks themselves -> PARSED
+    records, the same as ``parse_lines`` gives for Spark's text source."""
+    return splits.select("uri", "path", "start", "length").mapInArrow(
+        _parse_line_batches(config, local=True), PARSED)
 
 
 def parse_documents(documents: DataFrame, config: ParseConfig) -> DataFrame:
