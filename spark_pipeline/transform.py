@@ -196,7 +196,7 @@ def _parse_line_batches(config: ParseConfig, local: bool = False):
             yield from _parse_splits(runs, config, canon, state, out)
             yield from out.flush()
         except Exception as exc:
-            if state.current is None:
+            if state.current is None or isinstance(exc, TaskFailure):  # named already
                 raise
             path, split = state.current
             raise TaskFailure(path, _line_range(state.seen + 1, state.reading, split),

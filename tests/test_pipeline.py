@@ -735,3 +735,28 @@ def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path
     assert str(failed.value) == (f"a Spark task failed on {cut}, while Spark's text source "
                                  "read it: java.io.EOFException: Unexpected end of input "
                                  "stream")
+
+    # A plain local line file is read by its task (extract.local_line_splits): gone after
+    # the listing, it is named, even after another file of the same task was parsed.
+    gone_nt = write(d / "z-gone.nt", "<http://e/a> <http://e/p> <http://e/c> .\n")
+
+    def nt_removed_after_listing(session, paths):
+        files = list_inputs(session, [d / "keep.nt", gone_nt])
+        gone_nt.unlink()
+        return files
+
+    monkeypatch.setattr(extract, "list_inputs", nt_removed_after_listing)
+    packed = {"spark.sql.files.openCostInBytes": "0",  # both files in one task
+              "spark.sql.files.minPartitionNum": "1"}
+    before = {k: spark.conf.get(k, None) for k in packed}
+    for k, v in packed.items():
+        spark.conf.set(k, v)
+    try:
+        with pytest.raises(jobs.TaskFailed) as failed:
+            jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(d),)), QUIET)
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    monkeypatch.undo()
+    assert str(failed.value).startswith(f"a Spark task failed on {gone_nt}, before line 1: "
+                                        "FileNotFoundError"), str(failed.value)
