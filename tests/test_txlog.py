@@ -349,7 +349,9 @@ def test_every_acknowledged_seq_survives_sigkill(path):
                        for e in entries)
             # at most the one transaction in flight when killed, never acknowledged
             assert {t.txid.split("-")[0] for t in log.pending()} <= {f"tx{head.seq + 1}"}
-    assert acked == sorted(set(acked)) and len(acked) >= 120
+    # A seq committed but killed before its 'acked' line was never acknowledged, so the
+    # acknowledged seqs may skip one per kill: strictly increasing, up to the last target.
+    assert acked == sorted(set(acked)) and acked[-1] >= 120
 
 
 def test_pending_transactions_are_listed_after_reopen(path):
