@@ -506,12 +506,14 @@ def test_failed_transactions_leave_no_result_iterator_for_another_thread(repo, m
 
 
 def test_additions_received_as_text_reach_the_state_parsed_ones_do(tmp_path):
-    """POST /cluster/apply keeps an addition without blank nodes as its text when it comes
-    with an expected fingerprint (control._apply_entries) and loads it unparsed
+    """POST /cluster/apply keeps an addition as its text when it comes with an expected
+    fingerprint (control._apply_entries) and loads it without building a changeset of it
     (changeset.load_added): the bulk loader for a large one, a store transaction for a
-    small one. Applied so, and parsed on another worker, the same changesets give the same
-    state and the same quads; a group mixing such text with a removal is parsed and
-    composed; a literal holding "_:" is parsed, never loaded as text."""
+    small one; text with blank nodes (or "_:" in a literal) parsed into quads the store
+    keeps the labels of, since its own loaders give blank nodes fresh ones. Applied so,
+    and parsed on another worker, the same changesets give the same state and the same
+    quads, blank node labels included; a group mixing such text with a removal is parsed
+    and composed."""
     from rdfcore.changeset import BULK_ADD
     from worker_service.api.control import _apply_entries
 
@@ -519,9 +521,15 @@ def test_additions_received_as_text_reach_the_state_parsed_ones_do(tmp_path):
     small = Changeset(added=frozenset({q("x", "1"), q("y", "two words")}),
                       namespaces={"ex": EX})
     tricky = adds(q("z", "a_:b"))
+    p = ox.NamedNode(EX + "p")
+    labelled = adds(*(ox.Quad(ox.BlankNode(f"b{i}"), p, ox.BlankNode(f"c{i % 7}"),
+                              ox.NamedNode(EX + "g") if i % 2 else ox.DefaultGraph())
+                      for i in range(BULK_ADD + 3)))
+    few_labels = adds(ox.Quad(ox.NamedNode(EX + "u"), p, ox.BlankNode("b1")),
+                      ox.Quad(ox.BlankNode("d1"), p, ox.Literal("small")))
     removal = Changeset(removed=frozenset({q("x", "1")}), added=frozenset({q("x", "2")}))
     later = adds(q("w", "after the removal"))
-    groups = [[big], [small, tricky], [removal, later]]
+    groups = [[big], [small, tricky], [labelled], [few_labels], [removal, later]]
     text_repo, parsed_repo = (Repository("r", tmp_path / n) for n in ("text", "parsed"))
     seq, fp = 0, 0
     for group in groups:
@@ -533,11 +541,13 @@ def test_additions_received_as_text_reach_the_state_parsed_ones_do(tmp_path):
             parsed.append(ApplyEntry(seq, f"t{seq}", cs, fp))
         entries = _apply_entries(items)
         kept_as_text = [e.added_text is not None for e in entries]
-        assert kept_as_text == [cs is big or cs is small or cs is later for cs in group]
+        assert kept_as_text == [cs is not removal for cs in group]
         text_repo.apply_batch(entries)
         parsed_repo.apply_batch(parsed)
     assert text_repo.state() == parsed_repo.state()
-    assert text_repo.state().quads == BULK_ADD + 10 + 4 and text_repo.state().seq == 5
+    assert text_repo.state().quads == 2 * BULK_ADD + 10 + 3 + 6
+    assert text_repo.state().seq == 7
+    assert labelled.added <= set(text_repo.store) and few_labels.added <= set(text_repo.store)
     assert set(text_repo.store) == set(parsed_repo.store)
     assert text_repo.state().namespaces == {"ex": EX}
     assert text_repo.verify()["matches"] and parsed_repo.verify()["matches"]

@@ -3,10 +3,10 @@ entries of one apply request and how a group of them goes into the store.
 
 A group is written once: the composition of exact changesets is exact
 (rdfcore/changeset.py), and the worker's journal holds each one for a redo after a crash.
-An addition kept as the text it came in (``added_text``: no blank node, an expected
-fingerprint that checked the text) is loaded as text when the whole group is such
-(``changeset.load_added``: parsed in Rust, never into Python quads); in a mixed group it
-is parsed and composed with the others.
+An addition kept as the text it came in (``added_text``: an expected fingerprint checked
+the text) is loaded as text when the whole group is such (``changeset.load_added``: never
+built into a changeset of Python quads); in a mixed group it is parsed and composed with
+the others.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ class ApplyEntry:
     expected_fingerprint: int | None = None
     wire: dict | None = None  # the changeset as received (journaled as it is)
     # An addition kept as the text it came in (changeset.added_text; ``changeset`` then
-    # holds only its namespaces) and how many quads it adds: loaded without parsing it
-    # into Python quads. Only with an expected fingerprint, which checks the text.
+    # holds only its namespaces) and how many quads it adds: loaded without building a
+    # changeset of it. Only with an expected fingerprint, which checks the text.
     added_text: str | None = None
     added_quads: int = 0
 

@@ -102,9 +102,9 @@ def _field(data: dict, name: str, kind: type, optional: bool = False):
 
 def _apply_entries(items: list) -> list[ApplyEntry]:
     """The entries of POST /cluster/apply; HTTPException 400 saying which is wrong. An
-    addition without blank nodes that comes with its expected fingerprint is kept as its
-    text (changeset.added_text): the worker loads it without parsing it into Python quads,
-    the fingerprint of its lines having shown it is the probe's text."""
+    addition that comes with its expected fingerprint is kept as its text
+    (changeset.added_text): the worker loads it without building a changeset of it, the
+    fingerprint of its lines having shown it is the probe's text."""
     entries = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
