@@ -157,8 +157,8 @@ BULK_ADD = 5_000
 
 def added_text(wire: Mapping) -> str | None:
     """The N-Quads text of a changeset in wire form (``to_wire``) that only adds quads;
-    None for any other changeset. Such text goes into a store as it is (``load_added``),
-    never parsed into a changeset of Python quads. Namespace changes are the caller's
+    None for any other changeset. Such text goes into a store without a changeset of
+    Python quads being built from it (``load_added``). Namespace changes are the caller's
     (they are state, not quads)."""
     text = wire.get("added")
     if (not isinstance(text, str) or not text or wire.get("removed")
@@ -183,15 +183,20 @@ def load_added(store: ox.Store, text: str, quads: int) -> None:
     benchmark (a fifth with a blank node) into an on-disk store, as the changeset of
     frozensets the worker built before."""
     if "_:" in text:
-        parsed = ox.parse(text, format=ox.RdfFormat.N_QUADS, lenient=True)
-        if quads >= BULK_ADD:
-            store.bulk_extend(parsed)
-        else:
-            store.extend(parsed)
+        add_quads(store, ox.parse(text, format=ox.RdfFormat.N_QUADS, lenient=True), quads)
     elif quads >= BULK_ADD:
         store.bulk_load(text, format=ox.RdfFormat.N_QUADS, lenient=True)
     else:
         store.load(text, format=ox.RdfFormat.N_QUADS, lenient=True)
+
+
+def add_quads(store: ox.Store, quads: Iterable[ox.Quad], count: int) -> None:
+    """Add ``count`` quads to ``store``: the bulk loader from BULK_ADD quads on (it keeps
+    blank-node labels of quads given as objects), a store transaction below."""
+    if count >= BULK_ADD:
+        store.bulk_extend(quads)
+    else:
+        store.extend(quads)
 
 
 def apply_to(store: ox.Store, changeset: Changeset) -> None:
@@ -209,7 +214,5 @@ def apply_to(store: ox.Store, changeset: Changeset) -> None:
             store.remove_graph(g)
     for g in changeset.created_graphs:
         store.add_graph(g)
-    if len(changeset.added) >= BULK_ADD:
-        store.bulk_extend(changeset.added)
-    elif changeset.added:
-        store.extend(changeset.added)
+    if changeset.added:
+        add_quads(store, changeset.added, len(changeset.added))
