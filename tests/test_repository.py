@@ -5,12 +5,13 @@ from __future__ import annotations
 import gc
 import tarfile
 
+import cramjam
 import pyoxigraph as ox
 import pytest
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, apply_to
-from worker_service import backups, journal
+from worker_service import backups, image, journal
 from worker_service.image import ImageError, sha256_of
 from worker_service.repository import (
     ApplyEntry,
@@ -216,6 +217,31 @@ def test_an_image_without_compression_is_a_plain_tar_and_installs_alike(tmp_path
     backup = backups.backup(src, "nightly", compress=False)
     assert tarfile.is_tarfile(backups.backups_dir(src) / "nightly" / "image.tar.sz")
     assert backup["sha256"] == sha256_of(backups.backups_dir(src) / "nightly" / "image.tar.sz")
+
+
+def test_an_image_framed_at_other_places_installs_alike(tmp_path):
+    """The snappy framing may cut the tar anywhere (each cut a complete framed stream:
+    the stream identifier repeats), as writers of other versions did (tarfile's stream
+    mode framed every megabyte of its 10 KB records): such an image installs as the one
+    written here, also when its cuts fall inside a tar header or far apart."""
+    src = Repository("r", tmp_path / "src")
+    src.apply(1, "t1", adds(*(q(f"s{i}", str(i), "g" if i % 3 else None)
+                              for i in range(30_000))))
+    plain = tmp_path / "plain.img"
+    src.create_image(plain, compress=False)
+    tar = plain.read_bytes()
+    assert len(tar) > 2 * image.EMIT
+    for sizes in ((100, 511, 513, 10_240), (image.EMIT - 1, 3 * image.EMIT + 7, 4096)):
+        cut, frames, i = 0, [], 0
+        while cut < len(tar):
+            frames.append(bytes(cramjam.snappy.compress(tar[cut:cut + sizes[i % len(sizes)]])))
+            cut += sizes[i % len(sizes)]
+            i += 1
+        framed = tmp_path / f"framed-{sizes[0]}.img"
+        framed.write_bytes(b"".join(frames))
+        dst = Repository("r", tmp_path / f"dst-{sizes[0]}")
+        assert dst.install_image(framed, sha256_of(framed)) == src.state()
+        assert set(dst.store) == set(src.store) and dst.verify()["matches"]
 
 
 def test_corrupted_image_is_refused_and_changes_nothing(tmp_path):

@@ -41,7 +41,11 @@ class ImageError(ValueError):
 
 class _ImageWriter(io.RawIOBase):
     """File-like sink that snappy-frames everything written to it into ``out`` (or, with
-    ``compress`` False, copies it), with the SHA-256 and length of what it wrote."""
+    ``compress`` False, copies it), with the SHA-256 and length of what it wrote.
+
+    A write of EMIT bytes or more into an empty buffer is framed as it is, not copied
+    first: the archive's file contents come in such blocks (``write_image``), so only
+    the tar headers and each file's first block are buffered."""
 
     def __init__(self, out: io.BufferedWriter, compress: bool = True,
                  progress: Callable[[int], None] | None = None) -> None:
@@ -49,29 +53,41 @@ class _ImageWriter(io.RawIOBase):
         self._compress = compress
         self._progress = progress
         self._buf = bytearray()
+        self._taken = 0
         self.digest = hashlib.sha256()
         self.compressed_bytes = 0
 
     def writable(self) -> bool:
         return True
 
+    def tell(self) -> int:
+        # tarfile's non-stream writer asks where the archive is once, at its start.
+        return self._taken
+
     def write(self, data) -> int:  # type: ignore[override]
+        n = memoryview(data).nbytes
+        self._taken += n
+        if not self._buf and n >= EMIT:
+            self._frame(data)
+            return n
         self._buf += data
         if len(self._buf) >= EMIT:
             self._emit()
-        return len(data)
+        return n
 
     def _emit(self) -> None:
-        if not self._buf:
-            return
+        if self._buf:
+            self._frame(self._buf)
+            self._buf.clear()
+
+    def _frame(self, data) -> None:
         # Each chunk is a complete framed stream; concatenations of framed streams are
-        # valid framed streams (the stream identifier may repeat).
-        frame = bytes(cramjam.snappy.compress(bytes(self._buf)) if self._compress
-                      else self._buf)
-        self._buf.clear()
+        # valid framed streams (the stream identifier may repeat). cramjam's Buffer is
+        # written and hashed through the buffer protocol, not copied into bytes.
+        frame = cramjam.snappy.compress(data) if self._compress else data
         self._out.write(frame)
         self.digest.update(frame)
-        self.compressed_bytes += len(frame)
+        self.compressed_bytes += memoryview(frame).nbytes
         if self._progress is not None:
             # Readers of an image still being written follow it up to this point.
             self._out.flush()
@@ -89,7 +105,10 @@ def write_image(sources: dict[str, Path], target: Path, compress: bool = True,
     flushed so far, every megabyte or so (an image read while it is written)."""
     with open(target, "wb") as out:
         sink = _ImageWriter(out, compress, progress)
-        with tarfile.open(fileobj=sink, mode="w|") as tar:
+        # Written in order all the same (the sink only counts where it is), but not in
+        # tarfile's stream mode ("w|"), which cuts every write into 10 KB records; file
+        # contents go in EMIT blocks, which the sink frames without a copy.
+        with tarfile.open(fileobj=sink, mode="w", copybufsize=EMIT) as tar:
             for name, path in sources.items():
                 tar.add(path, arcname=name)
         sink.close()
@@ -151,10 +170,11 @@ def file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def _frames(fh: io.BufferedReader) -> Iterator[bytes]:
+def _frames(fh: io.BufferedReader) -> Iterator[memoryview]:
     """Decompressed data of a snappy-framed stream, decoded a few frames at a time
     (cramjam's stream decompressor needs whole frames, so we split at frame headers)."""
-    pending = bytearray()
+    empty = len(_STREAM_ID)
+    pending = bytearray(_STREAM_ID)
     while True:
         header = fh.read(4)
         if not header:
@@ -167,17 +187,20 @@ def _frames(fh: io.BufferedReader) -> Iterator[bytes]:
             raise ImageError("image truncated inside a frame")
         if header[0] == 0xFF:
             continue
-        pending += header + body
+        pending += header
+        pending += body
         if len(pending) >= CHUNK:
             yield _decompress(pending)
-            pending.clear()
-    if pending:
+            del pending[empty:]
+    if len(pending) > empty:
         yield _decompress(pending)
 
 
-def _decompress(frames: bytearray) -> bytes:
+def _decompress(frames: bytearray) -> memoryview:
+    """A framed stream (its identifier first) decompressed, as a view of cramjam's own
+    buffer (not copied into bytes)."""
     try:
-        return bytes(cramjam.snappy.decompress(_STREAM_ID + bytes(frames)))
+        return memoryview(cramjam.snappy.decompress(frames))
     except Exception as exc:  # cramjam raises its own DecompressionError
         raise ImageError(f"image does not decompress: {exc}") from None
 
@@ -185,7 +208,7 @@ def _decompress(frames: bytearray) -> bytes:
 class _FrameReader(io.RawIOBase):
     def __init__(self, fh: io.BufferedReader) -> None:
         self._it = _frames(fh)
-        self._buf = b""
+        self._buf = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -219,8 +242,12 @@ def extract_image(chunks: Iterable[bytes], expected_sha256: str | Callable[[], s
     tar_bytes = io.BufferedReader(_FrameReader(raw), CHUNK) if framed else raw
     target.mkdir(parents=True)
     problem = None
+    # Read in EMIT blocks, not tarfile's 10 KB records and 16 KB copies: fewer Python
+    # calls and copies per byte (with the frames decompressed into views of cramjam's
+    # buffers: 0.56-0.59 against 0.79 CPU-s for a 160 MB image, bench/README.md).
     try:
-        with tarfile.open(fileobj=tar_bytes, mode="r|") as tar:
+        with tarfile.open(fileobj=tar_bytes, mode="r|", bufsize=EMIT,
+                          copybufsize=EMIT) as tar:
             _extract_all(tar, target)
         while tar_bytes.read(CHUNK):  # the tar's end padding: the digest covers it all
             pass
