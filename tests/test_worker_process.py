@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import socket
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset
-from tests.procs import signed_client
+from tests.procs import free_port, signed_client
 
 EX = "http://example.org/"
 
@@ -219,6 +220,58 @@ def test_corrupted_backup_image_is_refused_and_nothing_changes(worker_factory, s
         assert c.post("/cluster/verify").json()["matches"]
         r = c.post("/cluster/restore", json={"name": "nope"})
         assert r.status_code == 404 and "no backup named 'nope'" in r.text
+
+
+def _cut_image_server(sent: bytes) -> tuple[int, threading.Thread]:
+    """A loopback server that answers one GET with an image's head and ``sent`` bytes of
+    a chunked body, then closes the connection (a source that died mid-transfer)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Image-Sha256: " + b"0" * 64 +
+                             b"\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                             f"{len(sent) + 1000:x}\r\n".encode() + sent)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+def test_a_pull_whose_source_fails_answers_why_and_changes_nothing(worker_factory, secret):
+    """POST /cluster/image/pull from a source that is not there, answers an error, is
+    not an image source, or cuts the transfer: 502 saying which, the receiver's state and
+    store as before, and it pulls a good image afterwards."""
+    src, dst = worker_factory("src"), worker_factory("dst")
+    with signed_client(src, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(0, 3000))).raise_for_status()
+        want = settled(c.get("/cluster/state").json())
+    with signed_client(src, secret[1]) as c, c.stream("GET", "/cluster/image") as r:
+        head = b"".join(r.iter_bytes())[:50_000]
+    cut_port, cut = _cut_image_server(head)
+    failures = [
+        (f"http://127.0.0.1:{free_port()}/cluster/image", "cannot fetch image from"),
+        (f"{src.url}/cluster/backups/nope", "image source answered 404"),
+        (f"{src.url}/cluster/state", "image source sent no X-Image-Sha256 header"),
+        (f"http://127.0.0.1:{cut_port}/cluster/image", "cannot fetch image from"),
+    ]
+    with signed_client(dst, secret[1]) as c:
+        c.post("/cluster/apply", json=apply_body(1, batch(90_000, 10))).raise_for_status()
+        before = settled(c.get("/cluster/state").json())
+        for source, why in failures:
+            r = c.post("/cluster/image/pull", json={"source": source})
+            assert r.status_code == 502 and why in r.text, (source, r.status_code, r.text)
+            assert settled(c.get("/cluster/state").json()) == before
+            assert c.post("/cluster/verify").json()["matches"]
+        cut.join(5)
+        generations = sorted(p.name for p in (dst.directory / "data").glob("gen-*"))
+        assert len(generations) == 1, generations  # nothing half-unpacked is left
+        r = c.post("/cluster/image/pull", json={"source": f"{src.url}/cluster/image"})
+        assert r.status_code == 200, r.text
+        assert settled(c.get("/cluster/state").json()) == want
 
 
 def test_restore_from_named_backup(worker_factory, secret):

@@ -14,8 +14,9 @@ Calls answered whole go through txcluster.http_pool (keep-alive connections on h
 parser): every write costs the master one call to the probe and one to each other worker,
 and every sync round one call per peer, and client CPU per call is about half aiohttp's
 and a thirteenth of httpx's AsyncClient's (that module; bench/bench_node_calls.py).
-A worker image read as it arrives (``stream``) keeps aiohttp. (The CLI, tests and
-worker-to-worker image pulls keep httpx and txcluster.auth.HmacAuth.)
+A worker image read as it arrives (``stream``) keeps aiohttp, also when a worker pulls one
+from another (worker_service/api/control.py). (The CLI and tests keep httpx and
+txcluster.auth.HmacAuth.)
 """
 
 from __future__ import annotations
