@@ -415,7 +415,11 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
                     # Signed with the cluster credential: only to the source itself.
                     raise HTTPException(502, f"image source named another origin for "
                                              f"its SHA-256: '{later}'")
-                status, answer = await http.request("GET", where, timeout=3600)
+                try:
+                    status, answer = await http.request("GET", where, timeout=3600)
+                except OSError as exc:  # the pool's own connection errors (not aiohttp's)
+                    raise HTTPException(502, f"cannot fetch the SHA-256 of the image of "
+                                             f"{source}: {exc}") from None
                 text = answer.decode(errors="replace")
                 if status != 200:
                     raise HTTPException(502, f"image source answered {status} "
