@@ -29,33 +29,11 @@ class InputError(Exception):
     """Inputs that cannot be loaded (nothing to read, a path that does not exist)."""
 
 
-# An initial load brings each partition's parts to the driver as ONE task result
-# (jobs.prepare's stream, toLocalIterator), which the driver holds a few copies of at once
-# in a JVM heap of 1 GiB by default: partitions of 64 MB (4,000,000 quads in local[2])
-# failed with "Java heap space" (TaskResultLost). Splittable files are split at most this
-# size (session.spark_session), and the parts of files Spark cannot split are spread over
-# about as many partitions by a shuffle (``stream_partitions``).
-STREAM_PARTITION_BYTES = 16 * 2**20
-# How much larger than its file an unsplittable input's N-Quads parts may be: a document
-# names IRIs by prefixes (Turtle's N-Quads are often 2-4 times its size), and a compressed
-# file holds ~10 times its size.
-_DOCUMENT_EXPANSION = 4
-_COMPRESSION_RATIO = 10
-
-
-def stream_partitions(files: Iterable[rdf.InputFile]) -> int | None:
-    """How many partitions an initial load's parts are shuffled into so that none holds
-    much more than STREAM_PARTITION_BYTES: None when no file is too large for one task's
-    result (splittable files are split, see above)."""
-    estimate = 0
-    large = False
-    for f in files:
-        size = f.size * (1 if f.line_based else _DOCUMENT_EXPANSION) \
-            * (_COMPRESSION_RATIO if f.compression else 1)
-        estimate += size
-        splittable = f.line_based and not f.compression
-        large = large or (not splittable and size > STREAM_PARTITION_BYTES)
-    return -(-estimate // STREAM_PARTITION_BYTES) if large else None
+# Splittable files are split at most this size (session.spark_session): an initial
+# load's task sends its parts as it parses (part_push), so a task that runs again (a
+# lost executor) sends at most this much again, and the progress line, which moves as
+# tasks end, moves often enough.
+SPLIT_BYTES = 16 * 2**20
 
 
 def list_inputs(spark: SparkSession, paths: Iterable[str | Path]) -> list[rdf.InputFile]:

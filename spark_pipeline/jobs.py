@@ -9,7 +9,6 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
@@ -22,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from rdfcore.fingerprint import MOD, to_hex
 from spark_pipeline import extract, hadoop_fs, load, locations, rdf, transform
+from spark_pipeline.part_push import PartPush
 from spark_pipeline.progress import CountsParam, Progress
 from spark_pipeline.session import is_local
 
@@ -152,53 +152,39 @@ def parse_inputs(spark: SparkSession, files: list[rdf.InputFile],
     return reduce(DataFrame.unionByName, parts)
 
 
-# The initial load's: (PART records), a word for the progress line, "Spark gave every part".
-Stream = Callable[[DataFrame, Callable[[str], None], Callable[[], None]], None]
-
-
 def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
             progress: Progress, scope_blank_nodes: bool = True,
-            stream: Stream | None = None, base_iri: str | None = None) -> Prepared:
+            push: PartPush | None = None, pushed: Callable[[], None] | None = None,
+            base_iri: str | None = None) -> Prepared:
     """Parse, validate, canonicalise, deduplicate and fingerprint the inputs: one pass
     over them and one shuffle; the result stays persisted for the load.
 
-    ``stream`` (an initial load) gets the quads as PART records as the parse makes them,
-    NOT deduplicated (distinct count and fingerprint from the digests alone,
-    ``transform.distinct_sums``), while Spark parses (docs/design/pipeline-on-spark.md),
-    shuffled only from files Spark cannot split (extract.stream_partitions). It calls its
-    third argument once Spark has given it every part."""
+    With ``push`` (an initial load) the tasks send the quads to the worker in parts as
+    they parse them, NOT deduplicated, and keep PART records of their digests: the
+    distinct count and fingerprint come from the digests alone
+    (``transform.distinct_sums``; docs/design/pipeline-on-spark.md). ``pushed`` is called
+    once every part is sent."""
     started = time.monotonic()
     counts = spark.sparkContext.accumulator({}, CountsParam())
     config = transform.ParseConfig(graph, scope_blank_nodes, counts=counts,
                                    base_iri=base_iri,
-                                   part_quads=None if stream is None else PART_QUADS)
+                                   part_quads=None if push is None else PART_QUADS,
+                                   push=push)
     parsed = parse_inputs(spark, files, config)
-    records = (parsed if stream is not None else transform.deduplicated(parsed)).persist(
+    records = (parsed if push is not None else transform.deduplicated(parsed)).persist(
         StorageLevel.MEMORY_AND_DISK)
     documents = any(not f.line_based for f in files)
-
-    def totals() -> tuple[dict, list]:
+    with progress.watch_parse(counts, {f.path: f.size for f in files},
+                              None if push is None else push.worker):
+        # The parse runs here (and, with ``push``, sends every part), once: the records
+        # stay persisted for what follows.
         kinds = {r["kind"]: r.asDict() for r in transform.summary(records).collect()}
-        if stream is not None:  # the distinct quads, in the place of the QUAD records
+        if push is not None:  # the distinct quads, in the place of the QUAD records
+            if pushed is not None:
+                pushed()
             distinct = transform.distinct_sums(records).collect()[0].asDict()
             kinds[rdf.QUAD] = {**distinct, "n": distinct["quads"]}
-        return kinds, transform.prefixes(records).collect() if documents else []
-
-    with progress.watch_parse(counts, {f.path: f.size for f in files}) as watcher, \
-            ThreadPoolExecutor(1, thread_name_prefix="totals") as pool:
-        taken: list[Future] = []
-
-        def take() -> None:
-            if not taken:
-                taken.append(pool.submit(totals))
-
-        if stream is not None:
-            if not is_local(spark.sparkContext.master):  # every executor parses at once
-                pool.submit(records.count)  # (the stream fetches 1 partition + 1 ahead)
-            stream(transform.parts(records, extract.stream_partitions(files)),
-                   watcher.say, take)
-        take()
-        kinds, declared = taken[0].result()
+        declared = transform.prefixes(records).collect() if documents else []
     progress.done()
 
     def n(kind: int, column: str = "n") -> int:
@@ -206,7 +192,7 @@ def prepare(spark: SparkSession, files: list[rdf.InputFile], graph: str | None,
 
     fingerprint = rdf.combine([kinds[rdf.QUAD][f"s{i}"] for i in range(rdf.PIECES)]) \
         if rdf.QUAD in kinds else 0
-    return Prepared(records, None if stream is not None else transform.quads(records),
+    return Prepared(records, None if push is not None else transform.quads(records),
                     transform.rejects(records),
                     len(files), n(rdf.SPLIT_LINES, "lines"), n(rdf.SPLIT_LINES, "statements"),
                     n(rdf.LINE_REJECT), n(rdf.FILE_REJECT), n(rdf.QUAD), fingerprint,
@@ -228,15 +214,10 @@ def one_iri_each(declared: list) -> tuple[dict[str, str], dict[str, list[str]]]:
             {p: sorted(v) for p, v in sorted(iris.items()) if len(v) > 1})
 
 
-def _blobs(df: DataFrame, size: int | None = None, done: Callable[[], None] | None = None
-           ) -> Iterator[tuple[bytes, int]]:
-    """(N-Quads text, quads): ``df``'s quads by ``size``, or its (data, quads) rows; then
-    ``done()`` once the last has been taken."""
-    docs = df if size is None else transform.nquads_blobs(df, size)
-    for row in docs.toLocalIterator(prefetchPartitions=True):
+def _blobs(df: DataFrame, size: int) -> Iterator[tuple[bytes, int]]:
+    """(N-Quads text, quads): ``df``'s quads by ``size``."""
+    for row in transform.nquads_blobs(df, size).toLocalIterator(prefetchPartitions=True):
         yield row["data"], row["quads"]
-    if done is not None:
-        done()
 
 
 # Where an output goes: a directory of the driver (Path) or a Hadoop URL (str).
@@ -494,18 +475,12 @@ def _declare_namespaces(master: load.MasterAPI, repository: str, prepared: Prepa
 
 def _load_initial(spark: SparkSession, files: list[rdf.InputFile], config: LoadConfig,
                   master: load.MasterAPI, target: str, progress: Progress) -> LoadReport:
-    """The quads go to ``target`` while Spark deduplicates them; the commit carries the
+    """The tasks send the quads to ``target`` as they parse them; the commit carries the
     job's fingerprint, which the worker's staged content must have."""
-    bulk = load.BulkLoad(master, target)
-
-    def stream(parts: DataFrame, say: Callable[[str], None], fetched: Callable[[], None]
-               ) -> None:
-        bulk.send(_blobs(parts, done=fetched),
-                  lambda n: say(f"loaded {n:,} quads into {target}"))
-
+    bulk = load.BulkLoad(master, target, config.auth)
     try:
-        prepared = prepare(spark, files, config.graph, progress, stream=stream,
-                           base_iri=config.base_iri)
+        prepared = prepare(spark, files, config.graph, progress, push=bulk.push,
+                           pushed=bulk.sent, base_iri=config.base_iri)
         started = time.monotonic()
         if prepared.quads:
             bulk.commit(prepared.fingerprint, prepared.quads)

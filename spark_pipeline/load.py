@@ -9,9 +9,10 @@ Two paths (issue "data pipeline"):
   them; every worker applies the same changeset). A few are in flight at once so the
   master's group commit has company; a refused or lost one is sent again (harmless).
 * **Initial** (``--initial``, a cluster that never committed a transaction): the data
-  goes in parts through the master (admin API) into one worker's staging store, then the
-  master commits it there and adopts the worker's state as its log's base; the other
-  workers are replicated from it ("Replicating (empty)").
+  goes in parts, sent by the Spark tasks as they parse (``part_push``), through the master
+  (admin API) into one worker's staging store, then the master commits it there and
+  adopts the worker's state as its log's base; the other workers are replicated from it
+  ("Replicating (empty)").
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import httpx
 
 from rdfcore.fingerprint import ZERO, to_hex
 from spark_pipeline import extract
+from spark_pipeline.part_push import PartPush
 from txcluster.admin_client import AdminClient, AdminError
 
 T = TypeVar("T")
@@ -219,31 +221,25 @@ def send_transactions(master: MasterAPI, repository: str,
 
 
 class BulkLoad:
-    """The initial load into one worker: parts, then the commit (the master adopts the
-    worker's state) or an abort, which leaves the worker empty."""
+    """The initial load into one worker: parts (sent by the Spark tasks: ``push``), then
+    the commit (the master adopts the worker's state) or an abort, which leaves the
+    worker empty."""
 
-    # Two in flight: the next part travels while the worker loads one.
-    PARALLEL = 2
-
-    def __init__(self, master: MasterAPI, worker: str) -> None:
+    def __init__(self, master: MasterAPI, worker: str,
+                 auth: tuple[str, str] | None = None) -> None:
         self.master, self.worker = master, worker
         self.id = uuid.uuid4().hex
+        self.push = PartPush(master.url, auth, self.id, worker)
 
-    def send(self, blobs: Iterable[tuple[bytes, int]],
-             on_sent: Callable[[int], None] | None = None) -> int:
-        """Stage every document as a part; returns the quads sent."""
-        sent, _ = send_all(
-            blobs, lambda part, data: self.master.bulk_part(self.id, part, self.worker, data),
-            self.PARALLEL, on_sent)
-        # The worker loads the parts waiting for a batch while the job computes the
-        # commit's count and fingerprint, instead of at the commit. Only a hint: a
-        # master or worker of an earlier release lacks the call (404), and a staging
-        # that is gone fails the commit, which says so.
+    def sent(self) -> None:
+        """Every part is sent: the worker loads the parts waiting for a batch while the
+        job computes the commit's count and fingerprint, instead of at the commit. Only a
+        hint: a master or worker of an earlier release lacks the call (404), and a
+        staging that is gone fails the commit, which says so."""
         try:
             self.master.bulk_sent(self.id, self.worker)
         except LoadError:
             pass
-        return sent
 
     def commit(self, fingerprint: int, quads: int) -> dict:
         return self.master.bulk_commit(self.id, self.worker, fingerprint, quads)

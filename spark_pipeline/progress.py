@@ -2,7 +2,8 @@
 while parsing; quads loaded; the verification of every worker; the outcome.
 
 Tasks report what they read through one Spark accumulator (a dict: ``lines``, ``quads``,
-``rejects``, and bytes per file), merged on the driver as each task finishes — Spark sends
+``rejects``, bytes per file, and ``loaded``: the quads an initial load's tasks have sent
+to its worker), merged on the driver as each task finishes — Spark sends
 it back with the task's result, so it works alike on local and cluster masters (nothing
 goes through the driver's filesystem). Accumulators count a task again when Spark runs it
 again (a lost executor, an evicted cache), so they only draw the line; the last line
@@ -85,15 +86,18 @@ class Progress:
 
         return update
 
-    def watch_parse(self, accumulator, files: dict[str, int]) -> _Watcher:
+    def watch_parse(self, accumulator, files: dict[str, int], into: str | None = None
+                    ) -> _Watcher:
         """Redraw from the parse accumulator until stopped: files done, lines, rate, ETA
-        (from bytes read over the inputs' size)."""
-        return _Watcher(self, accumulator, files)
+        (from bytes read over the inputs' size); with ``into`` (an initial load's worker),
+        the quads the tasks have sent it (``loaded`` in the accumulator)."""
+        return _Watcher(self, accumulator, files, into)
 
 
 class _Watcher:
-    def __init__(self, progress: Progress, accumulator, files: dict[str, int]) -> None:
-        self.progress, self.acc, self.files = progress, accumulator, files
+    def __init__(self, progress: Progress, accumulator, files: dict[str, int],
+                 into: str | None = None) -> None:
+        self.progress, self.acc, self.files, self.into = progress, accumulator, files, into
         self.total = max(1, sum(files.values()))
         self.started = time.monotonic()
         self.extra = ""
@@ -119,6 +123,7 @@ class _Watcher:
         counts = dict(self.acc.value)
         lines = counts.pop("lines", 0)
         quads, rejects = counts.pop("quads", 0), counts.pop("rejects", 0)
+        loaded = counts.pop("loaded", 0)
         done = sum(1 for f, size in self.files.items() if counts.get(f, 0) >= size)
         read = sum(min(counts.get(f, 0), size) for f, size in self.files.items())
         elapsed = max(time.monotonic() - self.started, 1e-9)
@@ -128,6 +133,7 @@ class _Watcher:
             f"parse [{'#' * int(frac * 20):<20}] files {done}/{len(self.files)}  "
             f"lines {lines:,}  parsed {quads:,} quads  rejected {rejects:,}  "
             f"{lines / elapsed:,.0f} lines/s  ETA {_duration(eta)}"
+            + (f"  loaded {loaded:,} quads into {self.into}" if self.into else "")
             + (f"  {self.extra}" if self.extra else ""), force=True)
 
     def _run(self) -> None:

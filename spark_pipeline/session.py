@@ -122,8 +122,7 @@ def spark_session(master: str | None = None, app_name: str = "txcluster",
         # or the documents Spark packs into one task (spark.sql.files.maxPartitionBytes).
         "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
         "spark.sql.adaptive.enabled": "true",
-        # An initial load's partitions come to the driver whole (extract.py).
-        "spark.sql.files.maxPartitionBytes": str(extract.STREAM_PARTITION_BYTES),
+        "spark.sql.files.maxPartitionBytes": str(extract.SPLIT_BYTES),  # (extract.py)
         **(shipment.conf if shipment else {}),
         **(extra or {}),
     }

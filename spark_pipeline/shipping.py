@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-# The project's packages the executor side imports: spark_pipeline.transform, .rdf and
-# .progress (its accumulator), and through rdf rdfcore.canonical and rdfcore.fingerprint.
+# The project's packages the executor side imports: spark_pipeline.transform, .rdf,
+# .progress (its accumulator) and .part_push (an initial load's parts), and through rdf
+# rdfcore.canonical and rdfcore.fingerprint.
 # txcluster, httpx and the services are driver-side only (tests/test_pipeline_shipping.py
 # checks the executor modules' imports against these lists).
 EXECUTOR_PACKAGES = ("spark_pipeline", "rdfcore")

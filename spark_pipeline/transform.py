@@ -1,6 +1,7 @@
 """Pure transforms of the pipeline: DataFrame in, DataFrame out, configuration passed in.
 
-Nothing here lists files or talks to the cluster (``extract`` and ``load`` do); the
+Nothing here lists files or talks to the cluster (``extract`` and ``load`` do: an
+initial load's tasks send their parts through ``part_push``, given in the config); the
 per-record RDF work is ``rdf``'s, run in ``mapInArrow`` (2-4x faster than RDD pickling,
 docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline). The tasks read
 local files by path themselves: documents (``rdf.open_input``) and the splits of plain
@@ -18,20 +19,21 @@ record is (``rdf.QUAD``, ``LINE_REJECT``, ``SPLIT_LINES``, ``FILE_REJECT``):
     PART  -     -      -                   -                    -      -        -
 
 (SPLIT records also count the split's statements, in ``statements``.) A PART record
-(``ParseConfig.part_quads``: an initial load) holds up to that many quads of one task,
-not deduplicated, as N-Quads text in ``data`` (canonical lines, what a worker's bulk load
-takes), their number in ``statements`` and their 16-byte digests (the fingerprint's
-hashes, big-endian, one after the other) in ``digests``. A Spark split of
+(``ParseConfig.part_quads``: an initial load) stands for up to that many quads of one
+task, not deduplicated, which the task itself sent to the worker as N-Quads text
+(canonical lines, what a worker's bulk load takes; ``ParseConfig.push``): their number
+in ``statements`` and their 16-byte digests (the fingerprint's hashes, big-endian, one
+after the other) in ``digests``. A Spark split of
 a line-format file starts anywhere in the file, so a line's number is its index in the
 split plus the lines of the splits before it (``rejects``).
 
 The job needs one pass over the input: ``deduplicated`` removes duplicate quads in one
 shuffle and keeps every other record, and everything else — counts, fingerprint,
 rejects, the quads to send — is read from that (persisted) result. An initial load
-shuffles no quad: its PART records go to the worker as they are (the worker's store is
-a set), and the count and fingerprint of the distinct quads come from their digests
-alone (``distinct_sums``: a shuffle of 16 bytes a quad, in a row per bucket and part,
-instead of its text).
+shuffles no quad: its parts go to the worker from the tasks as they are parsed (the
+worker's store is a set), and the count and fingerprint of the distinct quads come
+from their digests alone (``distinct_sums``: a shuffle of 16 bytes a quad, in a row
+per bucket and part, instead of its text).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import xxhash
+from pyspark import TaskContext
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -52,14 +55,14 @@ from spark_pipeline.locations import name_of_uri
 
 PARSED = ("kind int, file string, split long, idx long, statements long, quad string, "
           "graph string, message string, h0 long, h1 long, h2 long, h3 long, "
-          "data binary, digests binary")
+          "digests binary")
 PIECE_COLUMNS = [f"h{i}" for i in range(rdf.PIECES)]
 _ARROW = pa.schema([
     ("kind", pa.int32()), ("file", pa.string()), ("split", pa.int64()), ("idx", pa.int64()),
     ("statements", pa.int64()), ("quad", pa.string()), ("graph", pa.string()),
     ("message", pa.string()),
     *[(c, pa.int64()) for c in PIECE_COLUMNS],
-    ("data", pa.binary()), ("digests", pa.binary()),
+    ("digests", pa.binary()),
 ])
 
 
@@ -75,6 +78,9 @@ class ParseConfig:
     counts: Any = None
     base_iri: str | None = None  # relative IRIs of documents resolve against it
     part_quads: int | None = None  # quads as PART records of this many (initial load)
+    # What sends each part to the initial load's worker from the task that makes it
+    # (part_push.PartPush: ``send(number, data)``, ``close()`` at the task's end), or None.
+    push: Any = None
 
 
 # A task that fails (a file gone since it was listed, a bug) raises TaskFailure: its
@@ -133,18 +139,32 @@ def _quad_batch(parsed: rdf.Parsed) -> pa.RecordBatch:
         pa.array(parsed.graphs, pa.string()) if parsed.graphs else pa.nulls(n, pa.string()),
         pa.nulls(n, pa.string()),
         *[pa.array(cols[:, i]) for i in range(rdf.PIECES)],
-        pa.nulls(n, pa.binary()), pa.nulls(n, pa.binary()),
+        pa.nulls(n, pa.binary()),
     ], schema=_ARROW)
+
+
+# A task's parts are numbered from its partition's number shifted by this many bits (up
+# to ~10**11 quads a task at 100,000 a part).
+PART_BITS = 20
 
 
 class _QuadsOut:
     """Where a task's quads go: QUAD records, batch by batch; or, with
-    ``ParseConfig.part_quads``, PART records of that many quads (the last one of the task
-    shorter), which ``flush`` ends."""
+    ``ParseConfig.part_quads``, parts of that many quads (the last one of the task
+    shorter), which ``flush`` ends: each sent by ``ParseConfig.push`` (an initial load's
+    worker) as the task makes it, and a PART record of its count and digests."""
 
-    def __init__(self, part_quads: int | None) -> None:
-        self.part_quads = part_quads
+    def __init__(self, config: ParseConfig) -> None:
+        self.part_quads, self.push, self.counts = config.part_quads, config.push, config.counts
         self.lines: list[str] = []
+        self.parts = 0  # sent by this task
+        # A part's number: the task's partition, then the part's place in it. The same
+        # partition parsed again (a task run again) makes the same parts, which the
+        # worker takes once (worker_service/bulk_load.py).
+        self.first = 0
+        if self.push is not None:
+            context = TaskContext.get()
+            self.first = (context.partitionId() if context else 0) << PART_BITS
 
     def add(self, parsed: rdf.Parsed) -> Iterator[pa.RecordBatch]:
         if self.part_quads is None:
@@ -162,6 +182,10 @@ class _QuadsOut:
         if self.lines:
             yield self._part()
 
+    def close(self) -> None:
+        if self.push is not None:
+            self.push.close()
+
     def _part(self) -> pa.RecordBatch:
         lines, self.lines = self.lines, []
         # The lines that may hold a blank node go last: the worker bulk-loads the text
@@ -175,8 +199,12 @@ class _QuadsOut:
         each = data.split(b"\n")
         each.pop()  # after the last newline
         digests = b"".join(map(xxhash.xxh3_128_digest, each))  # rdfcore's line_hash
-        return _records([{"kind": rdf.PART, "statements": len(lines), "data": data,
-                          "digests": digests}])
+        if self.push is not None:
+            self.push.send(self.first + self.parts, data)
+            if self.counts is not None:
+                self.counts.add({"loaded": len(lines)})
+        self.parts += 1
+        return _records([{"kind": rdf.PART, "statements": len(lines), "digests": digests}])
 
 
 def _records(rows: list[dict]) -> pa.RecordBatch:
@@ -190,7 +218,7 @@ def _parse_line_batches(config: ParseConfig, local: bool = False):
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         state = _SplitState()
-        out = _QuadsOut(config.part_quads)
+        out = _QuadsOut(config)
         runs = _local_runs(batches) if local else _text_source_runs(batches)
         try:
             yield from _parse_splits(runs, config, canon, state, out)
@@ -201,6 +229,8 @@ def _parse_line_batches(config: ParseConfig, local: bool = False):
             path, split = state.current
             raise TaskFailure(path, _line_range(state.seen + 1, state.reading, split),
                               exc) from exc
+        finally:
+            out.close()
 
     return run
 
@@ -303,18 +333,21 @@ def _parse_document_batches(config: ParseConfig):
     canon = rdf.Canonicaliser(config.graph, config.with_graphs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out = _QuadsOut(config.part_quads)
-        for batch in batches:
-            for row in batch.to_pylist():
-                reader = rdf.CountingReader()
-                try:
-                    yield from _parse_document(row, config, canon, reader, out)
-                except Exception as exc:
-                    # The parser reads ahead (1 MB buffers): "lines read" is an upper
-                    # bound of where it was.
-                    raise TaskFailure(row["path"], _line_range(1, reader.lines) +
-                                      " (read so far)", exc) from exc
-        yield from out.flush()
+        out = _QuadsOut(config)
+        try:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    reader = rdf.CountingReader()
+                    try:
+                        yield from _parse_document(row, config, canon, reader, out)
+                    except Exception as exc:
+                        # The parser reads ahead (1 MB buffers): "lines read" is an upper
+                        # bound of where it was.
+                        raise TaskFailure(row["path"], _line_range(1, reader.lines) +
+                                          " (read so far)", exc) from exc
+            yield from out.flush()
+        finally:
+            out.close()
 
     return run
 
@@ -381,14 +414,6 @@ def deduplicated(parsed: DataFrame) -> DataFrame:
 def quads(records: DataFrame) -> DataFrame:
     """The quads of PARSED records (columns quad, graph, h0..h3)."""
     return records.filter(F.col("kind") == rdf.QUAD).select("quad", "graph", *PIECE_COLUMNS)
-
-
-def parts(records: DataFrame, partitions: int | None = None) -> DataFrame:
-    """The PART records (``ParseConfig.part_quads``): columns data, quads; shuffled
-    into ``partitions`` partitions when given (extract.stream_partitions)."""
-    out = (records.filter(F.col("kind") == rdf.PART)
-           .select("data", F.col("statements").alias("quads")))
-    return out if partitions is None else out.repartition(partitions)
 
 
 def distinct_sums(records: DataFrame) -> DataFrame:

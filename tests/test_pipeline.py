@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import socket
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from rdfcore import fingerprint
 from spark_pipeline import audit, extract, jobs, load, rdf, transform
+from spark_pipeline.part_push import PartPush, PartRefused
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
@@ -170,37 +172,65 @@ def test_fingerprint_of_the_job_equals_the_store_and_a_full_recomputation(datase
     assert fingerprint.sum_hashes(store) == prepared.fingerprint
 
 
-def test_an_initial_loads_parts_hold_every_quad_and_count_the_distinct_ones(
-        spark, dataset, monkeypatch):
-    """The stream of an initial load: PART records as the parse makes them (no shuffle
-    of the text: duplicates included, each part at most PART_QUADS, whole lines), whose
-    digests are the fingerprint's hashes of their lines; the count and the fingerprint
-    of the distinct quads, the rejects and the line counts equal those of the
-    deduplicating job."""
+def _file_push(folder: Path):
+    """A ``load.PartPush`` stand-in that the tasks (other processes) use alike: each part
+    into ``folder/<number>``; a number written twice must bring the same bytes (the
+    worker's rule)."""
+
+    class FilePush:
+        def __init__(self) -> None:
+            self.worker = "files"
+
+        def send(self, number: int, data: bytes) -> None:
+            path = folder / str(number)
+            assert not path.exists() or path.read_bytes() == data
+            path.write_bytes(data)
+
+        def close(self) -> None:
+            pass
+
+    folder.mkdir()
+    return FilePush()
+
+
+def _pushed_parts(folder: Path) -> dict[int, bytes]:
+    return {int(p.name): p.read_bytes() for p in folder.iterdir()}
+
+
+def test_an_initial_loads_tasks_send_parts_of_every_quad_and_count_the_distinct_ones(
+        spark, dataset, tmp_path, monkeypatch):
+    """An initial load: the parse tasks send their quads in parts as they make them (no
+    shuffle of the text, duplicates included, each part at most PART_QUADS, whole lines)
+    and keep PART records of their digests, the fingerprint's hashes of their lines; the
+    count and the fingerprint of the distinct quads, the rejects and the line counts
+    equal those of the deduplicating job. ``pushed`` is called once, after every part."""
     _, files, prepared, rejects = dataset
     monkeypatch.setattr(jobs, "PART_QUADS", 40)
-    sent: list[tuple[bytes, int]] = []
-    fetched = []
-
-    def stream(parts, say, done):
-        sent.extend(jobs._blobs(parts))
-        fetched.append(len(sent))
-        done()
+    push = _file_push(tmp_path / "parts")
+    pushed: list[int] = []
 
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
     try:
-        streamed = jobs.prepare(spark, files, None, QUIET, stream=stream)
+        streamed = jobs.prepare(spark, files, None, QUIET, push=push, pushed=lambda: pushed.append(
+            len(_pushed_parts(tmp_path / "parts"))))
         got_rejects = streamed.rejects.collect()
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
-    assert streamed.distinct is None and fetched == [len(sent)]
-    lines = [line for data, _ in sent for line in data.decode().splitlines()]
-    assert all(0 < n <= 40 and data.endswith(b" .\n") for data, n in sent)
+    sent = _pushed_parts(tmp_path / "parts")
+    assert streamed.distinct is None and pushed == [len(sent)] and len(sent) > 3
+    parts = [data.decode().splitlines() for data in sent.values()]
+    assert all(0 < len(lines) <= 40 and data.endswith(b" .\n")
+               for lines, data in zip(parts, sent.values(), strict=True))
     # In each part the lines that may hold a blank node come last (the worker bulk-loads
     # the text before the first "_:" as it is).
-    marks = [["_:" in line for line in data.decode().splitlines()] for data, _ in sent]
+    marks = [["_:" in line for line in lines] for lines in parts]
     assert all(m == sorted(m) for m in marks) and any(len(set(m)) == 2 for m in marks)
-    assert sum(n for _, n in sent) == len(lines)
+    lines = [line for part in parts for line in part]
+    records = streamed.records.filter(f"kind = {rdf.PART}").collect()
+    assert sorted(r.statements for r in records) == sorted(len(p) for p in parts)
+    assert sorted(d for r in records for d in (r.digests[i:i + 16]
+                                               for i in range(0, len(r.digests), 16))) \
+        == sorted(fingerprint.line_hash(line.encode()).to_bytes(16, "big") for line in lines)
     distinct = {r.quad for r in prepared.distinct.select("quad").collect()}
     assert set(lines) == distinct and len(lines) > len(distinct)  # duplicates were sent
     assert (streamed.quads, streamed.fingerprint) == (prepared.quads, prepared.fingerprint)
@@ -212,44 +242,33 @@ def test_an_initial_loads_parts_hold_every_quad_and_count_the_distinct_ones(
     streamed.release()
 
 
-def test_parts_of_a_file_spark_cannot_split_come_in_bounded_partitions(
+def test_a_task_parsed_again_sends_the_same_parts_under_the_same_numbers(
         spark, tmp_path, monkeypatch):
-    """A gzip file is one Spark task: all its parts would come to the driver as one task
-    result (a 4,000,000-quad load ran a 1 GiB driver out of heap). They are shuffled into
-    partitions of about STREAM_PARTITION_BYTES, and still hold every quad once."""
+    """What lets the worker take a part sent again once: the same inputs parsed again (a
+    task run again on a lost executor) give the same parts under the same numbers; the
+    parts of different tasks never share a number (a gzip file is one task of many
+    parts)."""
     monkeypatch.setattr(jobs, "PART_QUADS", 50)
-    monkeypatch.setattr(extract, "STREAM_PARTITION_BYTES", 4096)
-    text = "".join(f'<http://e/s{i}> <http://e/p> "{i}" .\n' for i in range(2000))
-    files = extract.list_inputs(spark, [write(tmp_path / "big.nt.gz", text, gz=True)])
-    partitions = extract.stream_partitions(files)
-    assert partitions is not None and partitions > 1
-    held: list[int] = []
-    sent: list[tuple[bytes, int]] = []
-
-    def stream(parts, say, done):
-        held.extend(parts.rdd.glom().map(len).collect())  # parts per partition
-        sent.extend(jobs._blobs(parts))
-        done()
-
-    streamed = jobs.prepare(spark, files, None, QUIET, stream=stream)
-    assert len(held) == partitions and sum(held) == len(sent) == 40
-    assert max(held) <= -(-40 // partitions)  # spread evenly: none holds the file
-    lines = [line for data, _ in sent for line in data.decode().splitlines()]
-    assert sorted(lines) == sorted(text.splitlines()) and streamed.quads == 2000
-    streamed.release()
-
-
-def test_which_inputs_are_shuffled_for_an_initial_load(monkeypatch):
-    monkeypatch.setattr(extract, "STREAM_PARTITION_BYTES", 1000)
-    nq = rdf.InputFile("/d/a.nq", "nq", None, 50_000)  # split by Spark: never shuffled
-    small_gz = rdf.InputFile("/d/b.nq.gz", "nq", "gz", 100)  # ~1,000 bytes: one task's
-    big_gz = rdf.InputFile("/d/c.nq.gz", "nq", "gz", 150)  # ~1,500 bytes of N-Quads
-    ttl = rdf.InputFile("/d/d.ttl", "ttl", None, 300)  # N-Quads up to 4 times larger
-    assert extract.stream_partitions([nq]) is None
-    assert extract.stream_partitions([nq, small_gz]) is None
-    assert extract.stream_partitions([big_gz]) == 2
-    assert extract.stream_partitions([ttl]) == 2
-    assert extract.stream_partitions([nq, big_gz, ttl]) == 53  # all of it, shuffled
+    text = "".join(f'<http://e/s{i}> <http://e/p> "{i}" .\n' for i in range(700))
+    inputs = [write(tmp_path / "big.nt.gz", text, gz=True),
+              write(tmp_path / "plain.nt", text.replace("/s", "/t"))]
+    files = extract.list_inputs(spark, inputs)
+    runs = []
+    for run in ("one", "two"):
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
+        try:
+            prepared = jobs.prepare(spark, files, None, QUIET,
+                                    push=_file_push(tmp_path / run))
+        finally:
+            spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        assert prepared.quads == 1400
+        prepared.release()
+        runs.append(_pushed_parts(tmp_path / run))
+    assert runs[0] == runs[1]
+    lines = [line for data in runs[0].values() for line in data.decode().splitlines()]
+    assert sorted(lines) == sorted(text.splitlines() + text.replace("/s", "/t").splitlines())
+    tasks = {n >> transform.PART_BITS for n in runs[0]}
+    assert len(tasks) > 2  # the gzip file's one task and the plain file's splits
 
 
 def test_spark_runs_with_ansi_mode(spark):
@@ -760,3 +779,28 @@ def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path
     monkeypatch.undo()
     assert str(failed.value).startswith(f"a Spark task failed on {gone_nt}, before line 1: "
                                         "FileNotFoundError"), str(failed.value)
+
+
+def test_a_part_the_master_refuses_or_cannot_take_fails_with_why(cluster_factory):
+    """What an executor's part push says when the master refuses a part or is not there
+    (the task fails with it; Spark carries it to the driver)."""
+    c = cluster_factory(1)
+    good = b"<http://e/a> <http://e/p> <http://e/o> .\n"
+    push = PartPush(c.master.url, None, "L1", "http://127.0.0.1:9")  # not its worker
+    with pytest.raises(PartRefused, match=r"/parts/0 on .* answered 4\d\d: "):
+        push.send(0, good)
+    push.close()
+    worker = c.workers[0].url
+    push = PartPush(c.master.url, None, "L1", worker)
+    push.send(1 << transform.PART_BITS, good)
+    push.send(1 << transform.PART_BITS, good)  # a task run again: taken once
+    with pytest.raises(PartRefused, match=r"answered 409: .*staged already, with other quads"):
+        push.send(1 << transform.PART_BITS, good.replace(b"/o>", b"/other>"))
+    push.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(PartRefused, match=re.escape(f"cannot send part 7 to the master {gone}:")):
+        PartPush(gone, None, "L1", worker).send(7, good)
+    load.MasterAPI(c.master.url).bulk_abort("L1", worker)
+    assert httpx.get(f"{worker}/health").json()["quads"] == 0

@@ -19,8 +19,10 @@ pytest.importorskip("pyspark")
 from spark_pipeline import shipping
 
 ROOT = Path(__file__).resolve().parents[1]
-# What the executors import: the functions shipped by mapInArrow and the accumulator.
-EXECUTOR_MODULES = ("spark_pipeline.transform", "spark_pipeline.rdf", "spark_pipeline.progress")
+# What the executors import: the functions shipped by mapInArrow, the accumulator and
+# what sends an initial load's parts.
+EXECUTOR_MODULES = ("spark_pipeline.transform", "spark_pipeline.rdf", "spark_pipeline.progress",
+                    "spark_pipeline.part_push")
 
 
 def _imports(module: str) -> set[str]:

@@ -6,7 +6,8 @@ transactions, changesets or journal — and the master makes that worker's state
 of its new transaction log; the other workers are replicated from it ("Replicating
 (empty)"). The master forwards the loader's calls (cluster credential):
 
-    PUT    /cluster/bulk-load/{id}/parts/{n}   N-Quads; n = 0, 1, 2 ..., each once
+    PUT    /cluster/bulk-load/{id}/parts/{n}   N-Quads; n any number, a part sent again
+                                               with the same content taken once
     POST   /cluster/bulk-load/{id}/sent        every part is sent: load what waits now
     POST   /cluster/bulk-load/{id}             {"fingerprint", "quads"}: commit
     DELETE /cluster/bulk-load/{id}             abort
@@ -21,7 +22,8 @@ text: ``_canonical_text``), and the commit checks that the staged content is exa
 what the loader computed: the count and the fingerprint of the DISTINCT quads staged
 (``Digests``: a store is a set, and the loader sends a quad as often as its inputs hold
 it, deduplicating only the hashes it computes; a missing part fails the check, a part
-number sent twice is refused). The staged store is then installed as a new generation
+number sent again is taken once when its content is the same, as a retried Spark task
+sends it, and refused otherwise). The staged store is then installed as a new generation
 with state (seq 0, txid = load id, fingerprint, quads), atomically and only while the
 repository is still empty (``Repository.install_store``).
 A worker that holds anything is refused (409) at every step.
@@ -90,7 +92,8 @@ class _Staging:
     folder: Path
     store: ox.Store | None
     digests: Digests
-    parts: set[int] = field(default_factory=set)
+    # Each part staged, by its number: the xxh3-128 of its digests (a part sent again).
+    parts: dict[int, bytes] = field(default_factory=dict)
     waiting: list[Staged] = field(default_factory=list)  # canonical, not loaded yet
     # The batch of waiting parts being loaded in the background (load_waiting): the
     # loader's next parts are taken meanwhile. Answering a part only once its batch was
@@ -320,8 +323,10 @@ class BulkLoader:
                             f"into the staging store: {exc}", 500) from exc
 
     def add_part(self, repo: Repository, load_id: str, part: int, data: bytes) -> dict:
-        """Stage one part. Parts may come in any order (the loader sends the next while
-        this one loads), each once; a part of another load id replaces an abandoned
+        """Stage one part. Parts may come in any order (the loader's tasks send them as
+        they parse, several at once). A part number sent again is taken once if its
+        quads are the same (a Spark task that ran again: an executor lost, a speculative
+        copy) and refused otherwise. A part of another load id replaces an abandoned
         staging."""
         self._check_id(load_id)
         try:
@@ -341,8 +346,13 @@ class BulkLoader:
                 staging = self._staging = _Staging(load_id, folder,
                                                    ox.Store(str(folder / "store")),
                                                    Digests(folder / "digests"))
+            same = xxhash.xxh3_128_digest(staged.digests)
             if part in staging.parts:
-                raise BulkLoadError(f"part {part} of bulk load '{load_id}' is staged already")
+                if staging.parts[part] != same:
+                    raise BulkLoadError(f"part {part} of bulk load '{load_id}' is staged "
+                                        "already, with other quads")
+                return {"load": load_id, "parts": len(staging.parts),
+                        "quads": staging.digests.sent}
             try:
                 staging.settle(wait=False)  # a failed batch fails this part already
                 if staged.quads:  # another form than the loader's: not worth waiting for
@@ -354,7 +364,7 @@ class BulkLoader:
             except Exception as exc:
                 self._failed(load_id, f"part {part} or a part staged before it", exc)
             staging.digests.add(staged.digests)
-            staging.parts.add(part)
+            staging.parts[part] = same
             return {"load": load_id, "parts": len(staging.parts),
                     "quads": staging.digests.sent}
 

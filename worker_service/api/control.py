@@ -542,7 +542,8 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
 
     @router.put("/bulk-load/{load_id}/parts/{part}")
     async def bulk_load_part(load_id: str, part: int, request: Request):
-        """Stage one part (N-Quads body) of a bulk load: numbered from 0, each once."""
+        """Stage one part (N-Quads body) of a bulk load: any number; a number sent again
+        is taken once if its quads are the same, and refused otherwise."""
         repo = await guard(request)
         body = await request.body()
         try:

@@ -1,0 +1,84 @@
+"""An initial load's parts, sent from the Spark tasks that parse them (IO only).
+
+``PartPush`` travels to the executors inside the job's closure (``transform.ParseConfig
+.push``); each task sends the parts it makes to the master's admin API, which forwards
+them to the worker being loaded (``PUT /admin/bulk-load/{id}/parts/{n}?worker=...``,
+worker_service/bulk_load.py). The parts never go through Spark's JVM or the driver
+(docs/design/pipeline-on-spark.md, "An initial load").
+
+The executors run it with what is shipped to them (spark_pipeline/shipping.py: this
+package, pyoxigraph and a few more), so it uses the standard library's HTTP client only:
+no httpx, no txcluster package there. An https master is checked against the system's
+certificate authorities.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import ssl
+from urllib.parse import quote, urlsplit
+
+# A part can wait while the worker loads the batch before it (bulk_load.LOAD_EVERY).
+TIMEOUT_S = 3600.0
+
+
+class PartRefused(RuntimeError):
+    """The master refused a part, or could not be reached; the message says why. The task
+    fails with it (Spark names the task, transform.TaskFailure the file and lines)."""
+
+
+class PartPush:
+    """Sends the parts of bulk load ``load_id`` to ``worker`` through ``master``. It opens
+    its connection in the task, at the first part (kept alive for the next), and the
+    task closes it at its end. A task that runs again sends the same parts under the
+    same numbers, which the worker takes once."""
+
+    def __init__(self, master: str, auth: tuple[str, str] | None, load_id: str,
+                 worker: str) -> None:
+        self.master, self.auth, self.load_id, self.worker = master.rstrip("/"), auth, \
+            load_id, worker
+        self._conn: http.client.HTTPConnection | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_conn": None}
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            url = urlsplit(self.master)
+            if url.scheme == "https":
+                self._conn = http.client.HTTPSConnection(
+                    url.netloc, timeout=TIMEOUT_S, context=ssl.create_default_context())
+            else:
+                self._conn = http.client.HTTPConnection(url.netloc, timeout=TIMEOUT_S)
+        return self._conn
+
+    def send(self, number: int, data: bytes) -> None:
+        path = (urlsplit(self.master).path + f"/admin/bulk-load/{quote(self.load_id)}"
+                f"/parts/{number}?worker={quote(self.worker, safe='')}")
+        headers = {"content-type": "application/n-quads"}
+        if self.auth is not None:
+            token = base64.b64encode(":".join(self.auth).encode()).decode()
+            headers["authorization"] = f"Basic {token}"
+        try:
+            conn = self._connection()
+            conn.request("PUT", path, body=data, headers=headers)
+            r = conn.getresponse()
+            body = r.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise PartRefused(f"cannot send part {number} to the master {self.master}: "
+                              f"{exc}") from None
+        if r.status >= 400:
+            try:
+                detail = json.loads(body).get("detail", body.decode(errors="replace"))
+            except (ValueError, AttributeError):
+                detail = body.decode(errors="replace")
+            raise PartRefused(f"PUT /admin/bulk-load/{self.load_id}/parts/{number} on "
+                              f"{self.master} answered {r.status}: {detail}")
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
