@@ -317,6 +317,26 @@ def test_abort_drops_the_staging(client, repo):
     assert commit(client, "L1", canonical(DATA)).status_code == 404
 
 
+def test_a_part_of_a_load_that_ended_is_refused(client, repo):
+    """Each Spark task sends its own parts: one still running when its job failed (and
+    the loader aborted) sends more. They are refused, and a late part of an older load
+    never replaces the staging of a newer one."""
+    assert put(client, "L1", 0, DATA).status_code == 200
+    assert client.delete("/cluster/bulk-load/L1").status_code == 200
+    r = put(client, "L1", 1, MORE)
+    assert r.status_code == 409 and "'L1' was aborted or failed here" in r.json()["detail"]
+    assert not list((repo.data_dir / "tmp").iterdir())
+    # Aborted before any part came: its parts are refused all the same.
+    assert client.delete("/cluster/bulk-load/L2").status_code == 404
+    assert put(client, "L2", 0, DATA).status_code == 409
+    # L3 replaces an abandoned L4 staging; L4's late part does not replace L3's.
+    assert put(client, "L4", 0, MORE).status_code == 200
+    assert put(client, "L3", 0, DATA).status_code == 200
+    assert put(client, "L4", 1, MORE).status_code == 409
+    assert commit(client, "L3", canonical(DATA)).status_code == 200
+    assert repo.state().txid == "L3" and repo.state().quads == 3
+
+
 def test_bulk_load_needs_the_cluster_credential(client, repo):
     client.auth = None
     r = put(client, "L1", 0, DATA)

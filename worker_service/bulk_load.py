@@ -15,7 +15,8 @@ of its new transaction log; the other workers are replicated from it ("Replicati
 Safety: parts go into a staging store under ``data-dir/tmp`` (removed at start), never
 into the live store; those in the loader's form are loaded LOAD_EVERY quads at a time
 (in the background, while the next parts come), the rest at the commit, and a load that
-fails discards the whole staging (at the next part or the commit). Each quad is
+fails discards the whole staging (at the next part or the commit), and a part of a
+load that ended so (or was aborted, or replaced by another) is refused when it comes. Each quad is
 hashed here in the form the store holds it (``canonical_quad``, as an RDF4J add does; a
 part that is already in that form, as the loader sends it, is checked so and loaded as
 text: ``_canonical_text``), and the commit checks that the staged content is exactly
@@ -284,9 +285,16 @@ def _canonical_quads(data: bytes) -> Staged:
 class BulkLoader:
     """The one bulk load a worker stages at a time."""
 
+    # How many ended load ids are remembered (a load id is a fresh uuid per load).
+    ENDED = 256
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._staging: _Staging | None = None
+        # Loads aborted, failed or replaced here: a part of one that comes later (a
+        # Spark task still running when its job failed, each task sending its own parts)
+        # is refused, never staged again, and never replaces the staging of a newer load.
+        self._ended: dict[str, None] = {}
 
     @staticmethod
     def _require_empty(repo: Repository) -> None:
@@ -307,9 +315,15 @@ class BulkLoader:
             raise BulkLoadError(f"no bulk load '{load_id}' is in progress here", 404)
         return staging
 
+    def _end(self, load_id: str) -> None:
+        self._ended[load_id] = None
+        while len(self._ended) > self.ENDED:
+            del self._ended[next(iter(self._ended))]
+
     def _discard(self) -> None:
         staging, self._staging = self._staging, None
         if staging is not None:
+            self._end(staging.load_id)
             staging.close()
             staging.store = None
             heap.collect()  # closes RocksDB (pyoxigraph has no close())
@@ -327,7 +341,8 @@ class BulkLoader:
         they parse, several at once). A part number sent again is taken once if its
         quads are the same (a Spark task that ran again: an executor lost, a speculative
         copy) and refused otherwise. A part of another load id replaces an abandoned
-        staging."""
+        staging; a part of a load that ended here (aborted, failed or replaced) is
+        refused."""
         self._check_id(load_id)
         try:
             staged = _canonical_text(data)
@@ -337,6 +352,9 @@ class BulkLoader:
             raise BulkLoadError(f"part {part} is not valid N-Quads: {exc}", 400) from None
         with self._lock:
             self._require_empty(repo)
+            if load_id in self._ended:
+                raise BulkLoadError(f"bulk load '{load_id}' was aborted or failed here: "
+                                    f"part {part} is not staged (start another load)")
             staging = self._staging
             if staging is None or staging.load_id != load_id:
                 self._discard()
@@ -418,7 +436,12 @@ class BulkLoader:
                 shutil.rmtree(staging.folder, ignore_errors=True)
 
     def abort(self, load_id: str) -> None:
+        """Drop the staging of ``load_id``; its parts that come later are refused (also
+        when none was staged yet: 404, but the id is ended all the same)."""
         self._check_id(load_id)
         with self._lock:
-            self._current(load_id)
+            try:
+                self._current(load_id)
+            finally:
+                self._end(load_id)
             self._discard()
