@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 
 import pyoxigraph as ox
@@ -24,6 +26,7 @@ from rdfcore import fingerprint
 from txcluster.auth import HmacAuth, NodeAuthorities
 from worker_service.api import queries
 from worker_service.app import create_app
+from worker_service.bulk_load import PARTS_AT_ONCE, BulkLoader
 from worker_service.repository import Repository
 from worker_service.wire_parsing import parse_operations
 
@@ -335,6 +338,47 @@ def test_a_part_of_a_load_that_ended_is_refused(client, repo):
     assert put(client, "L4", 1, MORE).status_code == 409
     assert commit(client, "L3", canonical(DATA)).status_code == 200
     assert repo.state().txid == "L3" and repo.state().quads == 3
+
+
+def test_at_most_two_parts_are_taken_in_at_once(client, repo, monkeypatch):
+    """Each Spark task sends its own parts: the worker takes PARTS_AT_ONCE of them in at
+    a time (body read, checked, staged) and the others wait, not all in memory."""
+    real = BulkLoader.add_part
+    inside, peak = [0], [0]
+    lock, release = threading.Lock(), threading.Event()
+
+    def add_part(self, *args):
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        try:
+            release.wait(10)
+            return real(self, *args)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(BulkLoader, "add_part", add_part)
+    texts = [f"<http://e/s{n}> <http://e/p> <http://e/o> .\n" for n in range(5)]
+    answers: list[int] = []
+    senders = [threading.Thread(target=lambda n=n: answers.append(
+        put(client, "L1", n, texts[n]).status_code)) for n in range(5)]
+    for t in senders:
+        t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while inside[0] < PARTS_AT_ONCE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # time for a third to come in, if it could
+        taken_in = inside[0]
+    finally:  # every request ends before the client closes, whatever was seen
+        release.set()
+        for t in senders:
+            t.join(20)
+    assert taken_in == PARTS_AT_ONCE == 2
+    assert answers == [200] * 5 and peak[0] == 2
+    assert commit(client, "L1", canonical("".join(texts))).status_code == 200
+    assert repo.state().quads == 5
 
 
 def test_bulk_load_needs_the_cluster_credential(client, repo):

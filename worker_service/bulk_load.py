@@ -15,18 +15,18 @@ of its new transaction log; the other workers are replicated from it ("Replicati
 Safety: parts go into a staging store under ``data-dir/tmp`` (removed at start), never
 into the live store; those in the loader's form are loaded LOAD_EVERY quads at a time
 (in the background, while the next parts come), the rest at the commit, and a load that
-fails discards the whole staging (at the next part or the commit), and a part of a
-load that ended so (or was aborted, or replaced by another) is refused when it comes. Each quad is
-hashed here in the form the store holds it (``canonical_quad``, as an RDF4J add does; a
-part that is already in that form, as the loader sends it, is checked so and loaded as
-text: ``_canonical_text``), and the commit checks that the staged content is exactly
-what the loader computed: the count and the fingerprint of the DISTINCT quads staged
-(``Digests``: a store is a set, and the loader sends a quad as often as its inputs hold
-it, deduplicating only the hashes it computes; a missing part fails the check, a part
-number sent again is taken once when its content is the same, as a retried Spark task
-sends it, and refused otherwise). The staged store is then installed as a new generation
-with state (seq 0, txid = load id, fingerprint, quads), atomically and only while the
-repository is still empty (``Repository.install_store``).
+fails discards the whole staging (at the next part or the commit); a part of a load
+that ended so (or was aborted, or replaced by another) is refused when it comes. Each
+quad is hashed here in the form the store holds it (``canonical_quad``, as an RDF4J add
+does; a part that is already in that form, as the loader sends it, is checked so and
+loaded as text: ``_canonical_text``), and the commit checks that the staged content is
+exactly what the loader computed: the count and the fingerprint of the DISTINCT quads
+staged (``Digests``: a store is a set, and the loader sends a quad as often as its
+inputs hold it, deduplicating only the hashes it computes; a missing part fails the
+check; a part number sent again is taken once when its content is the same, as a
+retried Spark task sends it, and refused otherwise). The staged store is then installed
+as a new generation with state (seq 0, txid = load id, fingerprint, quads), atomically
+and only while the repository is still empty (``Repository.install_store``).
 A worker that holds anything is refused (409) at every step.
 """
 
@@ -64,6 +64,10 @@ SLICE = 50_000
 # 8 calls took 11.6 CPU-s (13.6 with the compaction after), in one 8.9 (bench/README,
 # "The Spark pipeline").
 LOAD_EVERY = 300_000
+# Parts taken in at once (their bodies read, checked and staged): the loader's Spark tasks
+# each send their own, and the others wait unread rather than all in memory together.
+# Two keep one checked while another waits for the batch before it to load.
+PARTS_AT_ONCE = 2
 
 
 class BulkLoadError(WorkerError):

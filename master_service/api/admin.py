@@ -4,6 +4,7 @@ cluster.properties."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ class BulkLoadIn(BaseModel):
 
 T = TypeVar("T")
 LOAD_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+BULK_PARTS_AT_ONCE = 2  # an initial load's parts read and forwarded together
 
 
 class ModeIn(BaseModel):
@@ -181,6 +183,12 @@ def admin_router(control: Control, guard: AdminGuard) -> APIRouter:
         except WorkerUnavailable as exc:
             raise HTTPException(502, f"worker unavailable: {exc}") from None
 
+    # Parts read and forwarded at once: every Spark task sends its own (spark_pipeline/
+    # part_push.py), and a large cluster's executors would otherwise have their bodies
+    # (~10 MB each) in this process's memory together. The others wait unread (TCP
+    # holds their senders), as the worker's route does (PARTS_AT_ONCE there).
+    parts_at_once = asyncio.Semaphore(BULK_PARTS_AT_ONCE)
+
     @router.put("/bulk-load/{load_id}/parts/{part}",
                 summary="Initial bulk load: stage one part (N-Quads) on a worker")
     async def bulk_load_part(request: Request, worker: str,
@@ -190,7 +198,9 @@ def admin_router(control: Control, guard: AdminGuard) -> APIRouter:
         if problem := cluster().bulk_load_problem():
             raise HTTPException(409, problem)
         w = bulk_worker(worker)
-        return await on_worker(w.client.bulk_load_part(load_id, part, await request.body()))
+        async with parts_at_once:
+            return await on_worker(w.client.bulk_load_part(load_id, part,
+                                                           await request.body()))
 
     @router.post("/bulk-load/{load_id}/sent", summary="Initial bulk load: every part is "
                  "sent, the worker loads the waiting ones while the loader computes the "

@@ -52,7 +52,7 @@ from txcluster.http_auth import require_credential
 from txcluster.properties import is_backup_name
 from txcluster.signed_session import SignedSession
 from worker_service import backups, image
-from worker_service.bulk_load import BulkLoader
+from worker_service.bulk_load import PARTS_AT_ONCE, BulkLoader
 from worker_service.forwarded import ApplyEntry
 from worker_service.image import ImageError
 from worker_service.journal import NotHeld
@@ -539,17 +539,19 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     # ---- initial bulk load (txcluster load --initial; the master forwards the calls) ----
 
     bulk = BulkLoader()
+    parts_at_once = asyncio.Semaphore(PARTS_AT_ONCE)
 
     @router.put("/bulk-load/{load_id}/parts/{part}")
     async def bulk_load_part(load_id: str, part: int, request: Request):
         """Stage one part (N-Quads body) of a bulk load: any number; a number sent again
         is taken once if its quads are the same, and refused otherwise."""
         repo = await guard(request)
-        body = await request.body()
-        try:
-            return await run_in_threadpool(bulk.add_part, repo, load_id, part, body)
-        except WorkerError as exc:
-            raise fail(exc) from None
+        async with parts_at_once:
+            body = await request.body()
+            try:
+                return await run_in_threadpool(bulk.add_part, repo, load_id, part, body)
+            except WorkerError as exc:
+                raise fail(exc) from None
 
     @router.post("/bulk-load/{load_id}/sent")
     async def bulk_load_sent(load_id: str, request: Request):
