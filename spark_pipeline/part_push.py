@@ -30,29 +30,23 @@ class PartRefused(RuntimeError):
 
 
 class PartPush:
-    """Sends the parts of bulk load ``load_id`` to ``worker`` through ``master``. It opens
-    its connection in the task, at the first part (kept alive for the next), and the
-    task closes it at its end. A task that runs again sends the same parts under the
-    same numbers, which the worker takes once."""
+    """Sends the parts of bulk load ``load_id`` to ``worker`` through ``master``: one
+    connection per part (a kept one could be closed by the master between two parts, as
+    uvicorn closes a connection idle for 5 s, while the task parses the next; a ~10 MB
+    part makes the connection's cost nothing). A task that runs again sends the same
+    parts under the same numbers, which the worker takes once."""
 
     def __init__(self, master: str, auth: tuple[str, str] | None, load_id: str,
                  worker: str) -> None:
         self.master, self.auth, self.load_id, self.worker = master.rstrip("/"), auth, \
             load_id, worker
-        self._conn: http.client.HTTPConnection | None = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_conn": None}
 
     def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            url = urlsplit(self.master)
-            if url.scheme == "https":
-                self._conn = http.client.HTTPSConnection(
-                    url.netloc, timeout=TIMEOUT_S, context=ssl.create_default_context())
-            else:
-                self._conn = http.client.HTTPConnection(url.netloc, timeout=TIMEOUT_S)
-        return self._conn
+        url = urlsplit(self.master)
+        if url.scheme == "https":
+            return http.client.HTTPSConnection(url.netloc, timeout=TIMEOUT_S,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(url.netloc, timeout=TIMEOUT_S)
 
     def send(self, number: int, data: bytes) -> None:
         path = (urlsplit(self.master).path + f"/admin/bulk-load/{quote(self.load_id)}"
@@ -61,15 +55,16 @@ class PartPush:
         if self.auth is not None:
             token = base64.b64encode(":".join(self.auth).encode()).decode()
             headers["authorization"] = f"Basic {token}"
+        conn = self._connection()
         try:
-            conn = self._connection()
             conn.request("PUT", path, body=data, headers=headers)
             r = conn.getresponse()
             body = r.read()
         except (OSError, http.client.HTTPException) as exc:
-            self.close()
             raise PartRefused(f"cannot send part {number} to the master {self.master}: "
                               f"{exc}") from None
+        finally:
+            conn.close()
         if r.status >= 400:
             try:
                 detail = json.loads(body).get("detail", body.decode(errors="replace"))
@@ -77,8 +72,3 @@ class PartPush:
                 detail = body.decode(errors="replace")
             raise PartRefused(f"PUT /admin/bulk-load/{self.load_id}/parts/{number} on "
                               f"{self.master} answered {r.status}: {detail}")
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()

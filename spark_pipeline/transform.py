@@ -79,7 +79,7 @@ class ParseConfig:
     base_iri: str | None = None  # relative IRIs of documents resolve against it
     part_quads: int | None = None  # quads as PART records of this many (initial load)
     # What sends each part to the initial load's worker from the task that makes it
-    # (part_push.PartPush: ``send(number, data)``, ``close()`` at the task's end), or None.
+    # (part_push.PartPush: ``send(number, data)``), or None.
     push: Any = None
 
 
@@ -182,10 +182,6 @@ class _QuadsOut:
         if self.lines:
             yield self._part()
 
-    def close(self) -> None:
-        if self.push is not None:
-            self.push.close()
-
     def _part(self) -> pa.RecordBatch:
         lines, self.lines = self.lines, []
         # The lines that may hold a blank node go last: the worker bulk-loads the text
@@ -229,8 +225,6 @@ def _parse_line_batches(config: ParseConfig, local: bool = False):
             path, split = state.current
             raise TaskFailure(path, _line_range(state.seen + 1, state.reading, split),
                               exc) from exc
-        finally:
-            out.close()
 
     return run
 
@@ -334,20 +328,17 @@ def _parse_document_batches(config: ParseConfig):
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out = _QuadsOut(config)
-        try:
-            for batch in batches:
-                for row in batch.to_pylist():
-                    reader = rdf.CountingReader()
-                    try:
-                        yield from _parse_document(row, config, canon, reader, out)
-                    except Exception as exc:
-                        # The parser reads ahead (1 MB buffers): "lines read" is an upper
-                        # bound of where it was.
-                        raise TaskFailure(row["path"], _line_range(1, reader.lines) +
-                                          " (read so far)", exc) from exc
-            yield from out.flush()
-        finally:
-            out.close()
+        for batch in batches:
+            for row in batch.to_pylist():
+                reader = rdf.CountingReader()
+                try:
+                    yield from _parse_document(row, config, canon, reader, out)
+                except Exception as exc:
+                    # The parser reads ahead (1 MB buffers): "lines read" is an upper
+                    # bound of where it was.
+                    raise TaskFailure(row["path"], _line_range(1, reader.lines) +
+                                      " (read so far)", exc) from exc
+        yield from out.flush()
 
     return run
 

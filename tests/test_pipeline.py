@@ -186,9 +186,6 @@ def _file_push(folder: Path):
             assert not path.exists() or path.read_bytes() == data
             path.write_bytes(data)
 
-        def close(self) -> None:
-            pass
-
     folder.mkdir()
     return FilePush()
 
@@ -789,14 +786,12 @@ def test_a_part_the_master_refuses_or_cannot_take_fails_with_why(cluster_factory
     push = PartPush(c.master.url, None, "L1", "http://127.0.0.1:9")  # not its worker
     with pytest.raises(PartRefused, match=r"/parts/0 on .* answered 4\d\d: "):
         push.send(0, good)
-    push.close()
     worker = c.workers[0].url
     push = PartPush(c.master.url, None, "L1", worker)
     push.send(1 << transform.PART_BITS, good)
     push.send(1 << transform.PART_BITS, good)  # a task run again: taken once
     with pytest.raises(PartRefused, match=r"answered 409: .*staged already, with other quads"):
         push.send(1 << transform.PART_BITS, good.replace(b"/o>", b"/other>"))
-    push.close()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         gone = f"http://127.0.0.1:{s.getsockname()[1]}"
