@@ -132,9 +132,6 @@ class MasterAPI:
                 delay = min(delay * 2, 10)
         raise LoadError(f"{problem} (after {attempts} attempts)")
 
-    def bulk_part(self, load_id: str, part: int, worker: str, data: bytes) -> dict:
-        return self._admin(lambda: self.admin.bulk_load_part(load_id, part, worker, data))
-
     def bulk_sent(self, load_id: str, worker: str) -> dict:
         return self._admin(lambda: self.admin.bulk_load_sent(load_id, worker))
 
