@@ -173,8 +173,8 @@ def test_fingerprint_of_the_job_equals_the_store_and_a_full_recomputation(datase
 
 
 def _file_push(folder: Path):
-    """A ``load.PartPush`` stand-in that the tasks (other processes) use alike: each part
-    into ``folder/<number>``; a number written twice must bring the same bytes (the
+    """A ``part_push.PartPush`` stand-in that the tasks (other processes) use alike: each
+    part into ``folder/<number>``; a number written twice must bring the same bytes (the
     worker's rule)."""
 
     class FilePush:
