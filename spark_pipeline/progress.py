@@ -100,7 +100,6 @@ class _Watcher:
         self.progress, self.acc, self.files, self.into = progress, accumulator, files, into
         self.total = max(1, sum(files.values()))
         self.started = time.monotonic()
-        self.extra = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="progress")
 
@@ -114,10 +113,6 @@ class _Watcher:
         if self._thread.is_alive():
             self._thread.join()
         self.draw()
-
-    def say(self, text: str) -> None:
-        """Something else going on meanwhile, shown at the end of the line."""
-        self.extra = text
 
     def draw(self) -> None:
         counts = dict(self.acc.value)
@@ -133,8 +128,8 @@ class _Watcher:
             f"parse [{'#' * int(frac * 20):<20}] files {done}/{len(self.files)}  "
             f"lines {lines:,}  parsed {quads:,} quads  rejected {rejects:,}  "
             f"{lines / elapsed:,.0f} lines/s  ETA {_duration(eta)}"
-            + (f"  loaded {loaded:,} quads into {self.into}" if self.into else "")
-            + (f"  {self.extra}" if self.extra else ""), force=True)
+            + (f"  loaded {loaded:,} quads into {self.into}" if self.into else ""),
+            force=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):

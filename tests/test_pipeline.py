@@ -562,15 +562,20 @@ def test_progress_line_shows_files_lines_quads_rejects_rate_and_eta():
 
     out = io.StringIO()
     progress = Progress(out, enabled=True)
-    acc = _FakeAccumulator({"lines": 1500, "quads": 1400, "rejects": 3, "/a.nt": 100,
-                            "/b.nt": 50})
-    with progress.watch_parse(acc, {"/a.nt": 100, "/b.nt": 200}) as watcher:
-        watcher.say("sent 1,000 quads")
-    progress.done()
+    acc = _FakeAccumulator({"lines": 1500, "quads": 1400, "rejects": 3, "loaded": 1000,
+                            "/a.nt": 100, "/b.nt": 50})
+    with progress.watch_parse(acc, {"/a.nt": 100, "/b.nt": 200}):
+        pass
     line = out.getvalue().split("\r")[-1]
     assert "files 1/2" in line and "lines 1,500" in line and "lines/s" in line
-    assert "parsed 1,400 quads  rejected 3" in line
-    assert "ETA" in line and line.rstrip().endswith("sent 1,000 quads")
+    assert "parsed 1,400 quads  rejected 3" in line and "ETA" in line
+    assert "loaded" not in line  # a load in transactions sends nothing while it parses
+    # An initial load's tasks send their parts as they parse: what reached the worker.
+    with progress.watch_parse(acc, {"/a.nt": 100, "/b.nt": 200}, into="http://w1"):
+        pass
+    progress.done()
+    line = out.getvalue().split("\r")[-1]
+    assert line.rstrip().endswith("loaded 1,000 quads into http://w1")
     progress.counter("load", "quads", 200, 0.0)(200)
     assert "200/200 quads" in out.getvalue()
     quiet = io.StringIO()
