@@ -12,9 +12,12 @@ clusters (processes on loopback, started and stopped by the fixtures).
 from __future__ import annotations
 
 import gzip
+import http.server
 import json
 import re
 import socket
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -26,6 +29,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.testing import assertDataFrameEqual
 
+from master_service.api.admin import BULK_PARTS_AT_ONCE
 from rdfcore import fingerprint
 from spark_pipeline import audit, extract, jobs, load, rdf, transform
 from spark_pipeline.part_push import PartPush, PartRefused
@@ -33,6 +37,7 @@ from spark_pipeline.progress import Progress
 from tests.procs import signed_client
 from tests.test_pipeline_rdf import HARD
 from txcluster.cli import main
+from txcluster.local import master_node
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
 QUIET = Progress(enabled=False)
@@ -781,6 +786,73 @@ def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path
     monkeypatch.undo()
     assert str(failed.value).startswith(f"a Spark task failed on {gone_nt}, before line 1: "
                                         "FileNotFoundError"), str(failed.value)
+
+
+def test_the_master_forwards_at_most_two_parts_at_once(tmp_path, secret):
+    """Each Spark task sends its own parts through the master: it reads and forwards
+    BULK_PARTS_AT_ONCE of them at a time, the others wait unread. Its worker here is a
+    stand-in HTTP server that holds each part it is sent until told to answer (the
+    master sees only its HTTP: a configured worker URL is all a part needs)."""
+    inside, peak, bodies = [0], [0], []
+    lock, release = threading.Lock(), threading.Event()
+
+    class HoldingWorker(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+                bodies.append(body)
+            release.wait(20)
+            with lock:
+                inside[0] -= 1
+            answer = json.dumps({"load": "L1", "parts": 1, "quads": 1}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def do_GET(self):  # the master's health checks: no worker state here
+            self.send_error(503)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HoldingWorker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    worker = f"http://127.0.0.1:{server.server_address[1]}"
+    master = master_node(tmp_path / "master", secret[0], "master1", [worker],
+                         **{"health-interval-s": "60"})
+    answers: list[int] = []
+
+    def send(n: int) -> None:
+        try:
+            PartPush(master.url, None, "L1", worker).send(n, f"<http://e/s{n}> <http://e/p> "
+                                                             f"<http://e/o> .\n".encode())
+            answers.append(200)
+        except PartRefused as exc:
+            answers.append(str(exc))
+
+    senders = [threading.Thread(target=send, args=(n,)) for n in range(5)]
+    try:
+        master.start()
+        for t in senders:
+            t.start()
+        deadline = time.monotonic() + 20
+        while inside[0] < BULK_PARTS_AT_ONCE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # time for a third to come through, if it could
+        held = inside[0]
+    finally:
+        release.set()
+        for t in senders:
+            t.join(30)
+        master.stop()
+        server.shutdown()
+        server.server_close()
+    assert held == BULK_PARTS_AT_ONCE == 2
+    assert answers == [200] * 5 and peak[0] == 2 and len(bodies) == 5
 
 
 def test_a_part_the_master_refuses_or_cannot_take_fails_with_why(cluster_factory):
