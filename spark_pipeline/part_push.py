@@ -18,10 +18,19 @@ import base64
 import http.client
 import json
 import ssl
+import time
 from urllib.parse import quote, urlsplit
 
 # A part can wait while the worker loads the batch before it (bulk_load.LOAD_EVERY).
 TIMEOUT_S = 3600.0
+# Waits before sending a part again when the master could not be reached or answered
+# that it (or the worker behind it) is unavailable now: 502, 503, 504. A master restarts
+# in a few seconds, and without this a local load (Spark runs a local task once) or a
+# task out of Spark's own attempts failed the whole load. Sending again is safe: the
+# worker takes a part number it has once when its quads are the same. Refusals (4xx)
+# and 500 (the worker discarded the staging) are final.
+RETRY_DELAYS_S = (1.0, 4.0, 15.0)
+TRANSIENT = frozenset({502, 503, 504})
 
 
 class PartRefused(RuntimeError):
@@ -49,26 +58,45 @@ class PartPush:
         return http.client.HTTPConnection(url.netloc, timeout=TIMEOUT_S)
 
     def send(self, number: int, data: bytes) -> None:
+        """Send part ``number``; sent again after RETRY_DELAYS_S when the master was not
+        reached or answered a TRANSIENT status. PartRefused when it is refused, or still
+        not taken after the last wait."""
         path = (urlsplit(self.master).path + f"/admin/bulk-load/{quote(self.load_id)}"
                 f"/parts/{number}?worker={quote(self.worker, safe='')}")
         headers = {"content-type": "application/n-quads"}
         if self.auth is not None:
             token = base64.b64encode(":".join(self.auth).encode()).decode()
             headers["authorization"] = f"Basic {token}"
+        delays = list(RETRY_DELAYS_S)
+        while True:
+            problem = self._send_once(number, path, headers, data)
+            if problem is None:
+                return
+            message, transient = problem
+            if not transient or not delays:
+                attempts = len(RETRY_DELAYS_S) - len(delays) + 1
+                raise PartRefused(message + (f" ({attempts} attempts)" if attempts > 1
+                                             else ""))
+            time.sleep(delays.pop(0))
+
+    def _send_once(self, number: int, path: str, headers: dict[str, str], data: bytes
+                   ) -> tuple[str, bool] | None:
+        """None when the part was taken, else (why not, whether it is worth sending
+        again)."""
         conn = self._connection()
         try:
             conn.request("PUT", path, body=data, headers=headers)
             r = conn.getresponse()
             body = r.read()
         except (OSError, http.client.HTTPException) as exc:
-            raise PartRefused(f"cannot send part {number} to the master {self.master}: "
-                              f"{exc}") from None
+            return f"cannot send part {number} to the master {self.master}: {exc}", True
         finally:
             conn.close()
-        if r.status >= 400:
-            try:
-                detail = json.loads(body).get("detail", body.decode(errors="replace"))
-            except (ValueError, AttributeError):
-                detail = body.decode(errors="replace")
-            raise PartRefused(f"PUT /admin/bulk-load/{self.load_id}/parts/{number} on "
-                              f"{self.master} answered {r.status}: {detail}")
+        if r.status < 400:
+            return None
+        try:
+            detail = json.loads(body).get("detail", body.decode(errors="replace"))
+        except (ValueError, AttributeError):
+            detail = body.decode(errors="replace")
+        return (f"PUT /admin/bulk-load/{self.load_id}/parts/{number} on {self.master} "
+                f"answered {r.status}: {detail}", r.status in TRANSIENT)

@@ -31,7 +31,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from master_service.api.admin import BULK_PARTS_AT_ONCE
 from rdfcore import fingerprint
-from spark_pipeline import audit, extract, jobs, load, rdf, transform
+from spark_pipeline import audit, extract, jobs, load, part_push, rdf, transform
 from spark_pipeline.part_push import PartPush, PartRefused
 from spark_pipeline.progress import Progress
 from tests.procs import signed_client
@@ -855,9 +855,52 @@ def test_the_master_forwards_at_most_two_parts_at_once(tmp_path, secret):
     assert answers == [200] * 5 and peak[0] == 2 and len(bodies) == 5
 
 
-def test_a_part_the_master_refuses_or_cannot_take_fails_with_why(cluster_factory):
+def test_a_part_is_sent_again_while_the_master_answers_that_it_is_unavailable(
+        monkeypatch):
+    """502/503/504 (the master, or the worker behind it, unavailable for now) and no
+    connection at all are sent again after RETRY_DELAYS_S; the part then taken ends
+    the send. A stand-in master answers 503 to each part's first PUT, and to part 9's
+    every time."""
+    monkeypatch.setattr(part_push, "RETRY_DELAYS_S", (0.01, 0.01))
+    seen: list[tuple[str, bytes]] = []
+
+    class FlakyMaster(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, body))
+            again = sum(1 for path, _ in seen if path == self.path) > 1
+            ok = again and "/parts/9?" not in self.path
+            answer = json.dumps({"parts": 1} if ok else {"detail": "restarting"}).encode()
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyMaster)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    master = f"http://127.0.0.1:{server.server_address[1]}"
+    push = PartPush(master, ("loader", "pw"), "L1", "http://w1")
+    try:
+        push.send(3, b"<http://e/a> <http://e/p> <http://e/o> .\n")
+        assert [body for _, body in seen] == [b"<http://e/a> <http://e/p> <http://e/o> .\n"] * 2
+        with pytest.raises(PartRefused, match=r"/parts/9 on .* answered 503: restarting "
+                           r"\(3 attempts\)$"):
+            push.send(9, b"<http://e/b> <http://e/p> <http://e/o> .\n")
+        assert sum(1 for path, _ in seen if "/parts/9?" in path) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_part_the_master_refuses_or_cannot_take_fails_with_why(cluster_factory,
+                                                                 monkeypatch):
     """What an executor's part push says when the master refuses a part or is not there
     (the task fails with it; Spark carries it to the driver)."""
+    monkeypatch.setattr(part_push, "RETRY_DELAYS_S", (0.01, 0.01))
     c = cluster_factory(1)
     good = b"<http://e/a> <http://e/p> <http://e/o> .\n"
     push = PartPush(c.master.url, None, "L1", "http://127.0.0.1:9")  # not its worker
@@ -867,12 +910,14 @@ def test_a_part_the_master_refuses_or_cannot_take_fails_with_why(cluster_factory
     push = PartPush(c.master.url, None, "L1", worker)
     push.send(1 << transform.PART_BITS, good)
     push.send(1 << transform.PART_BITS, good)  # a task run again: taken once
-    with pytest.raises(PartRefused, match=r"answered 409: .*staged already, with other quads"):
+    with pytest.raises(PartRefused, match=r"answered 409: .*staged already, with other "
+                       r"quads$"):  # a refusal is final: sent once
         push.send(1 << transform.PART_BITS, good.replace(b"/o>", b"/other>"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         gone = f"http://127.0.0.1:{s.getsockname()[1]}"
-    with pytest.raises(PartRefused, match=re.escape(f"cannot send part 7 to the master {gone}:")):
+    with pytest.raises(PartRefused, match=re.escape(f"cannot send part 7 to the master {gone}:")
+                       + r".*\(3 attempts\)$"):
         PartPush(gone, None, "L1", worker).send(7, good)
     load.MasterAPI(c.master.url).bulk_abort("L1", worker)
     assert httpx.get(f"{worker}/health").json()["quads"] == 0
