@@ -259,7 +259,7 @@ def test_canonical_parts_load_together_and_a_failed_load_discards_the_staging(
     with monkeypatch.context() as m:
         m.setattr(bulk_load._Staging, "load", broken)
         loader.add_part(repo, "L0", 1, parts[1])  # its batch loads in the background
-        assert isinstance(loader._staging.loading.exception(timeout=30), OSError)
+        assert isinstance(loader._staging.pending[0].exception(timeout=30), OSError)
     with pytest.raises(bulk_load.BulkLoadError, match="discarded: part 2 or a part staged "
                        "before it could not be loaded into the staging store: disk full"
                        ) as failed:

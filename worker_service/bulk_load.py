@@ -37,6 +37,7 @@ import re
 import shutil
 import sys
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,8 @@ SLICE = 50_000
 # 8 calls took 11.6 CPU-s (13.6 with the compaction after), in one 8.9 (bench/README,
 # "The Spark pipeline").
 LOAD_EVERY = 300_000
+# Batches handed to the loading thread that may wait behind the one it loads.
+QUEUED = 1
 # Parts taken in at once (their bodies read, checked and staged): the loader's Spark tasks
 # each send their own, and the others wait unread rather than all in memory together.
 # Two keep one checked while another waits for the batch before it to load.
@@ -100,27 +103,27 @@ class _Staging:
     # Each part staged, by its number: the xxh3-128 of its digests (a part sent again).
     parts: dict[int, bytes] = field(default_factory=dict)
     waiting: list[Staged] = field(default_factory=list)  # canonical, not loaded yet
-    # The batch of waiting parts being loaded in the background (load_waiting): the
-    # loader's next parts are taken meanwhile. Answering a part only once its batch was
-    # in the store left the Spark job idle for the batch's load (the loader keeps two
-    # parts in flight, Spark one partition ahead): ~1 core idle for 6-7 s of a
-    # 1,000,000-quad initial load (bench/README, "2026-12-02").
-    loading: Future | None = None
+    # The batches of waiting parts handed to the loading thread, in order: the one it
+    # loads, and at most QUEUED more (load_waiting). The loader's next parts are taken
+    # meanwhile. Answering a part only once its batch was in the store left the Spark
+    # job idle for the batch's load (bench/README, "2026-12-02"); answering the part that
+    # completes a batch (and the loader's "sent") only once the batch before was in the
+    # store still left it idle for 2-3 s at a time, ~7 s of a 1,000,000-quad initial
+    # load (bench/README, "2026-12-02 evening").
+    pending: deque[Future] = field(default_factory=deque)
     loader: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="bulk-load"))
 
     def settle(self, wait: bool = True) -> None:
-        """Wait for the batch loading in the background (or, with ``wait`` false, only
-        take it if it is done); its error is raised here."""
-        loading = self.loading
-        if loading is not None and (wait or loading.done()):
-            self.loading = None
-            loading.result()
+        """Wait for the batches loading in the background (or, with ``wait`` false, only
+        take those done); the first error is raised here."""
+        while self.pending and (wait or self.pending[0].done()):
+            self.pending.popleft().result()
 
     def close(self) -> None:
         """No load runs any more once this returns (the store can be dropped)."""
-        self.loader.shutdown(wait=True)
-        self.loading = None
+        self.loader.shutdown(wait=True, cancel_futures=True)
+        self.pending.clear()
 
     def load(self, parts: list[Staged]) -> None:
         """The parts into the store: their text in one bulk load, their other quads in
@@ -139,15 +142,20 @@ class _Staging:
 
     def load_waiting(self, at_least: int = 0, background: bool = False) -> None:
         """The waiting parts into the store once they hold ``at_least`` quads; in the
-        background if asked. One batch loads at a time, after the one before (waited
-        for here): so at most two batches are held in memory, and a batch that failed
-        is known before anything else is staged."""
+        background if asked, after the batches handed over before (one thread loads them
+        in turn). When QUEUED batches wait for the one loading already, this waits for
+        it first: so at most QUEUED + 2 batches are held in memory (loading, queued, and
+        the parts waiting here), and the sender of the part that completes a batch is
+        held back when the loading does not keep up. Without ``background``, every batch
+        is loaded when this returns."""
         if sum(p.count for p in self.waiting) >= at_least:
-            self.settle()
             waiting, self.waiting = self.waiting, []
             if background:
-                self.loading = self.loader.submit(self.load, waiting)
+                while len(self.pending) > QUEUED:
+                    self.pending.popleft().result()
+                self.pending.append(self.loader.submit(self.load, waiting))
             else:
+                self.settle()
                 self.load(waiting)
 
 
