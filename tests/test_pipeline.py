@@ -788,6 +788,17 @@ def test_a_failed_task_names_its_file_and_lines(spark, cluster_factory, tmp_path
                                         "FileNotFoundError"), str(failed.value)
 
 
+def _answer_json(handler: http.server.BaseHTTPRequestHandler, status: int,
+                 body: dict) -> None:
+    """A stand-in server's JSON answer."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def test_the_master_forwards_at_most_two_parts_at_once(tmp_path, secret):
     """Each Spark task sends its own parts through the master: it reads and forwards
     BULK_PARTS_AT_ONCE of them at a time, the others wait unread. Its worker here is a
@@ -806,12 +817,7 @@ def test_the_master_forwards_at_most_two_parts_at_once(tmp_path, secret):
             release.wait(20)
             with lock:
                 inside[0] -= 1
-            answer = json.dumps({"load": "L1", "parts": 1, "quads": 1}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            _answer_json(self, 200, {"load": "L1", "parts": 1, "quads": 1})
 
         def do_GET(self):  # the master's health checks: no worker state here
             self.send_error(503)
@@ -870,12 +876,7 @@ def test_a_part_is_sent_again_while_the_master_answers_that_it_is_unavailable(
             seen.append((self.path, body))
             again = sum(1 for path, _ in seen if path == self.path) > 1
             ok = again and "/parts/9?" not in self.path
-            answer = json.dumps({"parts": 1} if ok else {"detail": "restarting"}).encode()
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            _answer_json(self, *((200, {"parts": 1}) if ok else (503, {"detail": "restarting"})))
 
         def log_message(self, *args):
             pass

@@ -114,10 +114,11 @@ class _Staging:
     loader: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="bulk-load"))
 
-    def settle(self, wait: bool = True) -> None:
-        """Wait for the batches loading in the background (or, with ``wait`` false, only
-        take those done); the first error is raised here."""
-        while self.pending and (wait or self.pending[0].done()):
+    def settle(self, wait: bool = True, keep: int = 0) -> None:
+        """Wait for the batches loading in the background until at most ``keep`` are
+        left (or, with ``wait`` false, only take those done); the first error is raised
+        here."""
+        while len(self.pending) > keep and (wait or self.pending[0].done()):
             self.pending.popleft().result()
 
     def close(self) -> None:
@@ -151,8 +152,7 @@ class _Staging:
         if sum(p.count for p in self.waiting) >= at_least:
             waiting, self.waiting = self.waiting, []
             if background:
-                while len(self.pending) > QUEUED:
-                    self.pending.popleft().result()
+                self.settle(keep=QUEUED)
                 self.pending.append(self.loader.submit(self.load, waiting))
             else:
                 self.settle()
