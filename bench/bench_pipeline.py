@@ -10,6 +10,10 @@ loopback; ratios are measured in the same run.
 4. ``txcluster load`` without --initial (transactions through the master) into another
    fresh 3-worker cluster: quads/s.
 
+``--repeat N`` runs (3) and (4) N times, each round after a raw load of its own (and one
+more raw load after the last): each load is compared with the faster raw load around it,
+and the median ratio is printed with every round's.
+
 The SparkSession is started once, before the timings (its start is printed apart: a
 command line run pays it once per run). Run: .venv/bin/python -m bench.bench_pipeline
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
+import statistics
 from pathlib import Path
 
 import pyoxigraph as ox
@@ -59,6 +65,7 @@ def raw_bulk_extend(root: Path, data: Path, name: str = "raw-store") -> float:
         store.bulk_extend(ox.parse(path=str(data), format=ox.RdfFormat.N_QUADS))
         store.flush()
     del store
+    shutil.rmtree(root / name)  # ~170 MB a time at 1,000,000 quads, measured repeatedly
     return t.seconds
 
 
@@ -93,23 +100,35 @@ def main() -> None:
                     "txcluster load's)")
     ap.add_argument("--skip-transactions", action="store_true",
                     help="leave out the (slow) load without --initial")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of loads, each after a raw load of its own; the ratios "
+                    "printed are the medians (default 1)")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     with workdir("pipeline") as root:
         data = root / "data.nq"
         generate(data, args.quads)
         n = args.quads
         rows = [("data", f"{n:,} quads, {data.stat().st_size / 1e6:.0f} MB N-Quads")]
 
-        cpu = tree_cpu_seconds()
-        raw_s = raw_bulk_extend(root, data)
-        cpu = tree_cpu_seconds() - cpu
-        raw = rate(n, raw_s)
-        rows.append(("raw Store.bulk_extend(parse)", f"{raw:,.0f} quads/s ({raw_s:.1f}s; "
-                     f"{cpu:.1f} CPU-s)"))
+        # The raw baseline moved by up to 50% within one run on this machine (its speed
+        # drifts): it is measured before every round of loads and once after the last,
+        # and each load is compared with the faster of the two raw loads around it.
+        raws: list[float] = []
 
+        def raw_load(label: str) -> None:
+            cpu = tree_cpu_seconds()
+            seconds = raw_bulk_extend(root, data, f"raw-store-{len(raws)}")
+            cpu = tree_cpu_seconds() - cpu
+            raws.append(rate(n, seconds))
+            rows.append((label, f"{raws[-1]:,.0f} quads/s ({seconds:.1f}s; {cpu:.1f} CPU-s)"))
+
+        raw_load("raw Store.bulk_extend(parse)")
         with Timer() as t:
             spark = session.spark_session("local[2]", app_name="txcluster-bench", ui=False)
         rows.append(("SparkSession start (local[2])", f"{t.seconds:.1f}s"))
+        loads: dict[str, list[tuple[int, float]]] = {"initial": [], "tx": []}
         try:
             warm = root / "warm.nq"
             generate(warm, 1000, seed=2)
@@ -118,33 +137,43 @@ def main() -> None:
             rows.append(("Spark job alone (local[2])",
                          f"{rate(prepared.lines, job_s):,.0f} lines/s ({job_s:.1f}s, "
                          f"{prepared.quads:,} distinct quads)"))
-
-            cpu = tree_cpu_seconds()
-            init_s, report = cluster_load(root / "initial", spark, data, initial=True)
-            cpu = tree_cpu_seconds() - cpu
-            init = rate(n, init_s)
-            rows.append(("load --initial, 3 workers", f"{init:,.0f} quads/s ({init_s:.1f}s: "
-                         + ", ".join(f"{k} {v:.1f}s" for k, v in report.seconds.items())
-                         + f"; {cpu:.1f} CPU-s, every process)"))
-            ratios = [("--initial / raw (target >= 0.5)", init)]
-            if not args.skip_transactions:
-                tx_s, report = cluster_load(root / "tx", spark, data, initial=False,
-                                            batch_quads=args.batch_quads)
-                tx = rate(n, tx_s)
-                rows.append((f"load (transactions of {args.batch_quads:,}), 3 workers",
-                             f"{tx:,.0f} quads/s ({tx_s:.1f}s, {report.transactions} "
-                             "transactions: " + ", ".join(
-                                 f"{k} {v:.1f}s" for k, v in report.seconds.items()) + ")"))
-                ratios.append(("transactions / raw (target >= 0.2)", tx))
+            for round_ in range(1, args.repeat + 1):
+                tag = f", round {round_}" if args.repeat > 1 else ""
+                if round_ > 1:
+                    raw_load(f"raw again, before round {round_}")
+                cpu = tree_cpu_seconds()
+                init_s, report = cluster_load(root / f"initial-{round_}", spark, data,
+                                              initial=True)
+                cpu = tree_cpu_seconds() - cpu
+                loads["initial"].append((len(raws) - 1, rate(n, init_s)))
+                rows.append((f"load --initial, 3 workers{tag}",
+                             f"{rate(n, init_s):,.0f} quads/s ({init_s:.1f}s: "
+                             + ", ".join(f"{k} {v:.1f}s" for k, v in report.seconds.items())
+                             + f"; {cpu:.1f} CPU-s, every process)"))
+                if not args.skip_transactions:
+                    tx_s, report = cluster_load(root / f"tx-{round_}", spark, data,
+                                                initial=False, batch_quads=args.batch_quads)
+                    loads["tx"].append((len(raws) - 1, rate(n, tx_s)))
+                    rows.append((f"load (transactions of {args.batch_quads:,}), 3 workers"
+                                 f"{tag}",
+                                 f"{rate(n, tx_s):,.0f} quads/s ({tx_s:.1f}s, "
+                                 f"{report.transactions} transactions: " + ", ".join(
+                                     f"{k} {v:.1f}s" for k, v in report.seconds.items())
+                                 + ")"))
         finally:
             spark.stop()
-        # The raw baseline moved by up to 50% between runs on this machine: measured
-        # again after the loads, and the faster of the two is the one compared with.
-        again_s = raw_bulk_extend(root, data, "raw-store-again")
-        rows.append(("raw again, after the loads", f"{rate(n, again_s):,.0f} quads/s "
-                     f"({again_s:.1f}s); ratios below are to the faster"))
-        raw = max(raw, rate(n, again_s))
-        rows += [(label, f"{value / raw:.2f}") for label, value in ratios]
+        raw_load("raw again, after the loads")
+        targets = {"initial": "--initial / raw (target >= 0.5)",
+                   "tx": "transactions / raw (target >= 0.2)"}
+        for kind, measured in loads.items():
+            if not measured:
+                continue
+            ratios = [value / max(raws[before], raws[before + 1])
+                      for before, value in measured]
+            text = f"{statistics.median(ratios):.2f}"
+            if len(ratios) > 1:
+                text += (" (median of " + ", ".join(f"{r:.2f}" for r in ratios) + ")")
+            rows.append((targets[kind], text))
         show("txcluster load (issue: data pipeline)", rows)
 
 
