@@ -498,6 +498,63 @@ def test_after_an_initial_load_the_other_workers_are_replicated_at_once(
     assert sum(f"Replicating (empty): worker {w.url}" in log for w in c.workers) == 2
 
 
+def test_a_master_killed_while_the_parts_are_sent_and_started_again_loses_nothing(
+        spark, cluster_factory, tmp_path, monkeypatch):
+    """SIGKILL of the master while the tasks send an initial load's parts, and the master
+    started again on its port: the parts it could not take are sent again
+    (part_push.RETRY_DELAYS_S), the worker's staging outlives the master (a part it
+    holds already is taken once), and the commit through the new master process
+    completes the load: every worker holds exactly the data."""
+    c = cluster_factory(3)
+    data = tmp_path / "in"
+    data.mkdir()
+    _data(data, "one.nq", 0, 20_000, "_:hub")
+    monkeypatch.setattr(jobs, "PART_QUADS", 200)  # ~100 parts: the kill lands among them
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["report"] = jobs.run_load(lambda: spark, jobs.LoadConfig(
+                c.master.url, (str(data),), initial=True,
+                rejects_dir=str(tmp_path / "rejects")), QUIET)
+        except BaseException as exc:  # the test thread reports it
+            outcome["error"] = exc
+
+    loader = threading.Thread(target=run)
+    loader.start()
+    try:
+        deadline = time.monotonic() + 120
+        staging: list[Path] = []
+        while not staging and loader.is_alive() and time.monotonic() < deadline:
+            staging = [p for w in c.workers for p in w.directory.glob("**/tmp/bulk-*")]
+            time.sleep(0.01)
+        assert staging, f"no part was staged: {outcome}"
+        first_pid = c.master.pid
+        c.master.kill9()
+        # The staging is still there: no commit can have come (only the master takes it).
+        assert staging[0].exists()
+        time.sleep(0.5)  # the tasks' sends fail meanwhile: connection refused
+        first_life = c.master.log_path.stat().st_size
+        c.master.start()
+        assert c.master.pid != first_pid
+    finally:
+        loader.join(300)
+    assert not loader.is_alive()
+    assert "error" not in outcome, outcome
+    report = outcome["report"]
+    assert report.ok, report.summary()
+    assert report.added == 20_000
+    job_fp = fingerprint.to_hex(report.prepared.fingerprint)
+    assert {url: (v["matches"], v["fingerprint"], v["quads"])
+            for url, v in _verify(c, c.secret).items()} \
+        == {w.url: (True, job_fp, 20_000) for w in c.workers}
+    # The commit went through the master's second life (it logs the adoption).
+    second_life = c.master.log_path.read_bytes()[first_life:].decode(errors="replace")
+    load_id = staging[0].name.removeprefix("bulk-")
+    assert f"initial bulk load '{load_id}'" in second_life, second_life[-3000:]
+    assert not [p for w in c.workers for p in w.directory.glob("**/tmp/bulk-*")]
+
+
 def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(
         spark, cluster_factory, tmp_path):
     c = cluster_factory(2)
