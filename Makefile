@@ -27,7 +27,7 @@ W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # strace: bench/bench_fsyncs.py counts each process's fsyncs per write with it.
 DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs wrk strace
 
-.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor docs clean \
+.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor bench-pipeline docs clean \
 	fuzz chaos
 
 $(STAMP): setup.cfg pyproject.toml Makefile
@@ -134,6 +134,12 @@ bench: $(STAMP) deps-debian
 # (bench/README.md). ARGS passes options, e.g. make bench-anchor ARGS='--seconds 30'.
 bench-anchor: $(STAMP) deps-debian
 	$(BIN)/python -m bench.bench_anchor $(ARGS)
+
+# Issue 20's two ratios (--initial and transactions against raw Store.bulk_extend):
+# three rounds, each after a raw load of its own, medians printed (bench/README.md).
+# ARGS adds or overrides options, e.g. make bench-pipeline ARGS='--repeat 1'.
+bench-pipeline: $(STAMP)
+	$(BIN)/python -m bench.bench_pipeline --repeat 3 $(ARGS)
 
 # The generated references in docs/reference/ (tests/test_docs.py checks them).
 docs: $(STAMP)

@@ -90,6 +90,7 @@ def cluster_load(root: Path, spark, data: Path, initial: bool,
         return t.seconds, report
     finally:
         stop([master, *workers])
+        shutil.rmtree(root, ignore_errors=True)  # three copies of the data (--repeat)
 
 
 def main() -> None:
