@@ -9,7 +9,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -17,7 +17,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from rdfcore.fingerprint import to_hex
-from spark_pipeline import extract, jobs, rdf, transform
+from spark_pipeline import extract, jobs, load, rdf, transform
+from spark_pipeline.part_push import read_ca_file
 from spark_pipeline.progress import Progress
 
 
@@ -26,9 +27,13 @@ class AuditConfig:
     workers: tuple[str, ...]
     out_dir: str | None = None  # default: ./txcluster-audit-<time>, when they differ
     work_dir: str | None = None
+    ca_file: str | None = None  # the CA bundle https workers are checked with
+    cadata: str | None = field(default=None, init=False, repr=False)  # its PEM text
 
     def __post_init__(self) -> None:
         jobs.local_work_dir(self.work_dir)
+        if self.ca_file is not None:
+            object.__setattr__(self, "cadata", read_ca_file(self.ca_file))
         urls = [w.rstrip("/") for w in self.workers]
         if len(urls) != 2 or urls[0] == urls[1]:
             raise ValueError("give two different workers: --worker URL --worker URL")
@@ -101,7 +106,7 @@ def _run_audit(session: Callable[[], SparkSession], config: AuditConfig, progres
     out_dir = jobs.output_dir(config.out_dir, "txcluster-audit")
     urls = [w.rstrip("/") for w in config.workers]
     with tempfile.TemporaryDirectory(prefix="txcluster-audit-", dir=config.work_dir) as work, \
-            httpx.Client() as client:
+            httpx.Client(verify=load.verify(config.cadata)) as client:
         replicas, frames = [], []
         for side, url in zip("ab", urls, strict=True):
             progress.line(f"exporting {url} ...", force=True)

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from rdfcore.fingerprint import MOD, to_hex
 from spark_pipeline import extract, hadoop_fs, load, locations, rdf, transform
-from spark_pipeline.part_push import PartPush
+from spark_pipeline.part_push import PartPush, read_ca_file
 from spark_pipeline.progress import CountsParam, Progress
 from spark_pipeline.session import is_local
 
@@ -85,9 +85,13 @@ class LoadConfig:
     sync_timeout_s: float | None = None  # default: from the amount of data
     base_iri: str | None = None  # relative IRIs of documents resolve against it
     namespaces: bool = True  # the documents' prefixes into the repository's namespaces
+    ca_file: str | None = None  # the CA bundle an https master and workers are checked with
+    cadata: str | None = field(default=None, init=False, repr=False)  # its PEM text
 
     def __post_init__(self) -> None:
         local_work_dir(self.work_dir)
+        if self.ca_file is not None:
+            object.__setattr__(self, "cadata", read_ca_file(self.ca_file))  # frozen
         if self.batch_quads < 1:
             raise ValueError("--batch-quads must be at least 1")
         if self.base_iri is not None:
@@ -415,7 +419,7 @@ def run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: 
 def _run_load(session: Callable[[], SparkSession], config: LoadConfig, progress: Progress
               ) -> LoadReport:
     rejects_dir = output_dir(config.rejects_dir, "txcluster-rejects")
-    with load.MasterAPI(config.master, config.auth) as master, \
+    with load.MasterAPI(config.master, config.auth, cadata=config.cadata) as master, \
             tempfile.TemporaryDirectory(prefix="txcluster-load-", dir=config.work_dir) as work:
         status = master.status()
         repository = master.repository(config.repository)
@@ -448,7 +452,7 @@ def _run_load(session: Callable[[], SparkSession], config: LoadConfig, progress:
         progress.done()
         report.seconds["sync"] = time.monotonic() - started
         report.head = status["head"]
-        report.workers = load.worker_states(status)
+        report.workers = load.worker_states(status, config.cadata)
         _check(report, synced)
         progress.line(report.progress_line(), force=True)
         progress.done()
@@ -503,7 +507,8 @@ def _load_transactions(spark: SparkSession, files: list[rdf.InputFile], config: 
     report = LoadReport(prepared, False)
     report.seconds["prepare"] = prepared.seconds
     started = time.monotonic()
-    missing, base_fp, added_fp, report.added = _missing(spark, status, prepared, work)
+    missing, base_fp, added_fp, report.added = _missing(spark, status, prepared, work,
+                                                        config.cadata)
     report.present = prepared.quads - report.added
     report.expected = (base_fp + added_fp) % MOD
     report.seconds["compare"] = time.monotonic() - started
@@ -531,8 +536,8 @@ def _sync_line(status: dict) -> str:
             "log")
 
 
-def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
-             ) -> tuple[DataFrame, int, int, int]:
+def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path,
+             cadata: str | None = None) -> tuple[DataFrame, int, int, int]:
     """(the prepared quads the repository lacks, the repository's fingerprint they are
     added to, their fingerprint sum and count). An empty repository lacks everything;
     otherwise its content is read from an up-to-date worker and its fingerprint
@@ -543,7 +548,7 @@ def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path
         return prepared.distinct, fp, prepared.fingerprint, prepared.quads
     worker = load.up_to_date_worker(status)
     target = work / "repository.nq"
-    with httpx.Client() as client:
+    with httpx.Client(verify=load.verify(cadata)) as client:
         state = extract.export_worker(client, worker, target)
     existing = transform.quads(parse_inputs(
         spark, [extract.export_file(target)], transform.ParseConfig(scope_blank_nodes=False))

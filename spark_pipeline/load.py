@@ -17,6 +17,7 @@ Two paths (issue "data pipeline"):
 
 from __future__ import annotations
 
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -27,7 +28,7 @@ import httpx
 
 from rdfcore.fingerprint import ZERO, to_hex
 from spark_pipeline import extract
-from spark_pipeline.part_push import PartPush
+from spark_pipeline.part_push import PartPush, tls_context
 from txcluster.admin_client import AdminClient, AdminError
 
 T = TypeVar("T")
@@ -35,6 +36,12 @@ T = TypeVar("T")
 
 class LoadError(Exception):
     """The load cannot go on; the message says why."""
+
+
+def verify(cadata: str | None) -> ssl.SSLContext | bool:
+    """httpx's ``verify`` for the loader's and the audit's calls: the CA bundle given
+    (``--ca-file``), else httpx's default (the system's CAs, or SSL_CERT_FILE)."""
+    return tls_context(cadata) if cadata else True
 
 
 RETRY_STATUSES = {502, 503, 504}
@@ -45,9 +52,11 @@ class MasterAPI:
     and the admin API through its one client (txcluster/admin_client.py)."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None,
-                 timeout: float = 3600.0) -> None:
+                 timeout: float = 3600.0, cadata: str | None = None) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(auth=auth, timeout=httpx.Timeout(timeout, connect=10))
+        self.cadata = cadata  # PEM text of --ca-file: the tasks check the master with it
+        self.http = httpx.Client(auth=auth, timeout=httpx.Timeout(timeout, connect=10),
+                                 verify=verify(cadata))
         self.admin = AdminClient(self.url, http=self.http)
 
     def close(self) -> None:
@@ -226,7 +235,7 @@ class BulkLoad:
                  auth: tuple[str, str] | None = None) -> None:
         self.master, self.worker = master, worker
         self.id = uuid.uuid4().hex
-        self.push = PartPush(master.url, auth, self.id, worker)
+        self.push = PartPush(master.url, auth, self.id, worker, master.cadata)
 
     def sent(self) -> None:
         """Every part is sent: the worker loads the parts waiting for a batch while the
@@ -270,10 +279,10 @@ def wait_in_sync(master: MasterAPI, timeout: float,
         time.sleep(0.25)
 
 
-def worker_states(status: dict) -> dict[str, dict]:
+def worker_states(status: dict, cadata: str | None = None) -> dict[str, dict]:
     """Each worker's own state (its /health), independent of the master's view."""
     out = {}
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=verify(cadata)) as client:
         for w in status["workers"]:
             try:
                 out[w["url"]] = extract.worker_state(client, w["url"])

@@ -8,8 +8,9 @@ worker_service/bulk_load.py). The parts never go through Spark's JVM or the driv
 
 The executors run it with what is shipped to them (spark_pipeline/shipping.py: this
 package, pyoxigraph and a few more), so it uses the standard library's HTTP client only:
-no httpx, no txcluster package there. An https master is checked against the system's
-certificate authorities.
+no httpx, no txcluster package there. An https master is checked against the CA bundle
+the loader was given (``--ca-file``: its PEM text travels in the closure, so executors
+need no file of their own), else the system's certificate authorities.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import http.client
 import json
 import ssl
 import time
+from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 # A part can wait while the worker loads the batch before it (bulk_load.LOAD_EVERY).
@@ -31,6 +33,29 @@ TIMEOUT_S = 3600.0
 # and 500 (the worker discarded the staging) are final.
 RETRY_DELAYS_S = (1.0, 4.0, 15.0)
 TRANSIENT = frozenset({502, 503, 504})
+
+
+def tls_context(cadata: str | None) -> ssl.SSLContext:
+    """How the loader checks an https master or worker: against the CA bundle's PEM text
+    when given (``--ca-file``), else the system's CAs; never unchecked."""
+    return ssl.create_default_context(cadata=cadata) if cadata else \
+        ssl.create_default_context()
+
+
+def read_ca_file(path: str) -> str:
+    """The PEM text of a CA bundle (``--ca-file``); ValueError saying what is wrong with
+    it. Read on the driver: the text, not the path, goes to the executors."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+        tls_context(text)
+    except ssl.SSLError as exc:  # (an OSError too: first)
+        raise ValueError(f"--ca-file {path}: holds no usable PEM CA certificate: {exc}"
+                         ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--ca-file {path}: cannot be read: {exc}") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise ValueError(f"--ca-file {path}: holds no PEM certificate")
+    return text
 
 
 class PartRefused(RuntimeError):
@@ -46,15 +71,16 @@ class PartPush:
     parts under the same numbers, which the worker takes once."""
 
     def __init__(self, master: str, auth: tuple[str, str] | None, load_id: str,
-                 worker: str) -> None:
+                 worker: str, cadata: str | None = None) -> None:
         self.master, self.auth, self.load_id, self.worker = master.rstrip("/"), auth, \
             load_id, worker
+        self.cadata = cadata  # PEM text of the CA bundle (--ca-file), or None
 
     def _connection(self) -> http.client.HTTPConnection:
         url = urlsplit(self.master)
         if url.scheme == "https":
             return http.client.HTTPSConnection(url.netloc, timeout=TIMEOUT_S,
-                                               context=ssl.create_default_context())
+                                               context=tls_context(self.cadata))
         return http.client.HTTPConnection(url.netloc, timeout=TIMEOUT_S)
 
     def send(self, number: int, data: bytes) -> None:
@@ -88,6 +114,8 @@ class PartPush:
             conn.request("PUT", path, body=data, headers=headers)
             r = conn.getresponse()
             body = r.read()
+        except ssl.SSLError as exc:  # a certificate it does not trust: not for a retry
+            return f"cannot send part {number} to the master {self.master}: {exc}", False
         except (OSError, http.client.HTTPException) as exc:
             return f"cannot send part {number} to the master {self.master}: {exc}", True
         finally:

@@ -34,8 +34,9 @@ from rdfcore import fingerprint
 from spark_pipeline import audit, extract, jobs, load, part_push, rdf, transform
 from spark_pipeline.part_push import PartPush, PartRefused
 from spark_pipeline.progress import Progress
-from tests.procs import signed_client
+from tests.procs import make_secret, signed_client
 from tests.test_pipeline_rdf import HARD
+from tests.test_tls import TlsCluster, make_ca_and_cert
 from txcluster.cli import main
 from txcluster.local import master_node
 
@@ -553,6 +554,59 @@ def test_a_master_killed_while_the_parts_are_sent_and_started_again_loses_nothin
     load_id = staging[0].name.removeprefix("bulk-")
     assert f"initial bulk load '{load_id}'" in second_life, second_life[-3000:]
     assert not [p for w in c.workers for p in w.directory.glob("**/tmp/bulk-*")]
+
+
+def test_an_https_cluster_is_loaded_and_audited_with_its_ca_file(spark, tmp_path):
+    """Every node serves HTTPS with a certificate of a private CA (tests/test_tls.py).
+    Without --ca-file the load stops before anything is sent, naming the certificate; with
+    it the driver checks the master and workers against that CA, and so do the Spark tasks
+    that send an initial load's parts (the CA's text travels with them: an executor needs
+    no file of its own), and the audit checks the two workers it exports."""
+    certs = make_ca_and_cert(tmp_path / "tls")
+    c = TlsCluster(tmp_path / "c", make_secret(tmp_path / "secrets"), 2, certs)
+    try:
+        c.start()
+        data = tmp_path / "in"
+        data.mkdir()
+        _data(data, "one.nq", 0, 400, "_:hub")
+        with pytest.raises(load.LoadError, match="CERTIFICATE_VERIFY_FAILED"):
+            jobs.run_load(lambda: spark, jobs.LoadConfig(c.master.url, (str(data),),
+                                                         initial=True), QUIET)
+        assert {st["quads"] for st in c.worker_states().values()} == {0}
+
+        report = jobs.run_load(lambda: spark, jobs.LoadConfig(
+            c.master.url, (str(data),), initial=True, ca_file=str(certs["ca"])), QUIET)
+        assert report.ok, report.summary()
+        job_fp = fingerprint.to_hex(report.prepared.fingerprint)
+        assert {url: (st["fingerprint"], st["quads"]) for url, st in c.worker_states().items()} \
+            == {w.url: (job_fp, 400) for w in c.workers}
+
+        a, b = (w.url for w in c.workers)
+        with pytest.raises(extract.ExportError, match="CERTIFICATE_VERIFY_FAILED"):
+            audit.run_audit(lambda: spark, audit.AuditConfig((a, b), str(tmp_path / "o1")),
+                            QUIET)
+        checked = audit.run_audit(lambda: spark, audit.AuditConfig(
+            (a, b), str(tmp_path / "o2"), ca_file=str(certs["ca"])), QUIET)
+        assert checked.ok and checked.identical, checked.summary()
+    finally:
+        c.stop_all()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot be read"),
+    ("not a certificate\n", "holds no usable PEM CA certificate"),
+])
+def test_a_ca_file_that_is_no_ca_bundle_is_named_before_spark_starts(tmp_path, content,
+                                                                     message):
+    ca = tmp_path / "ca.pem"
+    if content is not None:
+        ca.write_text(content)
+    for command in (["load", "--master", "https://127.0.0.1:9", str(tmp_path)],
+                    ["audit", "--worker", "https://127.0.0.1:9", "--worker",
+                     "https://127.0.0.1:10"]):
+        result = CliRunner().invoke(main, [*command, "--ca-file", str(ca)])
+        assert result.exit_code == 2, result.output  # as any bad option
+        assert f"--ca-file {ca}: {message}" in result.output, result.output
 
 
 def test_audit_finds_exactly_the_quads_changed_behind_the_masters_back(

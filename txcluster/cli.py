@@ -363,11 +363,15 @@ def spark_env(out_dir: str | None, python_env: str | None) -> None:
               "namespaces (default: declared, unless the repository has that prefix or "
               "the inputs give it different IRIs)")
 @click.option("--user", default=None, help="user:password when client auth is on")
+@click.option("--ca-file", default=None, type=click.Path(dir_okay=False),
+              help="CA bundle (PEM) that https masters and workers are checked with, by "
+              "the driver and the Spark tasks alike (default: the system's CAs; the "
+              "nodes' tls-ca-file is such a bundle)")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 def load_command(master_url: str, repository: str | None, graph: str | None, initial: bool,
                  work_dir: str | None, batch_quads: int | None, rejects_dir: str | None,
                  base_iri: str | None, no_namespaces: bool, user: str | None,
-                 inputs: tuple[str, ...], **spark) -> None:
+                 ca_file: str | None, inputs: tuple[str, ...], **spark) -> None:
     """Validate, canonicalise, deduplicate and load RDF files (N-Triples, N-Quads, Turtle,
     TriG, RDF/XML, JSON-LD; .gz/.bz2; directories are walked; paths or URLs that Spark's
     Hadoop reads: hdfs://, s3a://, file://) on Spark, then check that
@@ -377,7 +381,7 @@ def load_command(master_url: str, repository: str | None, graph: str | None, ini
         master_url, tuple(inputs), repository, graph, initial,
         batch_quads or pipeline.jobs.BATCH_QUADS, rejects_dir,
         work_dir, tuple(user.split(":", 1)) if user else None, base_iri=base_iri,
-        namespaces=not no_namespaces), "jobs.run_load", spark)
+        namespaces=not no_namespaces, ca_file=ca_file), "jobs.run_load", spark)
 
 
 @main.command("audit")
@@ -387,8 +391,12 @@ def load_command(master_url: str, repository: str | None, graph: str | None, ini
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="where the differing quads go: a directory, or a URL such as "
               "hdfs://... (default: ./txcluster-audit-<time> when the replicas differ)")
+@click.option("--ca-file", default=None, type=click.Path(dir_okay=False),
+              help="CA bundle (PEM) that https masters and workers are checked with, by "
+              "the driver and the Spark tasks alike (default: the system's CAs; the "
+              "nodes' tls-ca-file is such a bundle)")
 def audit_command(workers: tuple[str, ...], work_dir: str | None, out_dir: str | None,
-                  **spark) -> None:
+                  ca_file: str | None, **spark) -> None:
     """Compare two replicas exactly: per-graph fingerprints and the quads that differ.
     Exit 0 when they are identical."""
     master = spark["spark_master"]
@@ -396,7 +404,8 @@ def audit_command(workers: tuple[str, ...], work_dir: str | None, out_dir: str |
         # Checked again by the job (under spark-submit): here before the exports.
         _fail(f"on a Spark cluster ({master}) the executors read the replicas' exports: "
               "give --work-dir on storage that the driver and every Spark node see")
-    _run_job(lambda pipeline: pipeline.audit.AuditConfig(tuple(workers), out_dir, work_dir),
+    _run_job(lambda pipeline: pipeline.audit.AuditConfig(tuple(workers), out_dir, work_dir,
+                                                         ca_file),
              "audit.run_audit", spark)
 
 if __name__ == "__main__":
