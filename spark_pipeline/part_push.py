@@ -47,14 +47,14 @@ def read_ca_file(path: str) -> str:
     it. Read on the driver: the text, not the path, goes to the executors."""
     try:
         text = Path(path).read_text(encoding="ascii")
+        if not text:  # tls_context would take the system's CAs instead, silently
+            raise ValueError(f"--ca-file {path}: is empty")
         tls_context(text)
     except ssl.SSLError as exc:  # (an OSError too: first)
         raise ValueError(f"--ca-file {path}: holds no usable PEM CA certificate: {exc}"
                          ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--ca-file {path}: cannot be read: {exc}") from None
-    if "-----BEGIN CERTIFICATE-----" not in text:
-        raise ValueError(f"--ca-file {path}: holds no PEM certificate")
     return text
 
 

@@ -595,6 +595,7 @@ def test_an_https_cluster_is_loaded_and_audited_with_its_ca_file(spark, tmp_path
 @pytest.mark.parametrize(("content", "message"), [
     (None, "cannot be read"),
     ("not a certificate\n", "holds no usable PEM CA certificate"),
+    ("", "is empty"),
 ])
 def test_a_ca_file_that_is_no_ca_bundle_is_named_before_spark_starts(tmp_path, content,
                                                                      message):
