@@ -18,8 +18,8 @@ from pyspark.sql import functions as F
 
 from rdfcore.fingerprint import to_hex
 from spark_pipeline import extract, jobs, load, rdf, transform
-from spark_pipeline.part_push import read_ca_file
 from spark_pipeline.progress import Progress
+from txcluster.tls import read_ca_file
 
 
 @dataclass(frozen=True)

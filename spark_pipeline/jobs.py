@@ -21,9 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from rdfcore.fingerprint import MOD, to_hex
 from spark_pipeline import extract, hadoop_fs, load, locations, rdf, transform
-from spark_pipeline.part_push import PartPush, read_ca_file
+from spark_pipeline.part_push import PartPush
 from spark_pipeline.progress import CountsParam, Progress
 from spark_pipeline.session import is_local
+from txcluster.tls import read_ca_file
 
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000

@@ -20,7 +20,6 @@ import http.client
 import json
 import ssl
 import time
-from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 # A part can wait while the worker loads the batch before it (bulk_load.LOAD_EVERY).
@@ -40,22 +39,6 @@ def tls_context(cadata: str | None) -> ssl.SSLContext:
     when given (``--ca-file``), else the system's CAs; never unchecked."""
     return ssl.create_default_context(cadata=cadata) if cadata else \
         ssl.create_default_context()
-
-
-def read_ca_file(path: str) -> str:
-    """The PEM text of a CA bundle (``--ca-file``); ValueError saying what is wrong with
-    it. Read on the driver: the text, not the path, goes to the executors."""
-    try:
-        text = Path(path).read_text(encoding="ascii")
-        if not text:  # tls_context would take the system's CAs instead, silently
-            raise ValueError(f"--ca-file {path}: is empty")
-        tls_context(text)
-    except ssl.SSLError as exc:  # (an OSError too: first)
-        raise ValueError(f"--ca-file {path}: holds no usable PEM CA certificate: {exc}"
-                         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--ca-file {path}: cannot be read: {exc}") from None
-    return text
 
 
 class PartRefused(RuntimeError):

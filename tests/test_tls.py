@@ -26,9 +26,11 @@ from pathlib import Path
 import httpx
 import pyoxigraph as ox
 import pytest
+from click.testing import CliRunner
 
 from tests.conftest import LocalCluster
 from tests.procs import free_port, make_secret
+from txcluster.cli import main
 from txcluster.local import master_node
 
 UPDATE = {"content-type": "application/sparql-update"}
@@ -184,6 +186,20 @@ def test_cluster_over_https(tmp_path, certs):
             httpx.get(c.master.url.replace("https://", "http://") + "/health", timeout=10)
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             httpx.get(f"{c.workers[0].url}/health", timeout=10)
+        # The operator's commands check the master with --ca-file, and refuse it without.
+        cli, m, ca = CliRunner(), c.master.url, str(certs["ca"])
+        for command in (["status", "--master", m], ["wait-sync", "--master", m],
+                        ["backup", "tls", "--master", m]):
+            refused = cli.invoke(main, command)
+            assert refused.exit_code != 0 and "CERTIFICATE_VERIFY_FAILED" in \
+                refused.output, (command, refused.output)
+            done = cli.invoke(main, [*command, "--ca-file", ca])
+            assert done.exit_code == 0, (command, done.output)
+        assert "2 workers in sync at seq 3" in cli.invoke(
+            main, ["wait-sync", "--master", m, "--ca-file", ca]).output
+        bad = cli.invoke(main, ["status", "--master", m, "--ca-file", str(tmp_path)])
+        assert bad.exit_code == 2 and "Invalid value for --ca-file: cannot be read" in \
+            bad.output, bad.output
     finally:
         c.stop_all()
 

@@ -9,6 +9,7 @@ message (the admin API's ``detail``).
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -32,10 +33,14 @@ class AdminClient:
     otherwise one of its own with ``auth`` and ``timeout``."""
 
     def __init__(self, master_url: str, auth: tuple[str, str] | None = None,
-                 timeout: float = 10.0, http: httpx.Client | None = None) -> None:
+                 timeout: float = 10.0, http: httpx.Client | None = None,
+                 verify: ssl.SSLContext | bool = True) -> None:
         self.base = master_url.rstrip("/")
         self._own = http is None
-        self.http = http if http is not None else httpx.Client(auth=auth, timeout=timeout)
+        # verify: an https master checked against a CA bundle's context (--ca-file), or
+        # httpx's default (the system's CAs, or SSL_CERT_FILE); never unchecked.
+        self.http = http if http is not None else httpx.Client(auth=auth, timeout=timeout,
+                                                                verify=verify)
 
     def close(self) -> None:
         if self._own:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import sys
 from collections.abc import Callable
 
@@ -74,6 +75,28 @@ def check_config(path: str) -> None:
     click.echo(f"{path}: OK")
 
 
+def _ca_verify(ctx: click.Context, param: click.Parameter, value: str | None
+               ) -> ssl.SSLContext | bool:
+    """--ca-file of the commands that call a master: the context an https master is
+    checked with (a bundle that cannot be used is a bad option, named), else True
+    (httpx's default: the system's CAs, or SSL_CERT_FILE)."""
+    if value is None:
+        return True
+    from txcluster.tls import read_ca_file
+
+    try:
+        return ssl.create_default_context(cadata=read_ca_file(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"--ca-file {value}: "),
+                                 param_hint="--ca-file") from None
+
+
+CA_FILE_HELP = ("CA bundle (PEM) that an https master is checked with (default: the "
+                "system's CAs; the nodes' tls-ca-file is such a bundle)")
+_ca_option = click.option("--ca-file", "verify", default=None, metavar="PATH",
+                          callback=_ca_verify, help=CA_FILE_HELP)
+
+
 @main.command()
 @click.option("--master", "master_url", required=True, help="URL of a master")
 @click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
@@ -84,8 +107,9 @@ def check_config(path: str) -> None:
               help="seconds between redraws of --watch")
 @click.option("--count", default=None, type=click.IntRange(1),
               help="with --watch: stop after this many redraws")
+@_ca_option
 def status(master_url: str, as_json: bool, user: str | None, watch: bool, interval: float,
-           count: int | None) -> None:
+           count: int | None, verify: ssl.SSLContext | bool) -> None:
     """Print the cluster status as a master sees it."""
     import json
 
@@ -93,7 +117,7 @@ def status(master_url: str, as_json: bool, user: str | None, watch: bool, interv
     from txcluster.progress import watch as watch_loop
     from txcluster.status_table import render, render_operations
 
-    calls = AdminClient(master_url, _user(user))
+    calls = AdminClient(master_url, _user(user), verify=verify)
     if watch:
         def fetch() -> str:
             data = calls.status_data()
@@ -131,13 +155,15 @@ def _backup_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.argument("name", callback=_backup_name)
 @click.option("--master", "master_url", required=True, help="URL of a master")
 @click.option("--user", default=None, help="user:password when client auth is on")
-def backup(name: str, master_url: str, user: str | None) -> None:
+@_ca_option
+def backup(name: str, master_url: str, user: str | None,
+           verify: ssl.SSLContext | bool) -> None:
     """Named backup written by an up-to-date worker (a name used before is replaced; the
     one named 'default' recovers workers when no worker can serve a replication)."""
     from txcluster.admin_client import AdminClient, AdminError
     from txcluster.progress import backup_progress, run_with_progress
 
-    calls = AdminClient(master_url, _user(user))
+    calls = AdminClient(master_url, _user(user), verify=verify)
     try:
         record = run_with_progress(f"backup '{name}'", lambda: calls.backup(name),
                                    lambda: backup_progress(calls.status_data()))
@@ -155,7 +181,9 @@ def backup(name: str, master_url: str, user: str | None) -> None:
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
 @click.option("--timeout", default=3600.0, show_default=True, type=click.FloatRange(1),
               help="seconds to wait for every worker to be in sync again")
-def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: float) -> None:
+@_ca_option
+def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: float,
+            verify: ssl.SSLContext | bool) -> None:
     """Restore every worker from a named backup, then wait while the log after it is
     replayed. The workers' current data is replaced."""
     from txcluster.admin_client import AdminClient, AdminError
@@ -164,7 +192,7 @@ def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: fl
     if not yes:
         click.confirm(f"Replace the data of every worker of {master_url} with backup "
                       f"'{name}'?", abort=True)
-    calls = AdminClient(master_url, _user(user))
+    calls = AdminClient(master_url, _user(user), verify=verify)
     try:
         result = run_with_progress(f"restore '{name}'", lambda: calls.restore(name),
                                    lambda: sync_progress(calls.status_data()))
@@ -182,14 +210,17 @@ def restore(name: str, master_url: str, user: str | None, yes: bool, timeout: fl
 @click.option("--master", "master_url", required=True, help="URL of a master")
 @click.option("--user", default=None, help="user:password when client auth is on")
 @click.option("--timeout", default=3600.0, show_default=True, type=click.FloatRange(1))
-def wait_sync(master_url: str, user: str | None, timeout: float) -> None:
+@_ca_option
+def wait_sync(master_url: str, user: str | None, timeout: float,
+              verify: ssl.SSLContext | bool) -> None:
     """Wait, with a progress bar, until every worker is in sync (after adding a worker,
     a restart, a replication). Exit 1 on timeout."""
     from txcluster.admin_client import AdminClient, AdminError
     from txcluster.progress import wait_for_sync
 
     try:
-        data = wait_for_sync(AdminClient(master_url, _user(user)), "in sync", timeout)
+        data = wait_for_sync(AdminClient(master_url, _user(user), verify=verify), "in sync",
+                             timeout)
     except AdminError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

@@ -80,3 +80,20 @@ def client_context(ca_file: Path | None) -> ssl.SSLContext:
     """The context a node verifies servers with: tls-ca-file, else the system's CAs.
     Used for https URLs only; plain http URLs ignore it."""
     return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+
+
+def read_ca_file(path: str) -> str:
+    """The PEM text of a CA bundle that a client command checks https nodes with
+    (``--ca-file``); ValueError saying what is wrong with it. The text rather than the
+    path: the pipeline sends it to its Spark tasks (spark_pipeline/part_push.py)."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+        if not text:  # ssl would take the system's CAs instead, silently
+            raise ValueError(f"--ca-file {path}: is empty")
+        ssl.create_default_context(cadata=text)
+    except ssl.SSLError as exc:  # (an OSError too: first)
+        raise ValueError(f"--ca-file {path}: holds no usable PEM CA certificate: {exc}"
+                         ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--ca-file {path}: cannot be read: {exc}") from None
+    return text
