@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from rdfcore.fingerprint import to_hex
-from spark_pipeline import extract, jobs, load, rdf, transform
+from spark_pipeline import extract, jobs, rdf, transform
 from spark_pipeline.progress import Progress
-from txcluster.tls import read_ca_file
+from txcluster.tls import client_verify, read_ca_file
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _run_audit(session: Callable[[], SparkSession], config: AuditConfig, progres
     out_dir = jobs.output_dir(config.out_dir, "txcluster-audit")
     urls = [w.rstrip("/") for w in config.workers]
     with tempfile.TemporaryDirectory(prefix="txcluster-audit-", dir=config.work_dir) as work, \
-            httpx.Client(verify=load.verify(config.cadata)) as client:
+            httpx.Client(verify=client_verify(config.cadata)) as client:
         replicas, frames = [], []
         for side, url in zip("ab", urls, strict=True):
             progress.line(f"exporting {url} ...", force=True)

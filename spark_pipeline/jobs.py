@@ -24,7 +24,7 @@ from spark_pipeline import extract, hadoop_fs, load, locations, rdf, transform
 from spark_pipeline.part_push import PartPush
 from spark_pipeline.progress import CountsParam, Progress
 from spark_pipeline.session import is_local
-from txcluster.tls import read_ca_file
+from txcluster.tls import client_verify, read_ca_file
 
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000
@@ -549,7 +549,7 @@ def _missing(spark: SparkSession, status: dict, prepared: Prepared, work: Path,
         return prepared.distinct, fp, prepared.fingerprint, prepared.quads
     worker = load.up_to_date_worker(status)
     target = work / "repository.nq"
-    with httpx.Client(verify=load.verify(cadata)) as client:
+    with httpx.Client(verify=client_verify(cadata)) as client:
         state = extract.export_worker(client, worker, target)
     existing = transform.quads(parse_inputs(
         spark, [extract.export_file(target)], transform.ParseConfig(scope_blank_nodes=False))

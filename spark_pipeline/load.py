@@ -17,7 +17,6 @@ Two paths (issue "data pipeline"):
 
 from __future__ import annotations
 
-import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -28,20 +27,15 @@ import httpx
 
 from rdfcore.fingerprint import ZERO, to_hex
 from spark_pipeline import extract
-from spark_pipeline.part_push import PartPush, tls_context
+from spark_pipeline.part_push import PartPush
 from txcluster.admin_client import AdminClient, AdminError
+from txcluster.tls import client_verify
 
 T = TypeVar("T")
 
 
 class LoadError(Exception):
     """The load cannot go on; the message says why."""
-
-
-def verify(cadata: str | None) -> ssl.SSLContext | bool:
-    """httpx's ``verify`` for the loader's and the audit's calls: the CA bundle given
-    (``--ca-file``), else httpx's default (the system's CAs, or SSL_CERT_FILE)."""
-    return tls_context(cadata) if cadata else True
 
 
 RETRY_STATUSES = {502, 503, 504}
@@ -56,7 +50,7 @@ class MasterAPI:
         self.url = url.rstrip("/")
         self.cadata = cadata  # PEM text of --ca-file: the tasks check the master with it
         self.http = httpx.Client(auth=auth, timeout=httpx.Timeout(timeout, connect=10),
-                                 verify=verify(cadata))
+                                 verify=client_verify(cadata))
         self.admin = AdminClient(self.url, http=self.http)
 
     def close(self) -> None:
@@ -282,7 +276,7 @@ def wait_in_sync(master: MasterAPI, timeout: float,
 def worker_states(status: dict, cadata: str | None = None) -> dict[str, dict]:
     """Each worker's own state (its /health), independent of the master's view."""
     out = {}
-    with httpx.Client(timeout=30, verify=verify(cadata)) as client:
+    with httpx.Client(timeout=30, verify=client_verify(cadata)) as client:
         for w in status["workers"]:
             try:
                 out[w["url"]] = extract.worker_state(client, w["url"])

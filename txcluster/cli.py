@@ -82,10 +82,10 @@ def _ca_verify(ctx: click.Context, param: click.Parameter, value: str | None
     (httpx's default: the system's CAs, or SSL_CERT_FILE)."""
     if value is None:
         return True
-    from txcluster.tls import read_ca_file
+    from txcluster.tls import client_verify, read_ca_file
 
     try:
-        return ssl.create_default_context(cadata=read_ca_file(value))
+        return client_verify(read_ca_file(value))
     except ValueError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"--ca-file {value}: "),
                                  param_hint="--ca-file") from None

@@ -82,6 +82,13 @@ def client_context(ca_file: Path | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
 
 
+def client_verify(cadata: str | None) -> ssl.SSLContext | bool:
+    """httpx's ``verify`` for a client command (``--ca-file``): a context of the CA
+    bundle's PEM text, else True (httpx's default: the system's CAs, or SSL_CERT_FILE);
+    never unchecked. The Spark tasks build theirs with part_push.tls_context."""
+    return ssl.create_default_context(cadata=cadata) if cadata else True
+
+
 def read_ca_file(path: str) -> str:
     """The PEM text of a CA bundle that a client command checks https nodes with
     (``--ca-file``); ValueError saying what is wrong with it. The text rather than the
