@@ -38,7 +38,7 @@ from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.sync.seeding import SeedImages, Seeding, SeedingFailed
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from rdf4j_protocol.routes import HotPaths
+from rdf4j_protocol.routes import HotPaths, body_lane
 from rdf4j_protocol.transactions import TransactionRegistry
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
@@ -344,6 +344,10 @@ def create_app(service: MasterService) -> FastAPI:
     # inside the latency measurement (the middleware added last is the outermost).
     app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints,  # type: ignore[attr-defined]
                        exact=peer_api.hot_endpoints)  # type: ignore[attr-defined]
+    # Peer statuses and tail segments from the HTTP parser's callback, to the same
+    # endpoints (http_server.DirectAnswers' body lane; not measured by LatencyMiddleware,
+    # which has no series for them).
+    app.state.body_lane = body_lane(peer_api.hot_endpoints)  # type: ignore[attr-defined]
     app.add_middleware(LatencyMiddleware, histogram=service.metrics.request_seconds)
     return app
 
@@ -365,4 +369,5 @@ def serve(config: MasterConfig) -> None:
     service = MasterService(config)
     app = create_app(service)
     http_server.run(app, host=config.host, port=config.port, lane=app.state.direct_lane,
+                    body_lane=app.state.body_lane,
                     **tls.server_options(config.tls_cert_file, config.tls_key_file))

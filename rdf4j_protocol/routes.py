@@ -416,6 +416,13 @@ class HotPaths:
         await self.app(scope, receive, send)
 
 
+def body_lane(exact: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> dict[str, Endpoint]:
+    """The POST endpoints of HotPaths' ``exact`` by path, for the HTTP server's body lane
+    (txcluster/http_server.py, DirectAnswers): the calls between nodes it hands to them
+    past the application, the others still reaching them through HotPaths."""
+    return {path: endpoint for path, (endpoint, methods) in exact.items() if "POST" in methods}
+
+
 def answered(endpoint: Callable[[Request], Any]) -> Endpoint:
     """``endpoint`` for HotPaths' ``exact``: its refusal (HTTPException) answered as the
     framework's handler answers it, and a dict it returns as the framework's default

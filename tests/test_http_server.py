@@ -9,6 +9,10 @@ the real JDK client through every write endpoint of a cluster.
 
 The direct lane (DirectAnswers) is checked the same way: which requests it answers, that
 every other one reaches the application unchanged, and that answers keep request order.
+So is the body lane (POSTs to exact paths handed whole to their endpoint, the calls
+between nodes): its endpoints get the request uvicorn would have given the application,
+and what it does not take (chunked, 100-continue, upgrade offers, large bodies) still
+reaches the application with its body.
 """
 
 from __future__ import annotations
@@ -19,9 +23,18 @@ import threading
 import time
 
 import pytest
+from fastapi import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 
+from rdf4j_protocol.routes import answered
 from tests.procs import uvicorn_in_thread
-from txcluster.http_server import HeadWithBody, UpgradeIgnoringProtocol, protocol_with
+from txcluster.http_server import (
+    BODY_LANE_UP_TO,
+    HeadWithBody,
+    UpgradeIgnoringProtocol,
+    protocol_with,
+)
 
 H2C = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
        b"HTTP2-Settings: AAEAAEAAAAIAAAABAAMAAABkAAQBAAAAAAUAAEAA\r\n")
@@ -273,6 +286,108 @@ def test_a_later_answer_learns_that_its_client_went_away(lane_server):
     assert CLIENT_LEFT.wait(5), "the later answer was not told that its client left"
     # The server goes on serving others.
     assert exchange(lane_server, get("/later?next"), 1) == [b"later next"]
+
+
+# ---- the body lane ----
+
+BODY_LANE_CALLS: list[str] = []
+
+
+async def lane_endpoint(request: Request) -> Response:
+    """The body lane's endpoint: ``in <path>?<query> <x-h header> <client host> <body>``;
+    /in?refuse: a refusal (HTTPException); /in?fail: an error; /in?empty: a 204."""
+    BODY_LANE_CALLS.append(request.url.path)
+    body = await request.body()
+    query = request.url.query
+    if query == "refuse":
+        raise HTTPException(409, "refused: the test said so")
+    if query == "fail":
+        raise RuntimeError("the endpoint failed")
+    if query == "empty":
+        return Response(status_code=204, headers={"x-took": "it"})
+    if query == "slow":
+        await asyncio.sleep(0.3)
+    client = request.client.host if request.client else "?"
+    return Response(b"in %s?%s %s %s " % (request.url.path.encode(), query.encode(),
+                                          request.headers.get("x-h", "-").encode(),
+                                          client.encode()) + body,
+                    media_type="text/x-body-lane")
+
+
+@pytest.fixture(scope="module")
+def body_lane_server():
+    with uvicorn_in_thread(echo_app, http=protocol_with(None, {"/in": answered(lane_endpoint)}),
+                           access_log=False) as port:
+        yield port
+
+
+def test_the_body_lane_hands_a_post_to_its_endpoint_and_the_app_the_rest(body_lane_server):
+    BODY_LANE_CALLS.clear()
+    body = b"a body \xe2\x9c\x93"
+    answers = exchange(body_lane_server, [
+        post(body, "/in?q=1", b"X-H: v\r\n"),
+        post(b"other", "/p"),  # not a lane path
+        get("/in"),  # not a POST
+        post(b"chunked body", "/in", chunked=True),
+        post(b"continue", "/in", b"Expect: 100-continue\r\n"),
+        post(b"h2c", "/in", H2C),
+        post(b"escaped", "/%69n"),
+        post(b"", "/in?none"),
+    ], 8)
+    assert answers == [b"in /in?q=1 v 127.0.0.1 " + body, b"POST /p 5 other", b"GET /in 0 ",
+                       b"POST /in 12 chunked body", b"POST /in 8 continue", b"POST /in 3 h2c",
+                       b"POST /in 7 escaped", b"in /in?none - 127.0.0.1 "]  # decoded by uvicorn
+    assert BODY_LANE_CALLS == ["/in", "/in"]
+
+
+def test_a_body_lane_body_in_pieces_and_at_its_limit(body_lane_server):
+    BODY_LANE_CALLS.clear()
+    request = post(b"x" * 70_000, "/in?pieces")
+    pieces = [request[:30], request[30:90], request[90:5000], request[5000:]]
+    assert exchange(body_lane_server, pieces, 1) == [b"in /in?pieces - 127.0.0.1 " +
+                                                     b"x" * 70_000]
+    big = b"y" * BODY_LANE_UP_TO
+    answers = exchange(body_lane_server, [post(big, "/in?limit"), post(big + b"z", "/in")], 2)
+    assert answers == [b"in /in?limit - 127.0.0.1 " + big,
+                       b"POST /in %d " % (len(big) + 1) + big + b"z"]  # the application's
+    assert BODY_LANE_CALLS == ["/in", "/in"]
+
+
+def test_body_lane_answers_keep_request_order(body_lane_server):
+    # Pipelined in one packet: the first is the lane's (answered after 0.3 s), the others
+    # queue behind it in the application, in order.
+    BODY_LANE_CALLS.clear()
+    answers = exchange(body_lane_server,
+                       [post(b"1", "/in?slow") + post(b"2", "/in") + get("/x")], 3)
+    assert answers == [b"in /in?slow - 127.0.0.1 1", b"POST /in 1 2", b"GET /x 0 "]
+    assert BODY_LANE_CALLS == ["/in"]
+    # One after the other on one connection, the lane takes each.
+    with socket.create_connection(("127.0.0.1", body_lane_server), timeout=10) as s:
+        for n in (b"3", b"4", b"5"):
+            s.sendall(post(n, "/in"))
+            answer = b""
+            while not answer.endswith(b"127.0.0.1 " + n):
+                chunk = s.recv(65536)
+                assert chunk, answer
+                answer += chunk
+    assert BODY_LANE_CALLS == ["/in"] * 4
+
+
+def test_body_lane_refusals_errors_and_empty_answers(body_lane_server):
+    refused = raw_answers(body_lane_server, post(b"r", "/in?refuse") + get("/after"),
+                          b"GET /after")
+    assert refused.startswith(b"HTTP/1.1 409 Conflict\r\n")
+    assert b'{"detail":"refused: the test said so"}' in refused  # as FastAPI answers it
+    failed = raw_answers(body_lane_server, post(b"f", "/in?fail") + get("/after"),
+                         b"GET /after")
+    assert failed.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert b"\r\n\r\nInternal Server Error" in failed
+    empty = raw_answers(body_lane_server, post(b"e", "/in?empty") + get("/after"),
+                        b"GET /after")
+    first, second = empty.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"204 No Content\r\n") and first.endswith(b"\r\n\r\n")
+    assert b"x-took: it" in first and b"content-length" not in first.lower()
+    assert second.startswith(b"200") and second.endswith(b"GET /after 0 ")
 
 
 # ---- an answer's head goes out with its body (HeadWithBody) ----

@@ -16,17 +16,26 @@ connection goes on parsing the requests that follow (keep-alive and pipelining).
 is re-parsed by a fresh llhttp parser primed with the request's own headers (minus the
 upgrade), so Content-Length, chunked transfer coding and ``Expect: 100-continue`` keep
 their exact meaning; nothing here parses HTTP by hand.
+
+:class:`DirectAnswers` adds two lanes past the ASGI application for a node's most frequent
+requests: GETs answered from the parser's callback (point reads), and POSTs to a few exact
+paths handed with their whole body to their endpoint (the calls between nodes: a peer's
+status, a worker's execute and apply). Anything either lane does not take goes to the
+application as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import httptools
 import uvicorn
+from starlette.requests import Request
+from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from txcluster import heap
@@ -43,6 +52,10 @@ LaterAnswer = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Answer]]
 # it must answer (or return its later answer) within a small budget, or decline.
 DirectLane = Callable[[str, bytes, list[tuple[bytes, bytes]]],
                       Answer | LaterAnswer | None]
+# A node's body lane: exact path -> the endpoint a POST to it is handed to, with its whole
+# body, past the ASGI application (a Starlette Request -> a Response with its body whole:
+# the routes.HotPaths endpoints, which answer refusals themselves).
+BodyLane = Mapping[str, Callable[[Request], Awaitable[Response]]]
 
 # FastAPI's own OpenTelemetry instrumentation, off on both node kinds: nothing here
 # configures a tracer or meter, and deciding so again on every request cost about 25 us
@@ -51,6 +64,9 @@ FASTAPI_TELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 
 # A body up to this size goes out in one write with its head (HeadWithBody).
 _MERGED_UP_TO = 64 * 1024
+# The body lane takes a POST whose Content-Length is at most this; a larger one goes to
+# the application, which reads it as a stream.
+BODY_LANE_UP_TO = 1 << 20
 
 # Hop-by-hop headers of the upgrade offer: dropped when the request is re-parsed.
 _UPGRADE_HEADERS = {b"upgrade", b"connection", b"http2-settings"}
@@ -191,15 +207,85 @@ class UpgradeIgnoringProtocol(HttpToolsProtocol):
 
 class DirectAnswers(UpgradeIgnoringProtocol):
     """:class:`UpgradeIgnoringProtocol` with a direct lane (``lane``, set on a subclass by
-    :func:`protocol_with`) for requests answered whole from the parser's callback."""
+    :func:`protocol_with`) for GETs answered whole from the parser's callback, and a body
+    lane (``body_lane``) for POSTs to exact paths handed whole to their endpoint.
+
+    Why the body lane: each call between nodes (a peer's status, a worker's execute) went
+    through uvicorn's request cycle and the application's seven middleware layers before
+    its endpoint, and its answer back through them as ASGI messages: about a fifth of
+    what such a call cost the node that received it (py-spy, bench/README.md). The
+    endpoint is the one the application routes to (routes.HotPaths), with its credential
+    check, errors and answer; only the layers around it are left out, none of which does
+    anything for these calls (no latency series, no body limit, no proxy headers)."""
 
     lane: DirectLane | None = None
+    body_lane: BodyLane | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The body lane's request being read: its endpoint and scope; its body so far.
+        self._taken: tuple[Callable[[Request], Awaitable[Response]], dict] | None = None
+        self._taken_body: list[bytes] = []
 
     def on_headers_complete(self) -> None:
-        if not self._replaying and self.lane is not None and self._answer_directly():
-            self._answered = True
-            return
+        if not self._replaying:
+            if self.lane is not None and self._answer_directly():
+                self._answered = True
+                return
+            if self.body_lane is not None and self._take_body():
+                return
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._taken is not None:
+            self._taken_body.append(body)
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._taken is not None:
+            (endpoint, scope), body = self._taken, b"".join(self._taken_body)
+            self._taken, self._taken_body = None, []
+            self._answer_later(partial(_endpoint_answer, endpoint, scope, body))
+            return
+        super().on_message_complete()
+
+    def _take_body(self) -> bool:
+        """Take the request for the body lane: a keep-alive HTTP/1.1 POST to one of its
+        paths with a Content-Length body of at most BODY_LANE_UP_TO, no upgrade offer and
+        no ``Expect: 100-continue``, with no earlier answer still being written. Any other
+        goes to the application (chunked and 100-continue bodies included: uvicorn's
+        handling of them stays the one that is tested with every client)."""
+        parser = self.parser
+        if (parser.get_method() != b"POST" or parser.get_http_version() != "1.1"
+                or not parser.should_keep_alive() or parser.should_upgrade()
+                or self.expect_100_continue or self.limit_concurrency is not None):
+            return False
+        length = None
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                return False
+            if name == b"content-length":
+                length = value.strip()
+        if length is None or not length.isdigit() or int(length) > BODY_LANE_UP_TO:
+            return False
+        if ((self.cycle is not None and not self.cycle.response_complete)
+                or self.pipeline or self.flow.write_paused):
+            return False
+        url = httptools.parse_url(self.url)
+        if b"%" in url.path:
+            return False
+        endpoint = self.body_lane.get(url.path.decode("ascii"))  # type: ignore[union-attr]
+        if endpoint is None:
+            return False
+        # The scope uvicorn would give the application (on_message_begin began it).
+        scope = self.scope
+        scope["method"] = "POST"
+        scope["path"] = self.root_path + url.path.decode("ascii")
+        scope["raw_path"] = self.root_path.encode("ascii") + url.path
+        scope["query_string"] = url.query or b""
+        self._taken = (endpoint, scope)
+        return True
 
     def _answer_directly(self) -> bool:
         parser = self.parser
@@ -238,8 +324,11 @@ class DirectAnswers(UpgradeIgnoringProtocol):
         head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n"
                  for name, value in self.server_state.default_headers]
-        head += [headers, b"content-length: ", str(len(body)).encode("ascii"), b"\r\n\r\n",
-                 body]
+        if status in (204, 304):  # RFC 9110 8.6: no Content-Length, and no body
+            head += [headers, b"\r\n"]
+        else:
+            head += [headers, b"content-length: ", str(len(body)).encode("ascii"),
+                     b"\r\n\r\n", body]
         # One write for head and body (uvicorn writes them separately: two sends).
         self.transport.write(b"".join(head))
 
@@ -287,17 +376,43 @@ class _LaterCycle:
         self.message_event = asyncio.Event()
 
 
-def protocol_with(lane: DirectLane | None) -> type[UpgradeIgnoringProtocol]:
-    """The protocol class uvicorn runs: with ``lane`` as its direct lane, if any."""
-    if lane is None:
+async def _endpoint_answer(endpoint: Callable[[Request], Awaitable[Response]], scope: dict,
+                           body: bytes, gone: Callable[[], Awaitable[Any]]) -> Answer:
+    """A body-lane request's answer: ``endpoint``'s Response for ``scope`` and ``body``,
+    its headers as the lane writes them (the lane adds Content-Length)."""
+    received = False
+
+    async def receive() -> dict:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone()  # as uvicorn: after the body, only the client's leaving
+        return {"type": "http.disconnect"}
+
+    response = await endpoint(Request(scope, receive))
+    if response.background is not None:  # none of ours has one; run as Starlette would
+        await response.background()
+    headers = b"".join(name + b": " + value + b"\r\n" for name, value in response.raw_headers
+                       if name != b"content-length")
+    return response.status_code, headers, bytes(response.body)
+
+
+def protocol_with(lane: DirectLane | None,
+                  body_lane: BodyLane | None = None) -> type[UpgradeIgnoringProtocol]:
+    """The protocol class uvicorn runs: with ``lane`` as its direct lane and
+    ``body_lane`` as its body lane, if any."""
+    if lane is None and not body_lane:
         return UpgradeIgnoringProtocol
-    return type("DirectAnswersFor", (DirectAnswers,), {"lane": staticmethod(lane)})
+    return type("DirectAnswersFor", (DirectAnswers,),
+                {"lane": None if lane is None else staticmethod(lane),
+                 "body_lane": dict(body_lane) if body_lane else None})
 
 
 def run(app: Any, *, host: str, port: int, lane: DirectLane | None = None,
-        **options: Any) -> None:
+        body_lane: BodyLane | None = None, **options: Any) -> None:
     """Serve ``app`` as both node kinds do (uvicorn, httptools, the protocol above), with
-    ``lane`` as the direct lane for the requests it answers (DirectAnswers)."""
+    ``lane`` and ``body_lane`` for the requests they answer (DirectAnswers)."""
     heap.settle()  # the app is built: nothing a collection should walk again
-    uvicorn.run(app, host=host, port=port, http=protocol_with(lane),
+    uvicorn.run(app, host=host, port=port, http=protocol_with(lane, body_lane),
                 log_level="warning", access_log=False, **options)

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from rdf4j_protocol.routes import HotPaths
+from rdf4j_protocol.routes import HotPaths, body_lane
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
@@ -57,8 +57,10 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
     app.include_router(rdf4j_api, tags=["rdf4j"])
     app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints,  # type: ignore[attr-defined]
                        exact=control_api.hot_endpoints)  # type: ignore[attr-defined]
-    # Point queries answered from the HTTP parser's callback (http_server.DirectAnswers).
+    # Point queries answered from the HTTP parser's callback (http_server.DirectAnswers),
+    # and its master's execute and apply calls handed from there to their endpoints.
     app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
+    app.state.body_lane = body_lane(control_api.hot_endpoints)  # type: ignore[attr-defined]
     return app
 
 
@@ -81,7 +83,7 @@ def serve(config: WorkerConfig) -> None:
                      limits=config.limits())
     try:
         http_server.run(app, host=config.host, port=config.port,
-                        lane=app.state.direct_lane,
+                        lane=app.state.direct_lane, body_lane=app.state.body_lane,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))
     finally:
         repo.close()
