@@ -29,7 +29,7 @@ import pyoxigraph as ox
 from fastapi import APIRouter, HTTPException
 from fastapi.exception_handlers import http_exception_handler
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 
 from rdf4j_protocol.negotiation import negotiate_tuple_format
 from rdf4j_protocol.parameters import (
@@ -54,6 +54,7 @@ from rdf4j_protocol.writes import (
     namespace_write,
     statements_write,
 )
+from txcluster.jsonbody import JSONAnswer
 
 PROTOCOL_VERSION = "12"
 READS = ("GET", "HEAD")
@@ -425,13 +426,13 @@ def body_lane(exact: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> dict[str, E
 
 def answered(endpoint: Callable[[Request], Any]) -> Endpoint:
     """``endpoint`` for HotPaths' ``exact``: its refusal (HTTPException) answered as the
-    framework's handler answers it, and a dict it returns as the framework's default
-    response class (JSONResponse) sends it; HotPaths calls it past the framework's
-    routing and error handling."""
+    framework's handler answers it, and a dict it returns as JSON (JSONResponse, written
+    by orjson: jsonbody.JSONAnswer); HotPaths calls it past the framework's routing and
+    error handling."""
     async def hot(request: Request) -> Response:
         try:
             result = await endpoint(request)
         except HTTPException as exc:
             return await http_exception_handler(request, exc)
-        return result if isinstance(result, Response) else JSONResponse(result)
+        return result if isinstance(result, Response) else JSONAnswer(result)
     return hot

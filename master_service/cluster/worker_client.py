@@ -14,8 +14,10 @@ import ssl
 from typing import Any
 
 import aiohttp
+import orjson
 from yarl import URL
 
+from txcluster import jsonbody
 from txcluster.http_pool import origin_of
 from txcluster.signed_session import SignedSession
 
@@ -56,7 +58,7 @@ class WorkerClient:
     async def _call(self, method: str, path: str, payload: Any = None,
                     timeout: float | None = None, nquads: bytes | None = None) -> Any:
         body = nquads if nquads is not None else \
-            b"" if payload is None else jsonlib.dumps(payload).encode()
+            b"" if payload is None else jsonbody.dumps(payload)
         content_type = "application/json" if payload is not None else \
             "application/n-quads" if nquads is not None else None
         try:
@@ -71,7 +73,7 @@ class WorkerClient:
                 message = content.decode(errors="replace")
             raise WorkerRefused(status, str(message))
         try:
-            return jsonlib.loads(content)
+            return orjson.loads(content)  # our worker's answer: plain JSON (jsonbody.dumps)
         except ValueError:
             raise WorkerUnavailable(f"{self.url}: answered with something that is not JSON"
                                     ) from None

@@ -35,6 +35,7 @@ from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, Status, TailSegment, TxMeta
 from master_service.sync.ready import Post
 from master_service.txlog.agreement import payload_digest
+from txcluster import jsonbody
 from txcluster.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
@@ -256,7 +257,7 @@ class Transport:
                 body[wire.TAILS_FIELD] = [wire.tail_to_json(t) for t in tails]
             assert self._http is not None
             status, headers, text = await self._http.exchange(
-                "POST", f"{url}/peer/{kind}", json.dumps(body).encode(), "application/json")
+                "POST", f"{url}/peer/{kind}", jsonbody.dumps(body), "application/json")
             ok = status < 300
             if kind == "status" and ok:
                 self.takes_tails[peer] = TAKES_TAILS in headers.get(TAKES_HEADER, "")

@@ -37,7 +37,6 @@ import aiohttp
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import (
     FileResponse,
-    JSONResponse,
     PlainTextResponse,
     StreamingResponse,
 )
@@ -276,7 +275,8 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
                                 "changeset": outcome.wire or outcome.changeset.to_wire(),
                                 **_state_summary(outcome.state),
                                 "duration_s": outcome.duration_s})
-        return JSONResponse({"results": results, "state": _state_summary(repo.state())})
+        return jsonbody.JSONAnswer({"results": results,
+                                    "state": _state_summary(repo.state())})
 
     @router.get("/journal")
     async def get_journal(request: Request):
