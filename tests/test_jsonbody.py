@@ -95,3 +95,9 @@ def test_generated_json_reads_the_same_both_ways(value, ascii_only, separators):
 @given(st.binary(max_size=60) | st.text(alphabet='[]{}",:0123456789-+.eE \\u', max_size=60))
 def test_arbitrary_input_is_refused_or_read_the_same_both_ways(body):
     assert_as_strict(body)
+
+
+def test_what_orjson_does_not_write_is_written_as_json_dumps_writes_it():
+    for value in ({"n": 2**70, "s": "é"}, {1: "a"}, [{"deep": [-(2**64)]}]):
+        assert jsonbody.parse(jsonbody.dumps(value)) == json.loads(json.dumps(value))
+    assert jsonbody.dumps({"a": [1, "é", None]}) == '{"a":[1,"é",null]}'.encode()
