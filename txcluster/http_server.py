@@ -251,15 +251,11 @@ class DirectAnswers(UpgradeIgnoringProtocol):
         super().on_message_complete()
 
     def _take_body(self) -> bool:
-        """Take the request for the body lane: a keep-alive HTTP/1.1 POST to one of its
-        paths with a Content-Length body of at most BODY_LANE_UP_TO, no upgrade offer and
-        no ``Expect: 100-continue``, with no earlier answer still being written. Any other
-        goes to the application (chunked and 100-continue bodies included: uvicorn's
-        handling of them stays the one that is tested with every client)."""
-        parser = self.parser
-        if (parser.get_method() != b"POST" or parser.get_http_version() != "1.1"
-                or not parser.should_keep_alive() or parser.should_upgrade()
-                or self.expect_100_continue or self.limit_concurrency is not None):
+        """Take the request for the body lane: a POST to one of its paths (as
+        ``_lane_url`` lets through) with a Content-Length body of at most
+        BODY_LANE_UP_TO. Any other goes to the application (chunked bodies included:
+        uvicorn's handling of them stays the one that is tested with every client)."""
+        if self.limit_concurrency is not None:
             return False
         length = None
         for name, value in self.headers:
@@ -269,37 +265,46 @@ class DirectAnswers(UpgradeIgnoringProtocol):
                 length = value.strip()
         if length is None or not length.isdigit() or int(length) > BODY_LANE_UP_TO:
             return False
-        if ((self.cycle is not None and not self.cycle.response_complete)
-                or self.pipeline or self.flow.write_paused):
+        url = self._lane_url(b"POST")
+        if url is None:
             return False
-        url = httptools.parse_url(self.url)
-        if b"%" in url.path:
-            return False
-        endpoint = self.body_lane.get(url.path.decode("ascii"))  # type: ignore[union-attr]
+        path = url.path.decode("ascii")
+        endpoint = self.body_lane.get(path)  # type: ignore[union-attr]
         if endpoint is None:
             return False
         # The scope uvicorn would give the application (on_message_begin began it).
         scope = self.scope
         scope["method"] = "POST"
-        scope["path"] = self.root_path + url.path.decode("ascii")
+        scope["path"] = self.root_path + path
         scope["raw_path"] = self.root_path.encode("ascii") + url.path
         scope["query_string"] = url.query or b""
         self._taken = (endpoint, scope)
         return True
 
-    def _answer_directly(self) -> bool:
+    def _lane_url(self, method: bytes) -> Any:
+        """The parsed URL of a request either lane may take, else None: a keep-alive
+        HTTP/1.1 ``method`` with no upgrade offer, no ``Expect: 100-continue`` and no
+        percent-escape in its path (the application's path decoding and checks), arriving
+        when no earlier answer is still being written."""
         parser = self.parser
-        if (parser.get_method() != b"GET" or parser.get_http_version() != "1.1"
+        if (parser.get_method() != method or parser.get_http_version() != "1.1"
                 or not parser.should_keep_alive() or parser.should_upgrade()
-                or self.expect_100_continue or _declares_body(self.headers)):
-            return False
+                or self.expect_100_continue):
+            return None
         # Answers go out in request order: not while an earlier one is still being
         # written by the application (pipelining), nor while the client does not read.
         if ((self.cycle is not None and not self.cycle.response_complete)
                 or self.pipeline or self.flow.write_paused):
-            return False
+            return None
         url = httptools.parse_url(self.url)
-        if b"%" in url.path:  # the application's path decoding and checks
+        return None if b"%" in url.path else url
+
+    def _answer_directly(self) -> bool:
+        """Answer a GET without a body (as ``_lane_url`` lets through) from the lane."""
+        if _declares_body(self.headers):
+            return False
+        url = self._lane_url(b"GET")
+        if url is None:
             return False
         try:
             answer = self.lane(url.path.decode("ascii"),  # type: ignore[misc]
