@@ -482,6 +482,20 @@ def test_executed_journal_line_torn_by_a_crash_is_cut_and_not_held(repo):
     assert [e["txid"] for e in repo.executed.after(0, 10, 2)[0]] == ["t1", "t2"]
 
 
+def test_executed_journal_keeps_text_beyond_ascii_as_it_was(repo, tmp_path):
+    # Its lines are written by orjson (UTF-8, not json.dumps's escapes): a literal with
+    # accents, an emoji and a control character replays to the same store elsewhere.
+    text = 'caf\u00e9 \U0001f600 \\"tab\\t\\n'
+    repo.execute_batch(1, [("t1", update(f'INSERT DATA {{ <{EX}a> <{EX}p> "{text}" }}'))])
+    [entry], _ = repo.executed.after(0, 10, 1)
+    other = Repository("o", tmp_path / "other")
+    other.apply(1, "t1", Changeset.from_wire(entry["changeset"]),
+                fingerprint.from_hex(entry["fingerprint"]))
+    assert set(other.store) == set(repo.store)
+    [quad] = list(repo.store)
+    assert quad.object.value == 'caf\u00e9 \U0001f600 "tab\t\n'
+
+
 def test_images_install_on_a_python_without_tar_filters(tmp_path, monkeypatch):
     # Debian 12's Python 3.11.2 (the Molecule hosts) has no tarfile extraction filters:
     # restoring a split backup failed there with a TypeError (500).

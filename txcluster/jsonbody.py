@@ -47,11 +47,13 @@ def dumps(value: Any) -> bytes:
     """``value`` as compact UTF-8 JSON (orjson: a status or an execute call is written
     ~10x faster than by ``json.dumps``), for the messages between nodes. What orjson does
     not write (an integer beyond 64 bits, a key that is not a string: a peer's payload may
-    hold one) is written by ``json.dumps`` as before, so that the receiver refuses it."""
+    hold one) or a string that is not Unicode text (a lone surrogate) is written by
+    ``json.dumps`` (ASCII, escaped), so that the receiver refuses it and a journal line
+    reads back as it was."""
     try:
         return orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 class JSONAnswer(JSONResponse):

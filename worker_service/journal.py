@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdfcore.changeset import Changeset
+from txcluster import jsonbody
 
 JOURNAL_FILE = "journal.jsonl"
 REDO = "redo"
@@ -71,7 +72,8 @@ class Journal:
         self._write({"sealed": True})
 
     def _write(self, record: dict) -> None:
-        self._write_line(json.dumps(record).encode())
+        # orjson: a line per probe group and step was ~7% of a probe's CPU by json.dumps
+        self._write_line(jsonbody.dumps(record))
 
     def _write_line(self, line: bytes) -> None:
         assert self._fh is not None
@@ -176,7 +178,7 @@ class Executed:
     def record(self, records: list[dict]) -> None:
         if not records:
             return
-        data = b"".join(json.dumps(r).encode() + b"\n" for r in records)
+        data = b"".join(jsonbody.dumps(r) + b"\n" for r in records)
         if self._fh is None:
             self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open across groups
         self._fh.write(data)

@@ -34,11 +34,16 @@ from master_service.errors import NotWritable
 
 # Transactions executed on the probe in one request, at most.
 MAX_GROUP = 256
-# While clients are writing, a forwarder waits this long before sending so that the
-# groups committed meanwhile go to the worker in one request: forwarding is not on the
-# acknowledgement path (eventual consistency), and each request costs the master CPU
-# that the next group commit needs.
+# While clients are writing, a forwarder waits before sending so that the groups
+# committed meanwhile go to the worker in one request: forwarding is not on the
+# acknowledgement path (eventual consistency), and each request costs the master and the
+# worker CPU that the next group commit needs. FORWARD_COALESCE_S while reads are running
+# on this master (read-your-writes sends a read only to a worker at the head: the sooner
+# the others are there, the more of them share the reads); FORWARD_COALESCE_QUIET_S while
+# none is, when nobody is waiting for them: 1 master + 3 workers took 15-29% more writes
+# from 16 connections than with 3 ms (bench/README.md, "2026-12-03 (2)").
 FORWARD_COALESCE_S = 0.003
+FORWARD_COALESCE_QUIET_S = 0.02
 
 
 class WriteNotRecorded(Exception):
@@ -398,7 +403,8 @@ class WritePath:
             await w.wake.wait()
             w.wake.clear()
             if pool.counters.running_writes and not pool.strict:
-                await asyncio.sleep(FORWARD_COALESCE_S)
+                await asyncio.sleep(FORWARD_COALESCE_S if pool.counters.running_reads
+                                    else FORWARD_COALESCE_QUIET_S)
             while w.queue and w.status in IN_SYNC:
                 batch = w.queue[:REPLAY_BATCH]
                 if w.status in (WorkerStatus.ON, WorkerStatus.WAITING_WRITE):
