@@ -6,17 +6,24 @@ default). The anchor is the Oxigraph server of PyPI's `oxigraph` package; the cl
 are started by the real CLI, `txcluster up` (python -m txcluster.cli up), one layout at a
 time so that only one system under test shares the machine's cores with wrk:
 
-  oxigraph serve                  point SELECT, engine-bound query, write throughput
   1 master + 1 worker             point SELECT on the worker direct and on the master,
                                   the engine-bound query on the master
   1 master + 3 workers            write throughput (--connections), commit p50 (1 conn)
   3 peered masters + 1 worker     commit p50 (1 conn, master1), agreed write throughput
                                   (--connections split over the 3 masters, 3 wrk at once)
 
+`oxigraph serve` runs all along, idle but for its own figures (point SELECT,
+engine-bound query, write throughput), each measured right before the txcluster figure
+it is the reference of, with the layout of that figure up and idle beside it (what the
+layout took meanwhile is printed with the anchor's run). This machine's speed moves by
+1.5-2x within minutes: a ratio of two rates measured minutes apart measured that as much
+as the system. ``--rounds N`` measures every layout N times and shows each figure's
+median ratio, with every round's ratios.
+
 Every wrk run counts only 2xx responses (bench/wrk/sparql.lua); a non-2xx response or a
 socket error fails the run loudly rather than being folded into a rate.
 
-Run: .venv/bin/python -m bench.bench_anchor [--seconds N] [--connections N]
+Run: .venv/bin/python -m bench.bench_anchor [--seconds N] [--connections N] [--rounds N]
 Smoke run (checks the harness, not a measurement):
      .venv/bin/python -m bench.bench_anchor --seconds 2 --connections 2 --triples 5000 \
          --warmup 0
@@ -238,10 +245,10 @@ def txcluster(*args: str) -> subprocess.CompletedProcess:
 
 
 @contextmanager
-def cluster(root: Path, masters: int, workers: int) -> Iterator[dict]:
+def cluster(root: Path, masters: int, workers: int, suffix: str = "") -> Iterator[dict]:
     """`txcluster up --masters M --workers W`; `txcluster down` (by PID) when done, also on
     failure. Yields DIR/cluster.json, checked to describe the layout asked for."""
-    directory = root / f"cluster-{masters}m{workers}w"
+    directory = root / f"cluster-{masters}m{workers}w{suffix}"
     up = txcluster("up", "--dir", str(directory), "--masters", str(masters),
                    "--workers", str(workers))
     if up.returncode != 0:  # `up` stops what it started before failing
@@ -431,80 +438,110 @@ def main() -> None:
                     help="wrk threads (the cores are shared with the system under test)")
     ap.add_argument("--triples", type=int, default=100_000,
                     help="data set size (100,000 for the table; smaller for smoke runs)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="every layout this many times; the table shows each figure's "
+                         "median ratio")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench_anchor: no `wrk` on PATH: apt-get install wrk (make deps-debian)")
     if args.connections < 1 or args.triples < 8:
         sys.exit("bench_anchor: --connections >= 1 and --triples >= 8")
+    if args.rounds < 1:
+        sys.exit("bench_anchor: --rounds >= 1")
     wrk = Wrk(args.seconds, args.warmup, args.threads)
-    conns = args.connections
     n_subjects = args.triples // 8  # quads(): 8 predicates per subject
-    read = [f"Accept: {SPARQL_JSON}"]
-    update = ["Content-Type: application/sparql-update"]
     with workdir("anchor") as root:
         data = root / "data.nt"
         data.write_bytes(ox.serialize([q.triple for q in quads(0, args.triples)],
                                       format=ox.RdfFormat.N_TRIPLES))
         print(f"data set: {args.triples:,} triples, {n_subjects:,} subjects ({data})")
-
-        print("== anchor: oxigraph serve")
+        # The anchor stays up all along (idle, it takes no CPU), so that each figure of
+        # txcluster is measured right after the anchor's: this machine's speed moves by
+        # 1.5-2x within minutes (bench/README.md), and a ratio of two rates measured
+        # minutes apart measured that as much as the system.
         with oxigraph_serve(root, data, args.triples) as ox_url:
             expected_n = count(f"{ox_url}/query", {}, ENGINE)
             engine_ms = single_query_ms(f"{ox_url}/query", ENGINE)
-            ox_point = wrk.run("oxigraph serve: point SELECT", "read", ox_url,
-                               point_target("/query", n_subjects), read, conns)
-            ox_engine = wrk.run("oxigraph serve: engine-bound", "read", ox_url,
-                                engine_target("/query"), read, min(conns, ENGINE_CONNECTIONS))
-            ox_write = wrk.run("oxigraph serve: INSERT DATA", "write", ox_url, ("/update",),
-                               update, conns)
+            rounds = [one_round(wrk, args, root, data, ox_url, expected_n,
+                                f"-{r + 1}" if args.rounds > 1 else "")
+                      for r in range(args.rounds)]
+    print(f"\nengine-bound query ({expected_n:,} join rows): {engine_ms:.1f} ms alone on "
+          f"oxigraph serve (median of 5 sequential requests)")
+    print_table(median_rows(rounds), wrk.results, args)
+    if len(rounds) > 1:
+        print("\nratio of each round (the table shows their median; each figure's anchor is "
+              "measured in the same round, right before it):")
+        for rows in zip(*rounds, strict=True):
+            print(f"  {rows[0].figure}: " + ", ".join(f"{r.ratio:.2f}" for r in rows))
 
-        print("== txcluster up --masters 1 --workers 1 (reads)")
-        with cluster(root, 1, 1) as info:
-            auth = auth_headers(info)
-            load(info, data, args.triples, auth)
-            path = f"/repositories/{info['repository']}"
-            master, worker = info["masters"][0]["url"], info["workers"][0]["url"]
-            n = count(master + path, header_dict(auth), ENGINE)
-            if n != expected_n:
-                raise BenchError(f"engine-bound query: txcluster {n} rows, oxigraph "
-                                 f"{expected_n}: not the same data")
-            pids = {"master": info["masters"][0]["pid"], "worker": info["workers"][0]["pid"]}
-            direct = wrk.run("worker direct: point SELECT", "read", worker,
-                             point_target(path, n_subjects), read + auth, conns,
-                             cpu_of={"worker": pids["worker"]})
-            via = wrk.run("master (same worker): point SELECT", "read", master,
-                          point_target(path, n_subjects), read + auth, conns, cpu_of=pids)
-            engine = wrk.run("master: engine-bound", "read", master, engine_target(path),
-                             read + auth, min(conns, ENGINE_CONNECTIONS))
 
-        print("== txcluster up --masters 1 --workers 3 (writes)")
-        with cluster(root, 1, 3) as info:
-            auth = auth_headers(info)
-            check_peering(info, auth)
-            load(info, data, args.triples, auth)
-            master = info["masters"][0]["url"]
-            stmts = (f"/repositories/{info['repository']}/statements",)
-            one_write = wrk.run("1 master + 3 workers: INSERT DATA", "write", master, stmts,
-                                update + auth, conns)
-            one_lat = wrk.run("1 master + 3 workers: commit latency", "write", master,
-                              stmts, update + auth, 1, warm=False)
+def one_round(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url: str,
+              expected_n: int, suffix: str) -> list[Row]:
+    """Every figure of the table once: each layout started, loaded and measured, each
+    anchor figure right before the txcluster figure it is the reference of."""
+    conns = args.connections
+    n_subjects = args.triples // 8
+    read = [f"Accept: {SPARQL_JSON}"]
+    update = ["Content-Type: application/sparql-update"]
+    tag = f" (round {suffix[1:]})" if suffix else ""
 
-        print("== txcluster up --masters 3 --workers 1 (peered masters)")
-        with cluster(root, 3, 1) as info:
-            auth = auth_headers(info)
-            check_peering(info, auth)
-            load(info, data, args.triples, auth)
-            urls = [m["url"] for m in info["masters"]]
-            stmts = (f"/repositories/{info['repository']}/statements",)
-            # The connections split over the 3 masters (at least one each).
-            split = [max(1, conns // 3 + (1 if i < conns % 3 else 0)) for i in range(3)]
-            peered_write = wrk.parallel(
-                "3 peered masters: INSERT DATA (agreed)", "write",
-                [(u, stmts, update + auth, c) for u, c in zip(urls, split, strict=True)])
-            peered_lat = wrk.run("3 peered masters: commit latency (master1)", "write",
-                                 urls[0], stmts, update + auth, 1, warm=False)
+    print(f"== txcluster up --masters 1 --workers 1 (reads){tag}")
+    with cluster(root, 1, 1, suffix) as info:
+        auth = auth_headers(info)
+        load(info, data, args.triples, auth)
+        path = f"/repositories/{info['repository']}"
+        master, worker = info["masters"][0]["url"], info["workers"][0]["url"]
+        n = count(master + path, header_dict(auth), ENGINE)
+        if n != expected_n:
+            raise BenchError(f"engine-bound query: txcluster {n} rows, oxigraph "
+                             f"{expected_n}: not the same data")
+        pids = {"master": info["masters"][0]["pid"], "worker": info["workers"][0]["pid"]}
+        # cpu_of on the anchor's runs: what the idle cluster beside it took meanwhile.
+        ox_point = wrk.run("oxigraph serve: point SELECT", "read", ox_url,
+                           point_target("/query", n_subjects), read, conns, cpu_of=pids)
+        direct = wrk.run("worker direct: point SELECT", "read", worker,
+                         point_target(path, n_subjects), read + auth, conns,
+                         cpu_of={"worker": pids["worker"]})
+        via = wrk.run("master (same worker): point SELECT", "read", master,
+                      point_target(path, n_subjects), read + auth, conns, cpu_of=pids)
+        ox_engine = wrk.run("oxigraph serve: engine-bound", "read", ox_url,
+                            engine_target("/query"), read, min(conns, ENGINE_CONNECTIONS),
+                            cpu_of=pids)
+        engine = wrk.run("master: engine-bound", "read", master, engine_target(path),
+                         read + auth, min(conns, ENGINE_CONNECTIONS))
 
-    rows = [
+    print(f"== txcluster up --masters 1 --workers 3 (writes){tag}")
+    with cluster(root, 1, 3, suffix) as info:
+        auth = auth_headers(info)
+        check_peering(info, auth)
+        load(info, data, args.triples, auth)
+        master = info["masters"][0]["url"]
+        stmts = (f"/repositories/{info['repository']}/statements",)
+        ox_write = wrk.run("oxigraph serve: INSERT DATA", "write", ox_url, ("/update",),
+                           update, conns, cpu_of=layout_pids(info))
+        one_write = wrk.run("1 master + 3 workers: INSERT DATA", "write", master, stmts,
+                            update + auth, conns)
+        one_lat = wrk.run("1 master + 3 workers: commit latency", "write", master,
+                          stmts, update + auth, 1, warm=False)
+
+    print(f"== txcluster up --masters 3 --workers 1 (peered masters){tag}")
+    with cluster(root, 3, 1, suffix) as info:
+        auth = auth_headers(info)
+        check_peering(info, auth)
+        load(info, data, args.triples, auth)
+        urls = [m["url"] for m in info["masters"]]
+        stmts = (f"/repositories/{info['repository']}/statements",)
+        # The peered figures first: the single master's, their reference, were the last
+        # ones measured before this layout started.
+        peered_lat = wrk.run("3 peered masters: commit latency (master1)", "write",
+                             urls[0], stmts, update + auth, 1, warm=False)
+        # The connections split over the 3 masters (at least one each).
+        split = [max(1, conns // 3 + (1 if i < conns % 3 else 0)) for i in range(3)]
+        peered_write = wrk.parallel(
+            "3 peered masters: INSERT DATA (agreed)", "write",
+            [(u, stmts, update + auth, c) for u, c in zip(urls, split, strict=True)])
+
+    return [
         Row("point SELECT, worker direct", "oxigraph serve", ox_point.rate, direct.rate,
             "q/s", ">=", 0.30),
         Row("point SELECT, master / same worker direct", "worker direct", direct.rate,
@@ -518,9 +555,22 @@ def main() -> None:
         Row(f"agreed write throughput, {peered_write.connections} conn, 3 peered masters",
             "1 master + 3 workers", one_write.rate, peered_write.rate, "tx/s", ">=", 0.70),
     ]
-    print(f"\nengine-bound query ({expected_n:,} join rows): {engine_ms:.1f} ms alone on "
-          f"oxigraph serve (median of 5 sequential requests)")
-    print_table(rows, wrk.results, args)
+
+
+def layout_pids(info: dict) -> dict[str, int]:
+    """name: PID of every node of a layout (cluster.json)."""
+    return {**{f"master{i + 1}": m["pid"] for i, m in enumerate(info["masters"])},
+            **{f"worker{i + 1}": w["pid"] for i, w in enumerate(info["workers"])}}
+
+
+def median_rows(rounds: list[list[Row]]) -> list[Row]:
+    """Each figure's row of the round whose ratio is the median (of an even number of
+    rounds, the worse of the middle two): anchor, value and ratio of one measurement."""
+    out = []
+    for rows in zip(*rounds, strict=True):
+        ranked = sorted(rows, key=lambda r: r.ratio if r.op == ">=" else -r.ratio)
+        out.append(ranked[(len(ranked) - 1) // 2])
+    return out
 
 
 if __name__ == "__main__":

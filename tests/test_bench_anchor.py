@@ -1,6 +1,7 @@
 """bench/bench_anchor.py's reading of wrk (nothing is timed here): the WRK_JSON line that
 bench/wrk/sparql.lua prints, and that a non-2xx response fails the run rather than being
-counted. With wrk installed, the script itself runs for 1 s against a stub server."""
+counted, and which round's figure the table shows. With wrk installed, the script itself
+runs for 1 s against a stub server."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.bench_anchor import BenchError, Wrk, parse_wrk, result_of
+from bench.bench_anchor import BenchError, Row, Wrk, median_rows, parse_wrk, result_of
 
 LINE = ('WRK_JSON {"duration_us": 2000000, "requests": 10, "ok": 10, "bad": 0, '
         '"first_bad": "", "errors": {"connect": 0, "read": 0, "write": 0, "status": 0, '
@@ -99,3 +100,15 @@ def test_the_peer_rounds_line_splits_cpu_into_per_round_and_per_transaction():
     intercept, slope = line(points)
     assert (round(intercept, 6), round(slope, 6)) == (500, 1500)
     assert line([(0.5, 10.0), (0.5, 20.0)]) == (15.0, 0.0)
+
+
+def test_the_table_shows_each_figures_median_round_and_the_worse_middle_of_two():
+    def rounds(*pairs):  # one figure per op: (rate ratio, latency ratio) per round
+        return [[Row("rate", "a", 100.0, up, "q/s", ">=", 0.3),
+                 Row("p50", "b", 2.0, 2.0 * down, "ms", "<=", 2.0)] for up, down in pairs]
+
+    rate, p50 = median_rows(rounds((10, 1.5), (50, 3.0), (30, 4.5)))
+    assert (rate.value, p50.value) == (30, 6.0)  # the middle of three, whichever round
+    rate, p50 = median_rows(rounds((10, 1.5), (50, 3.0)))
+    assert (rate.value, p50.value) == (10, 6.0)  # the worse of two: lower rate, higher p50
+    assert (rate.ratio, p50.ratio) == (0.1, 3.0)
