@@ -531,10 +531,10 @@ def one_round(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url
         load(info, data, args.triples, auth)
         urls = [m["url"] for m in info["masters"]]
         stmts = (f"/repositories/{info['repository']}/statements",)
-        # The peered figures first: the single master's, their reference, were the last
-        # ones measured before this layout started.
+        # The commit latency first: the single master's, its reference, was the last
+        # figure measured before this layout started (so this one has its own warm-up).
         peered_lat = wrk.run("3 peered masters: commit latency (master1)", "write",
-                             urls[0], stmts, update + auth, 1, warm=False)
+                             urls[0], stmts, update + auth, 1)
         # The connections split over the 3 masters (at least one each).
         split = [max(1, conns // 3 + (1 if i < conns % 3 else 0)) for i in range(3)]
         peered_write = wrk.parallel(
