@@ -198,19 +198,19 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def oxigraph_serve(root: Path, data: Path, n_triples: int) -> Iterator[str]:
+def oxigraph_serve(root: Path, data: Path, n_triples: int, suffix: str = "") -> Iterator[str]:
     """`oxigraph load` the data, `oxigraph serve` it on a free port; stopped by PID."""
     exe = shutil.which("oxigraph", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     if exe is None:
         raise BenchError("no `oxigraph` CLI: pip install oxigraph (the dev extra has it)")
-    location = root / "oxigraph"
+    location = root / f"oxigraph{suffix}"
     loaded = subprocess.run([exe, "load", "--location", str(location), "--file", str(data)],
                             capture_output=True, text=True)
     if loaded.returncode != 0:
         raise BenchError(f"oxigraph load failed ({loaded.returncode}): {loaded.stderr}")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with open(root / "oxigraph.log", "wb") as log:
+    with open(root / f"oxigraph{suffix}.log", "wb") as log:
         proc = subprocess.Popen([exe, "serve", "--location", str(location), "--bind",
                                  f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -455,18 +455,15 @@ def main() -> None:
         data.write_bytes(ox.serialize([q.triple for q in quads(0, args.triples)],
                                       format=ox.RdfFormat.N_TRIPLES))
         print(f"data set: {args.triples:,} triples, {n_subjects:,} subjects ({data})")
-        # The anchor stays up all along (idle, it takes no CPU), so that each figure of
-        # txcluster is measured right after the anchor's: this machine's speed moves by
-        # 1.5-2x within minutes (bench/README.md), and a ratio of two rates measured
-        # minutes apart measured that as much as the system.
-        with oxigraph_serve(root, data, args.triples) as ox_url:
-            expected_n = count(f"{ox_url}/query", {}, ENGINE)
-            engine_ms = single_query_ms(f"{ox_url}/query", ENGINE)
-            rounds = [one_round(wrk, args, root, data, ox_url, expected_n,
-                                f"-{r + 1}" if args.rounds > 1 else "")
-                      for r in range(args.rounds)]
-    print(f"\nengine-bound query ({expected_n:,} join rows): {engine_ms:.1f} ms alone on "
-          f"oxigraph serve (median of 5 sequential requests)")
+        rounds, alone = [], []
+        for r in range(args.rounds):
+            rows, expected_n, engine_ms = one_round(wrk, args, root, data,
+                                                    f"-{r + 1}" if args.rounds > 1 else "")
+            rounds.append(rows)
+            alone.append(f"{engine_ms:.1f}")
+    each = ", each round" if args.rounds > 1 else ""
+    print(f"\nengine-bound query ({expected_n:,} join rows): {', '.join(alone)} ms alone on "
+          f"oxigraph serve (median of 5 sequential requests{each})")
     print_table(median_rows(rounds), wrk.results, args)
     if len(rounds) > 1:
         print("\nratio of each round (the table shows their median; each figure's anchor is "
@@ -475,10 +472,25 @@ def main() -> None:
             print(f"  {rows[0].figure}: " + ", ".join(f"{r.ratio:.2f}" for r in rows))
 
 
-def one_round(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url: str,
-              expected_n: int, suffix: str) -> list[Row]:
-    """Every figure of the table once: each layout started, loaded and measured, each
-    anchor figure right before the txcluster figure it is the reference of."""
+def one_round(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path,
+              suffix: str) -> tuple[list[Row], int, float]:
+    """Every figure of the table once, on a fresh anchor and fresh clusters (the rows, the
+    engine-bound query's count, its time alone on the anchor).
+
+    The anchor runs all along the round (idle, it takes no CPU), so that each figure of
+    txcluster is measured right after the anchor's: this machine's speed moves by 1.5-2x
+    within minutes (bench/README.md), and a ratio of two rates measured minutes apart
+    measured that as much as the system. A fresh one each round: the writes of a round
+    made the next round's engine-bound query slower on it (32.6, 23.7, 17.0 q/s)."""
+    with oxigraph_serve(root, data, args.triples, suffix) as ox_url:
+        expected_n = count(f"{ox_url}/query", {}, ENGINE)
+        engine_ms = single_query_ms(f"{ox_url}/query", ENGINE)
+        return _measure(wrk, args, root, data, ox_url, expected_n, suffix), expected_n, \
+            engine_ms
+
+
+def _measure(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url: str,
+             expected_n: int, suffix: str) -> list[Row]:
     conns = args.connections
     n_subjects = args.triples // 8
     read = [f"Accept: {SPARQL_JSON}"]
