@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from master_service.cluster import rollforward
 from master_service.cluster.pool import WorkerPool
 from master_service.cluster.write_path import MAX_GROUP, Outcome, WritePath
 from master_service.errors import NotWritable, WriteFailed
+from master_service.txlog.txids import new_txid
 
 log = logging.getLogger("txcluster.master")
 
@@ -82,7 +82,7 @@ class LocalOrdering:
 
     async def submit(self, operations: list[dict]) -> dict:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(str(uuid.uuid4()), operations, fut,
+        self._pending.append(_Pending(new_txid(), operations, fut,
                                       int(time.time() * 1000)))
         self._wake.set()
         return await fut

@@ -37,7 +37,6 @@ import dataclasses
 import logging
 import ssl
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -62,6 +61,7 @@ from master_service.sync.ready import (
 from master_service.sync.status import Health, PeerInfo, driver_status
 from master_service.sync.transport import Transport, pushed_payloads, relayed_statuses
 from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
+from master_service.txlog.txids import new_txid
 
 log = logging.getLogger("txcluster.sync")
 
@@ -202,7 +202,7 @@ class SyncDriver:
     async def submit(self, operations: list[dict]) -> dict:
         """A client write at this master: agreed with the peers, executed here, answered."""
         payload = canonical_payload(operations)
-        txid = str(uuid.uuid4())
+        txid = new_txid()
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters[txid] = fut
         pays: list[tuple[TxMeta, list]] = []
