@@ -40,8 +40,8 @@ MAX_GROUP = 256
 # worker CPU that the next group commit needs. FORWARD_COALESCE_S while reads are running
 # on this master (read-your-writes sends a read only to a worker at the head: the sooner
 # the others are there, the more of them share the reads); FORWARD_COALESCE_QUIET_S while
-# none is, when nobody is waiting for them: 1 master + 3 workers took 15-29% more writes
-# from 16 connections than with 3 ms (bench/README.md, "2026-12-03 (2)").
+# none is, when nobody is waiting for them: fewer, larger applies, less CPU per write in
+# the master and every worker (bench/README.md, "2026-12-03 (2)").
 FORWARD_COALESCE_S = 0.003
 FORWARD_COALESCE_QUIET_S = 0.02
 
