@@ -12,9 +12,9 @@ time so that only one system under test shares the machine's cores with wrk:
   3 peered masters + 1 worker     commit p50 (1 conn, master1), agreed write throughput
                                   (--connections split over the 3 masters, 3 wrk at once)
 
-`oxigraph serve` runs all along, idle but for its own figures (point SELECT,
-engine-bound query, write throughput), each measured right before the txcluster figure
-it is the reference of, with the layout of that figure up and idle beside it (what the
+A fresh `oxigraph serve` runs all along each round, idle but for its own figures (point
+SELECT, engine-bound query, write throughput), each measured right before the txcluster
+figure it is the reference of, with the layout of that figure up and idle beside it (what the
 layout took meanwhile is printed with the anchor's run). This machine's speed moves by
 1.5-2x within minutes: a ratio of two rates measured minutes apart measured that as much
 as the system. ``--rounds N`` measures every layout N times and shows each figure's
@@ -507,13 +507,13 @@ def _measure(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url:
         if n != expected_n:
             raise BenchError(f"engine-bound query: txcluster {n} rows, oxigraph "
                              f"{expected_n}: not the same data")
-        pids = {"master": info["masters"][0]["pid"], "worker": info["workers"][0]["pid"]}
+        pids = layout_pids(info)
         # cpu_of on the anchor's runs: what the idle cluster beside it took meanwhile.
         ox_point = wrk.run("oxigraph serve: point SELECT", "read", ox_url,
                            point_target("/query", n_subjects), read, conns, cpu_of=pids)
         direct = wrk.run("worker direct: point SELECT", "read", worker,
                          point_target(path, n_subjects), read + auth, conns,
-                         cpu_of={"worker": pids["worker"]})
+                         cpu_of={"worker1": pids["worker1"]})
         via = wrk.run("master (same worker): point SELECT", "read", master,
                       point_target(path, n_subjects), read + auth, conns, cpu_of=pids)
         ox_engine = wrk.run("oxigraph serve: engine-bound", "read", ox_url,
