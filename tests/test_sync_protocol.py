@@ -206,6 +206,55 @@ def test_a_single_master_synchronises_alone_and_goes_idle():
     assert node.incoming == () and node.merge_base == "A" and node.seq == 1
 
 
+def _take(node: SyncNode, status: Status, now: int) -> Ready:
+    """``status`` received with the payloads it lists pushed and stored at once."""
+    ready = node.receive(status, now, pushed=[t.txid for t in status.queue])
+    for t in status.queue:
+        if node.wants_payload(t.txid):
+            ready = node.acquired(t.txid, now)
+    return ready
+
+
+def _to(ready: Ready, peer: str) -> Status:
+    return [p.status for p in ready.posts if p.to == peer][-1]
+
+
+def test_a_lagger_that_adds_right_after_its_tail_segment_posts_its_new_base():
+    """n2 misses n3's status for A, so n1 and n3 ADD A and n2 does not. n1's next
+    transaction B reaches n2 as a status ahead of it; n1's tail segment brings n2 to A,
+    and n2 ADDs B in the same step from the statuses of n1 and n3 at A. n2 never posted
+    at A, so n1 and n3 can ADD B only from a status of n2 that says where it is now:
+    going idle, n2 posts to them (it used not to, and they waited for their round
+    timeout: 300 ms commits, one in ~700 sequential ones)."""
+    n1, n2, n3 = (SyncNode(n, now=0, peers=[p for p in ("n1", "n2", "n3") if p != n],
+                           timing=TIMING) for n in ("n1", "n2", "n3"))
+    for node in (n1, n2, n3):
+        node.tick(0)
+    a1 = n1.submit("A", size=1, digest="d", now=10)
+    a3 = _take(n3, _to(a1, "n3"), 11)
+    a2 = _take(n2, _to(a1, "n2"), 11)
+    _take(n1, _to(a3, "n1"), 12)
+    _take(n1, _to(a2, "n1"), 12)
+    _take(n3, _to(a2, "n3"), 12)
+    assert n1.seq == n3.seq == 1 and n2.seq == 0  # n3's status for A never reached n2
+    b1 = n1.submit("B", size=1, digest="d", now=20)
+    b3 = _take(n3, _to(b1, "n3"), 21)
+    b2 = _take(n2, _to(b1, "n2"), 21)  # ahead of n2: it tells n1 where it is
+    _take(n2, _to(b3, "n2"), 22)
+    tail = _take(n1, _to(b2, "n1"), 22).tails[0].segment
+    _take(n1, _to(b3, "n1"), 22)
+    assert n1.seq == 1  # n2's status at A is missing
+    caught_up = n2.receive(tail, 23)
+    assert n2.seq == 2 and [t.txid for t in caught_up.synchronised] == ["A", "B"]
+    assert sorted(p.to for p in caught_up.posts) == ["n1", "n3"]
+    # n1 and n3 learn B from it a round trip later, long before a round timeout
+    for node, name in ((n1, "n1"), (n3, "n3")):
+        ready = _take(node, _to(caught_up, name), 24)
+        back = n2.receive(_to(ready, "n2"), 25)
+        node.receive(back.tails[0].segment, 26)
+        assert node.seq == 2 and node.merge_base == "B"
+
+
 def test_queues_that_diverged_and_end_on_the_same_id_are_reported():
     """After a split both sides may hold the same transactions in another order: the
     merge base and its position agree, the hash chain of the queue does not."""

@@ -73,19 +73,13 @@ docstring says when a node goes on without missing peers, what it does when a sp
 ends, and why it converges and loses nothing).
 
 Laggers (docs/design/sync-protocol.md#laggers): a status at a merge base inside our
-synchronised queue gets a ``TailSegment`` with what follows it; the lagger appends it
-only if it continues its own queue (overlap identical), else reports. A muted master
-never ADDs: it follows from tail segments like a lagger, and the others neither wait for
-it nor use its counter. ``Status.seq`` (the position of the merge base) tells a lagger
-from a diverged node.
+queue gets a ``TailSegment`` of what follows, appended only if it continues the lagger's
+queue. A muted master follows that way and never ADDs; nobody waits for it.
 
-Idle and busy (docs/design/sync-protocol.md#idle-and-busy): a busy round ends as soon as
-every waited-for peer has posted a new status at our merge base (back-to-back rounds),
-else at its deadline. The first round with nothing unsynchronised switches to idle
-(rounds every ``idle_interval``); a client transaction, or a status listing one we have
-not agreed (``_news``, which then counts for the round it starts), switches back to busy
-and starts a round at once. Going idle, a node posts its new merge base to the peers that
-ADD themselves one busy round later (they ADDed it too; the doc says why and what it saves).
+Idle and busy (docs/design/sync-protocol.md#idle-and-busy): a busy round ends once every
+waited-for peer posted at our merge base, else at its deadline; idle rounds come every
+``idle_interval`` until a transaction or a status listing one we have not agreed
+(``_news``). Going idle, a node posts only to the peers that cannot ADD without it.
 
 Compaction (bounded state): compaction.py.
 """
@@ -229,6 +223,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._activity = Activity.BUSY  # a (re)started node catches up first
         self._deadline = now  # the first tick posts
         self._announced = False  # a status went to every peer since we (re)started
+        self._posted: tuple[int, str | None, int, frozenset[str]] | None = None  # (seq,
+        # base, counter, txids) of our last status to every peer: _peers_can_add
         self._out = _Out()
         # what goes with statuses, payload asks, fingerprints (their modules' docstrings);
         # ``pushable``: own transactions whose payloads the driver holds to push
@@ -609,7 +605,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         if self._activity is Activity.IDLE:
             if self._news(st):  # busy; the status counts for the round it starts
                 self._complete_round(now, keep=st.sender)
-        elif self._all_posted():
+        elif self._posted_here(self._required()):
             self._complete_round(now)  # back-to-back rounds
 
     def _on_tail(self, seg: TailSegment, now: int) -> None:
@@ -662,6 +658,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def _complete_round(self, now: int, keep: str | None = None) -> None:
         """End the round (ADD), start the next (POST); ``keep``'s status counts for it."""
         self._check_stall(now)
+        base = (self.seq, self.merge_base)
         added = self._add(now) if self._mode is not Mode.MUTED else 0
         if added:
             self._base_advanced(now, progressed=True)
@@ -675,7 +672,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         activity = Activity.IDLE if idle else Activity.BUSY
         settling = idle and self._activity is Activity.BUSY and self.EAGER_POSTS and not (
             self._split_point is not None or self._excluded or self._rejoining
-            or not self._announced)
+            or not self._announced or not self._peers_can_add(base, added))
         if activity is not self._activity:
             self._activity = activity
             self._out.activity = activity
@@ -691,17 +688,13 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def _add(self, now: int) -> int:
         """ADD: the common prefix, up to the least counter, if every waited-for peer
         posted at our merge base this round (module docstring)."""
-        if not self._order:
-            return 0
-        base, seq = self.merge_base, self.seq
-        least = self._clock.counter
         required = self._required()
+        if not self._order or not self._posted_here(required, allow_none=True):
+            return 0  # a status missing this round: an empty round
+        least = self._clock.counter
         collected = []
         for node in required:
-            peer = self._peers[node]
-            st = peer.latest
-            if not peer.fresh or st.seq != seq or st.merge_base != base:
-                return 0  # missing this round: an empty round
+            st = self._peers[node].latest
             least = min(least, st.counter)
             collected.append(st.queue)
         chosen: list[str] = []
@@ -737,6 +730,16 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 self._append_synced(entry.tx, entry, self._id, now)
         return len(chosen)
 
+    def _peers_can_add(self, base: tuple[int, str | None], added: int) -> bool:
+        """Can our peers ADD what we just ``added`` at ``base`` from our last status? Not
+        if we never posted there: a lagger that a tail segment brought to ``base`` and that
+        ADDed in the same step (they waited for its status until their round timeout:
+        bench/README "2026-12-03 (3)")."""
+        posted = self._posted
+        return not added or (posted is not None and posted[:2] == base and all(
+            t.txid in posted[3] and t.timestamp <= posted[2]
+            for t in self._synced[len(self._synced) - added:]))
+
     def _post(self, now: int, only: list[str] | None = None) -> None:
         """POST our status (to ``only`` those peers); more than once per round is fine
         (cumulative snapshots; ADD still needs a fresh one from every waited-for peer)."""
@@ -745,6 +748,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         counter = self._clock.tick(now)
         self._announced |= only is None
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
+        if only is None:
+            self._posted = (self.seq, self.merge_base, counter, frozenset(t.txid for t in queue))
         point = self._split_point if self._split() else None
         status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
                         self._chain[-1], point, "" if point is None else self._chain_at(point),
@@ -766,16 +771,11 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 if s.mode is not Mode.MUTED and p not in self._excluded
                 and p not in self._beyond]
 
-    def _all_posted(self) -> bool:
-        required = self._required()
-        if not required:
-            return False
-        base, seq = self.merge_base, self.seq
-        for node in required:
-            peer = self._peers[node]
-            if not peer.fresh or peer.latest.seq != seq or peer.latest.merge_base != base:
-                return False
-        return True
+    def _posted_here(self, required: list[str], allow_none: bool = False) -> bool:
+        """Did every peer in ``required`` post at our merge base this round?"""
+        return (allow_none or bool(required)) and all(
+            (p := self._peers[n]).fresh and p.latest.seq == self.seq
+            and p.latest.merge_base == self.merge_base for n in required)
 
     def _relation(self, seq: int, base: str | None, chain: str) -> str:
         if seq > self.seq:
