@@ -255,6 +255,25 @@ def test_a_lagger_that_adds_right_after_its_tail_segment_posts_its_new_base():
         assert node.seq == 2 and node.merge_base == "B"
 
 
+def test_a_status_with_a_pushed_payload_is_answered_once_the_payload_is_stored():
+    """The status of an idle peer that receives a transaction with its payload pushed
+    waits for ``acquired`` (which follows at once): posted before, it could not list
+    the transaction (only acquired ones are) and its origin could not ADD from it."""
+    origin = SyncNode("n1", now=0, peers=["n2"], timing=TIMING)
+    peer = SyncNode("n2", now=0, peers=["n1"], timing=TIMING)
+    origin.tick(0)
+    peer.tick(0)
+    status = _to(origin.submit("A", size=1, digest="d", now=10), "n2")
+    received = peer.receive(status, 11, pushed=["A"])
+    assert received.posts == () and received.activity is Activity.BUSY
+    stored = peer.acquired("A", 11)
+    assert [[t.txid for t in p.status.queue] for p in stored.posts] == [["A"]]
+    # without a push the peer posts at once (the payload is fetched; ADD waits for it)
+    other = SyncNode("n2", now=0, peers=["n1"], timing=TIMING)
+    other.tick(0)
+    assert [p.status.queue for p in other.receive(status, 11).posts] == [()]
+
+
 def test_queues_that_diverged_and_end_on_the_same_id_are_reported():
     """After a split both sides may hold the same transactions in another order: the
     merge base and its position agree, the hash chain of the queue does not."""

@@ -743,8 +743,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def _post(self, now: int, only: list[str] | None = None) -> None:
         """POST our status (to ``only`` those peers); more than once per round is fine
         (cumulative snapshots; ADD still needs a fresh one from every waited-for peer)."""
-        if not self._peers or only == []:
-            return
+        if not self._peers or only == [] or (self.EAGER_POSTS and any(
+                t in self._incoming and not self._incoming[t].acquired for t in self._arriving)):
+            return  # payloads pushed with the status in hand: ``acquired`` posts next
         counter = self._clock.tick(now)
         self._announced |= only is None
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
