@@ -741,8 +741,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             for t in self._synced[len(self._synced) - added:]))
 
     def _post(self, now: int, only: list[str] | None = None) -> None:
-        """POST our status (to ``only`` those peers); more than once per round is fine
-        (cumulative snapshots; ADD still needs a fresh one from every waited-for peer)."""
+        """POST our status (to ``only`` those peers): a cumulative snapshot, so any number."""
         if not self._peers or only == [] or (self.EAGER_POSTS and any(
                 t in self._incoming and not self._incoming[t].acquired for t in self._arriving)):
             return  # payloads pushed with the status in hand: ``acquired`` posts next
