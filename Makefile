@@ -27,7 +27,7 @@ W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # strace: bench/bench_fsyncs.py counts each process's fsyncs per write with it.
 DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs wrk strace
 
-.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor bench-pipeline docs clean \
+.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor bench-pipeline docs clean sync-soak \
 	fuzz chaos
 
 $(STAMP): setup.cfg pyproject.toml Makefile
@@ -125,6 +125,12 @@ SEED ?= 1
 TOPOLOGY ?= single-dc
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos --rounds $(ROUNDS) --seed $(SEED) --topology $(TOPOLOGY)
+
+# The sync protocol's simulator on random seeds for SOAK_S seconds (tests/sync_sim.py):
+# a failing seed prints its replay command. make sync-soak SOAK_S=3600
+SOAK_S ?= 600
+sync-soak: $(STAMP)
+	TXCLUSTER_SYNC_SOAK=$(SOAK_S) $(BIN)/pytest -q -p no:cacheprovider -s tests/test_sync_simulator.py -k soak
 
 # deps-debian: wrk for bench_anchor (the `oxigraph serve` anchor comes with the dev extra).
 bench: $(STAMP) deps-debian
