@@ -209,6 +209,17 @@ FOUND = [
 ]
 
 
+@pytest.mark.xfail(strict=True, raises=SimulationFailure, reason=(
+    "open (2026-12-03): with a retention horizon of 2 entries, n2 (not split) forgets "
+    "agreed entries that n1 and n3 (split at 8, excluding n2) hold in another order; they "
+    "need seeding and the only donor diverged, and n2 cannot see the divergence in what "
+    "it forgot. Found by the soak once the simulator persisted as the driver does."))
+def test_a_node_that_forgot_entries_a_split_majority_holds_otherwise():
+    run_simulation(SimConfig.derive(677540770, 3, 0.8724458396474252, fault_time=6_000,
+                                    max_peer_lag=300, split_recovery=SplitRecovery.SMART,
+                                    retention=Retention(max_entries=2)))
+
+
 @pytest.mark.parametrize("seed, nodes, rate, strategy, lag, partitions, long_partitions, "
                          "max_entries", FOUND)
 def test_runs_that_failed_once(seed, nodes, rate, strategy, lag, partitions,
