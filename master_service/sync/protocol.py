@@ -222,9 +222,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._stalled_since: int | None = None
         self._activity = Activity.BUSY  # a (re)started node catches up first
         self._deadline = now  # the first tick posts
-        self._announced = False  # a status went to every peer since we (re)started
-        self._posted: tuple[int, str | None, int, frozenset[str]] | None = None  # (seq,
-        # base, counter, txids) of our last status to every peer: _peers_can_add
+        # (seq, base, counter, txids) of our last status to every peer since we
+        # (re)started, None before the first: _peers_can_add
+        self._posted: tuple[int, str | None, int, frozenset[str]] | None = None
         self._out = _Out()
         # what goes with statuses, payload asks, fingerprints (their modules' docstrings);
         # ``pushable``: own transactions whose payloads the driver holds to push
@@ -672,7 +672,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         activity = Activity.IDLE if idle else Activity.BUSY
         settling = idle and self._activity is Activity.BUSY and self.EAGER_POSTS and not (
             self._split_point is not None or self._excluded or self._rejoining
-            or not self._announced or not self._peers_can_add(base, added))
+            or self._posted is None or not self._peers_can_add(base, added))
         if activity is not self._activity:
             self._activity = activity
             self._out.activity = activity
@@ -746,7 +746,6 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                 t in self._incoming and not self._incoming[t].acquired for t in self._arriving)):
             return  # payloads pushed with the status in hand: ``acquired`` posts next
         counter = self._clock.tick(now)
-        self._announced |= only is None
         queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
         if only is None:
             self._posted = (self.seq, self.merge_base, counter, frozenset(t.txid for t in queue))
