@@ -408,6 +408,30 @@ def test_smart_keeps_no_post_split_entry_that_contradicts_a_good_prefix():
     assert ready.posts[0].status.split_point is None
 
 
+def test_a_node_behind_a_peers_floor_truncates_and_waits_for_it_to_be_seeded():
+    """n3 forgot past n1's position (n1 is beyond its horizon): n3 no longer waits for n1
+    and goes on without a split point, so n1 must not go on without n3 — it could agree
+    B where n3 forgot something else, and neither could take it back (simulator seed
+    677540770). n1 truncates its post-split B, never excludes n3 again and needs
+    seeding."""
+    node = _smart_node_split_from_n3()
+    chain = ""
+    for t in ("A", "X", "Y", "Z", "W"):
+        chain = chain_hash(chain, t)
+    ahead = Status("n3", Mode.READ_WRITE, "W", 5, 900, (), chain, executed=5, floor=4)
+    ready = node.receive(ahead, now=900)
+    assert ready.truncated is not None and [t.txid for t in ready.truncated.entries] == ["B"]
+    assert node.seq == 1 and node.split_point is None
+    assert node.split_suspected == frozenset()
+    a = chain_hash("", "A")
+    for t in range(1_000, 3_000, 100):  # n2 posts at our base; n3 never does
+        node.receive(Status("n2", Mode.READ_WRITE, "A", 1, t, (), a, executed=1), now=t)
+        ready = node.tick(t)
+        assert not ready.synchronised and node.seq == 1
+    assert node.split_suspected == frozenset() and node.split_point is None
+    assert node.needs_seeding and node.seed_donor() == "n3"
+
+
 def test_a_split_node_posts_its_good_prefix():
     node = _smart_node_split_from_n3()
     ready = node.tick(2_000)

@@ -209,12 +209,11 @@ FOUND = [
 ]
 
 
-@pytest.mark.xfail(strict=True, raises=SimulationFailure, reason=(
-    "open (2026-12-03): with a retention horizon of 2 entries, n2 (not split) forgets "
-    "agreed entries that n1 and n3 (split at 8, excluding n2) hold in another order; they "
-    "need seeding and the only donor diverged, and n2 cannot see the divergence in what "
-    "it forgot. Found by the soak once the simulator persisted as the driver does."))
-def test_a_node_that_forgot_entries_a_split_majority_holds_otherwise():
+def test_nodes_beyond_a_peers_horizon_wait_to_be_seeded_instead_of_going_on_without_it():
+    # With a horizon of 2 entries, n2 cleared its split when n1 and n3 came back behind
+    # it, forgot past them and went on alone (they were beyond its horizon); they
+    # excluded n2 and agreed the same transactions in another order: nobody could
+    # truncate or seed (SplitRecoverySteps._beyond_their_horizon).
     run_simulation(SimConfig.derive(677540770, 3, 0.8724458396474252, fault_time=6_000,
                                     max_peer_lag=300, split_recovery=SplitRecovery.SMART,
                                     retention=Retention(max_entries=2)))

@@ -565,6 +565,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         if st.sender in self._beyond:
             self._beyond.discard(st.sender)  # seeded: at or past our floor again
             self._out.beyond_changed = True
+        self._beyond_their_horizon(st, now)  # before anything is sent
         if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
                 st.sender in self._excluded
                 or (relation == _DIVERGED and peer.mode is not Mode.MUTED)

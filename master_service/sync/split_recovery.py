@@ -176,7 +176,8 @@ class SplitRecoverySteps:
         if lag is None or self._stalled_since is None or now - self._stalled_since < lag:
             return
         missing = {p for p in self._required()
-                   if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag}
+                   if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag
+                   } - self._anchors()
         if missing:
             if not self._excluded and self._split_point is None and (
                     self._mode is not Mode.MUTED):
@@ -221,7 +222,7 @@ class SplitRecoverySteps:
             return new
         if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
                 or seg.sender in self._excluded or self._rejoining
-                or point < self._floor):
+                or point < self._floor or self._anchors()):
             # (a split point before our floor: we forgot entries the sender may take back
             # — only the retention horizon passes a peer's split point — so we can't
             # join its side, which could make us truncate there)
@@ -333,6 +334,40 @@ class SplitRecoverySteps:
         self._rejoining.discard(st.sender)
         self._out.split_changed = True
         self._split_maybe_over()
+
+    def _anchors(self) -> set[str]:
+        """The peers whose floor is past our position (``_beyond_their_horizon``)."""
+        if self._recovery is SplitRecovery.NONE:
+            return set()
+        seq = self.seq
+        return {p for p, s in self._peers.items() if s.mode is not Mode.MUTED
+                and s.latest is not None and s.latest.floor > seq}
+
+    def _beyond_their_horizon(self, st: Status, now: int) -> None:
+        """A peer forgot entries past our position: we are beyond *its* horizon (the
+        mirror of ``_rejoin_beyond``). What it forgot is in its good prefix (a floor never
+        passes a split point) and it can never take it back; it no longer waits for us
+        (we are ``beyond`` to it) and goes on without a split point. So we must not go
+        on without it: it is never excluded (``_check_stall``) and we join no split
+        (``_join_senders_side``) while it is so; we wait and need seeding from it
+        (``_check_seeding``). Post-split entries of ours are truncated: we cannot compare
+        them with what it forgot, and if they differ nobody could ever take either back.
+        The simulator found it (seed 677540770, Smart, a horizon of 2 entries): n2
+        cleared its split when n1 and n3 came back behind it, forgot past them and went
+        on alone; they excluded n2, which never posts at their merge base, and agreed
+        the same transactions in another order, and nobody could truncate or seed."""
+        if (self._recovery is SplitRecovery.NONE or st.floor <= self.seq
+                or self._peers[st.sender].mode is Mode.MUTED):
+            return
+        if self._split_point is not None and self.seq > self._split_point:
+            self._truncate(now)  # which empties the excluded set
+            return
+        if st.sender in self._excluded | self._rejoining:
+            self._apart_since.pop(st.sender, None)
+            self._excluded.discard(st.sender)
+            self._rejoining.discard(st.sender)
+            self._out.split_changed = True
+            self._split_maybe_over()
 
     def _truncate(self, now: int) -> None:
         """Back to the split point: later synchronised entries become incoming again."""
