@@ -10,6 +10,7 @@ reported as needing seeding, and not waited for. Real processes: the soak benchm
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from master_service.sync import (
     SyncNode,
     Timing,
     TxMeta,
+    chain_hash,
 )
 from master_service.sync.wire import status_from_json, status_to_json
 from master_service.txlog import TxLog
@@ -200,6 +202,55 @@ def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_f
     net.rounds(3)
     assert nodes["n1"].seq == nodes["n2"].seq == 7  # not waiting for n3
     assert "C" not in {t.txid for t in nodes["n1"].synchronised}
+
+
+def _agreed(names):
+    txs = tuple(TxMeta(t, i + 1, "n1", 10, f"sha:{t}") for i, t in enumerate(names))
+    chains, chain = [], ""
+    for t in txs:
+        chain = chain_hash(chain, t.txid)
+        chains.append(chain)
+    return txs, chains
+
+
+def test_the_horizon_never_passes_a_peer_still_waited_for():
+    """LogMaxSize 2 at position 6 would forget up to 4; n3, waited for, is at 3 (it may be
+    adding with our earlier statuses right now): we forget up to 3 only, and it is not
+    beyond our horizon (simulator seed 3375373473)."""
+    txs, chains = _agreed("ABCDEF")
+    node = SyncNode.restore("n1", PersistentState(txs, (), 6), now=1_000, peers=["n2", "n3"],
+                            timing=TIMING, retention=Retention(max_entries=2), executed=6)
+    node.receive(Status("n3", Mode.READ_WRITE, "C", 3, 1_000, (), chains[2], None, "", 3),
+                 now=1_001)
+    node.receive(Status("n2", Mode.READ_WRITE, "F", 6, 1_000, (), chains[5], None, "", 6),
+                 now=1_002)
+    node.tick(1_003)
+    assert node.floor == 3 and node.beyond_horizon == frozenset()
+
+
+def test_a_peer_behind_our_floor_that_another_can_serve_is_still_waited_for():
+    """Seeded at 4, we see n3 at 3: behind our floor, but n2 still holds what follows 3,
+    so n3 catches up through n2's tail segments. Not waiting for it, we would ADD
+    without its counter while it adds with n2 (simulator seed 3375373473)."""
+    txs, chains = _agreed("ABCDEF")
+    seeded = PersistentState(txs[4:], (), 6, floor=4, floor_txid="D", floor_chain=chains[3])
+    node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
+                            retention=Retention(), executed=6)
+    node.tick(1_000)
+    n3 = Status("n3", Mode.READ_WRITE, "C", 3, 1_000, (), chains[2], None, "", 3)
+    ready = node.receive(n3, now=1_001)  # n2 not heard from yet: n3 is beyond, as before
+    assert [i.kind for i in ready.inconsistencies] == ["beyond-horizon"]
+    assert node.beyond_horizon == {"n3"}
+    n2 = Status("n2", Mode.READ_WRITE, "F", 6, 1_005, (), chains[5], None, "", 6, 2)
+    node.receive(n2, now=1_005)
+    node.receive(replace(n3, counter=1_006), now=1_006)  # n2 can serve it: waited for again
+    assert node.beyond_horizon == frozenset()
+    g = node.submit("G", size=1, digest="sha:G", now=1_010).incoming[0].tx
+    n2 = replace(n2, counter=1_020, queue=(g,))
+    node.receive(n2, now=1_020, pushed=["G"])
+    for t in range(1_040, 1_400, 50):
+        node.receive(replace(n2, counter=t), now=t)
+        assert not node.tick(t).synchronised and node.seq == 6  # not without n3
 
 
 def test_a_donor_keeps_what_follows_a_seed_point_until_the_seeded_node_posts():

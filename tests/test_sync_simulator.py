@@ -219,6 +219,17 @@ def test_nodes_beyond_a_peers_horizon_wait_to_be_seeded_instead_of_going_on_with
                                     retention=Retention(max_entries=2)))
 
 
+def test_a_horizon_never_passes_a_peer_still_waited_for_nor_a_seeded_nodes_laggers():
+    # Five masters, a horizon of 2 entries, message loss and crashes, no partition: n2
+    # added with the statuses of n1 and n5 at 10 and crashed; their horizon then passed
+    # n2's last known position (9) and n4, seeded at 10, saw n2 behind its floor: none
+    # waited for n2 any more, and they agreed t19 where n2 had agreed t20
+    # (CompactionSteps._compact, _served_by_another).
+    run_simulation(SimConfig.derive(3375373473, 5, 0.45256935883346994, fault_time=6_000,
+                                    max_peer_lag=300, split_recovery=SplitRecovery.SMART,
+                                    retention=Retention(max_entries=2)))
+
+
 @pytest.mark.parametrize("seed, nodes, rate, strategy, lag, partitions, long_partitions, "
                          "max_entries", FOUND)
 def test_runs_that_failed_once(seed, nodes, rate, strategy, lag, partitions,

@@ -20,7 +20,8 @@ prefix never shrinks below what the node's statuses posted as good);
 for ourselves, what we executed. A peer not heard from since we started forgets nothing
 on its account. Beyond that, the *horizon*: entries older than LogMaxSize positions or
 whose timestamp is older than LogMaxDepth are forgotten even if a peer has not executed
-them (docs/design/cluster-basics.md#the-logs-limits). Never past what we executed
+them (docs/design/cluster-basics.md#the-logs-limits), but never past the last known
+position of a peer we still wait for. Never past what we executed
 ourselves (our workers still need the payloads) nor, under SIMPLE or SMART, past our
 split point (a truncation puts the entries after it back into the incoming queue); under
 NONE the split point repairs nothing and follows the floor. Read-only masters execute
@@ -31,7 +32,8 @@ end.
 
 *Why nothing needed is lost.* A consistent peer at or past our floor synchronised every
 entry we forgot, so none of them is in its queue; one behind our floor needs what we no
-longer hold: its status is ``_FORGOTTEN`` to us. Then we report it (``beyond-horizon``,
+longer hold: its status is ``_FORGOTTEN`` to us. Unless another peer we wait for can
+serve it (``_served_by_another``), we report it (``beyond-horizon``,
 ``Ready.beyond_horizon``), do not merge its queue (it may hold transactions agreed since
 its position: merged, they would be agreed twice) and no longer wait for it — it can't
 take part before it is seeded from a worker image, and it can't ADD with anybody: no
@@ -153,6 +155,13 @@ class CompactionSteps:
             while pos < limit and self._synced[pos - self._floor].timestamp < cutoff:
                 pos += 1
             target = max(target, pos)
+        # The horizon never passes a peer we still wait for: we ADD only with its status
+        # at our merge base, so it is a few positions behind at most, and once beyond
+        # it would no longer be waited for although it may be adding with our earlier
+        # statuses (the simulator found it: seed 3375373473, a horizon of 2 entries).
+        for name in self._required():
+            if (st := self._peers[name].latest) is not None:
+                target = min(target, max(st.seq, self._floor))
         target = min(target, limit)
         if target - self._floor < r.batch:
             return
@@ -171,6 +180,22 @@ class CompactionSteps:
             self._out.split_point_changed = True
         self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
                                          self._forgotten_ts, self._ids_after(target))
+
+    def _served_by_another(self, st: Status) -> bool:
+        """A status behind our floor: can another peer we wait for still serve it (its
+        floor at or before the status's position, its queue past it)? Then the sender
+        is not beyond the horizon: it catches up through that peer's tail segments, and
+        we go on waiting for it (and wait for it again if we had stopped). A node seeded
+        at P sees peers a few positions behind P as behind its floor; not waiting for
+        them, it would ADD without their counters while they go on adding with the
+        others (the simulator found it: seed 3375373473)."""
+        if not any(p != st.sender and (q := self._peers[p].latest) is not None
+                   and q.floor <= st.seq < q.seq for p in self._required()):
+            return False
+        if st.sender in self._beyond:
+            self._beyond.discard(st.sender)
+            self._out.beyond_changed = True
+        return True
 
     def _ids_after(self, target: int) -> int:
         """Up to where no peer can still hold a forgotten transaction in its incoming

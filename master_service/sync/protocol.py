@@ -550,8 +550,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             # restarted has no newer one to tell (the simulator found it): marked beyond,
             # the peer would stop holding back compaction.
             latest = peer.latest
-            if relayed or (latest is not None
-                           and (st.counter, st.seq) < (latest.counter, latest.seq)):
+            if relayed or (latest is not None and (st.counter, st.seq) < (
+                    latest.counter, latest.seq)) or self._served_by_another(st):
                 return
             if st.sender not in self._beyond:
                 self._beyond.add(st.sender)
