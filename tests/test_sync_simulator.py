@@ -230,6 +230,28 @@ def test_a_horizon_never_passes_a_peer_still_waited_for_nor_a_seeded_nodes_lagge
                                     retention=Retention(max_entries=2)))
 
 
+def test_peers_whose_newest_statuses_are_behind_our_floor_serve_nobody():
+    # ... and with that rule, n4 and n5 (split, floor 1) kept waiting for n1, n2 and n3,
+    # all at 0: each looked servable by another whose last status *taken* was from
+    # before it truncated (statuses behind our floor are not taken as a peer's latest).
+    run_simulation(SimConfig.derive(619204908, 5, 0.6635315203493095, fault_time=6_000,
+                                    max_peer_lag=300, split_recovery=SplitRecovery.SMART,
+                                    retention=Retention(max_entries=5)))
+
+
+@pytest.mark.xfail(strict=True, raises=SimulationFailure, reason=(
+    "open (2026-12-03): n3, seeded at 11 from n2's image, receives statuses n1 and n2 "
+    "posted at 5 before it was seeded; behind its floor, both look beyond its horizon, "
+    "so it waits for nobody and agrees t19 alone at 12 while n2 (really at 11) agrees "
+    "t12 there with n1. A status behind our floor may be older than our floor; found by "
+    "the soak with a horizon of 2, and it fails the same on df0438b."))
+def test_a_seeded_node_does_not_take_statuses_from_before_its_seeding_for_laggers():
+    run_simulation(SimConfig.derive(391061907, 3, 0.4546088099797365, fault_time=6_000,
+                                    long_partitions=1, max_peer_lag=300,
+                                    split_recovery=SplitRecovery.SIMPLE,
+                                    retention=Retention(max_entries=2)))
+
+
 @pytest.mark.parametrize("seed, nodes, rate, strategy, lag, partitions, long_partitions, "
                          "max_entries", FOUND)
 def test_runs_that_failed_once(seed, nodes, rate, strategy, lag, partitions,

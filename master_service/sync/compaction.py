@@ -188,9 +188,13 @@ class CompactionSteps:
         we go on waiting for it (and wait for it again if we had stopped). A node seeded
         at P sees peers a few positions behind P as behind its floor; not waiting for
         them, it would ADD without their counters while they go on adding with the
-        others (the simulator found it: seed 3375373473)."""
-        if not any(p != st.sender and (q := self._peers[p].latest) is not None
-                   and q.floor <= st.seq < q.seq for p in self._required()):
+        others (the simulator found it: seed 3375373473). Not a peer whose newest
+        status was behind our floor too: its ``latest`` is older than that (seed
+        619204908: two such peers held each other up with positions from before they
+        truncated)."""
+        if not any(p != st.sender and not (q := self._peers[p]).behind
+                   and q.latest is not None and q.latest.floor <= st.seq < q.latest.seq
+                   for p in self._required()):
             return False
         if st.sender in self._beyond:
             self._beyond.discard(st.sender)

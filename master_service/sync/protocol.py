@@ -538,20 +538,21 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
         relation = self._relation(st.seq, st.merge_base, st.chain)
         if relation == _FORGOTTEN:
-            # Behind our floor: we can neither tell whether it is consistent with us nor
-            # send it what follows, and its incoming queue may hold transactions agreed
-            # (and forgotten) since its position — merged, they would be agreed twice. It
-            # needs seeding from a worker image; meanwhile we do not wait for it. Unless
-            # the status is an old one that the network delivered late (a lower counter
-            # than the newest we hold — counters never go back — or the same counter at a
-            # lower position: statuses posted within one millisecond; the simulator found
-            # both).
-            # Nor one passed on by a third node: it may be that old too, and a master just
-            # restarted has no newer one to tell (the simulator found it): marked beyond,
-            # the peer would stop holding back compaction.
+            # Behind our floor: we can't tell if it is consistent with us nor send it what
+            # follows, and its incoming queue may hold transactions agreed (and forgotten)
+            # since its position — merged, they would be agreed twice. It needs seeding;
+            # meanwhile we do not wait for it (unless another peer can serve it). Not if
+            # the status is an old one the network delivered late (a lower counter than
+            # the newest we hold — counters never go back — or the same counter at a lower
+            # position: posted within 1 ms; the simulator found both), nor one passed on
+            # by a third node: it may be that old too, and a master just restarted has no
+            # newer one to tell (simulator): marked beyond, it would not hold back compaction.
             latest = peer.latest
             if relayed or (latest is not None and (st.counter, st.seq) < (
-                    latest.counter, latest.seq)) or self._served_by_another(st):
+                    latest.counter, latest.seq)):
+                return
+            peer.behind = True  # its newest status; ``latest`` stays the one before
+            if self._served_by_another(st):
                 return
             if st.sender not in self._beyond:
                 self._beyond.add(st.sender)
@@ -600,8 +601,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             # round, so that its tail segment comes at once.
             self._post(now)
         if peer.latest is None or st.counter >= peer.latest.counter:
-            peer.latest = st
-            peer.fresh = True
+            peer.latest, peer.fresh, peer.behind = st, True, False
         self._check_seeding()
         if self._activity is Activity.IDLE:
             if self._news(st):  # busy; the status counts for the round it starts

@@ -349,13 +349,14 @@ class Entry:
 
 
 class PeerState:
-    __slots__ = ("fresh", "heard_at", "latest", "mode")
+    __slots__ = ("behind", "fresh", "heard_at", "latest", "mode")
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
         self.latest: Status | None = None  # the newest status (highest counter)
         self.fresh = False  # a new status arrived since our last round ended
         self.heard_at: int | None = None  # when we last received anything from it
+        self.behind = False  # its newest status was behind our floor (not ``latest``)
 
 
 @dataclass
