@@ -329,9 +329,13 @@ class SplitRecoverySteps:
         self._rejoin(st.sender, _BEHIND, now, False)
         if self._split_point is None:
             return  # truncated: the excluded set is empty again
-        self._apart_since.pop(st.sender, None)
-        self._excluded.discard(st.sender)
-        self._rejoining.discard(st.sender)
+        self._waited_for_again(st.sender)
+
+    def _waited_for_again(self, peer: str) -> None:
+        """``peer`` is no longer excluded nor rejoining; the split may be over."""
+        self._apart_since.pop(peer, None)
+        self._excluded.discard(peer)
+        self._rejoining.discard(peer)
         self._out.split_changed = True
         self._split_maybe_over()
 
@@ -363,11 +367,7 @@ class SplitRecoverySteps:
             self._truncate(now)  # which empties the excluded set
             return
         if st.sender in self._excluded | self._rejoining:
-            self._apart_since.pop(st.sender, None)
-            self._excluded.discard(st.sender)
-            self._rejoining.discard(st.sender)
-            self._out.split_changed = True
-            self._split_maybe_over()
+            self._waited_for_again(st.sender)
 
     def _truncate(self, now: int) -> None:
         """Back to the split point: later synchronised entries become incoming again."""
