@@ -122,6 +122,21 @@ def test_a_status_carries_executed_and_floor_and_they_are_checked():
             Status("n1", Mode.READ_WRITE, "A", 3, 9, (), "c", None, "", executed, floor)
 
 
+def test_a_status_carries_what_its_sender_heard_and_it_is_checked():
+    st = Status("n1", Mode.READ_WRITE, "A", 3, 9, (), "c", heard=(("n2", 7), ("n3", 8)))
+    body = status_to_json(st)
+    assert body["heard"] == {"n2": 7, "n3": 8} and status_from_json(body) == st
+    assert "heard" not in status_to_json(replace(st, heard=()))  # nothing heard yet
+    for heard in ((("n3", 8), ("n2", 7)), (("n2", 7), ("n2", 8)), (("n2", -1),),
+                  (("", 7),), (("n2", "7"),), ("n2",)):
+        with pytest.raises(InvalidMessage):
+            replace(st, heard=heard)
+    with pytest.raises(InvalidMessage, match="'heard' must be a JSON object"):
+        status_from_json({**body, "heard": [["n2", 7]]})
+    with pytest.raises(InvalidMessage, match="heard counter of n2"):
+        status_from_json({**body, "heard": {"n2": 2**62}})
+
+
 # ---------------------------------------------------------------- the core
 
 
@@ -237,7 +252,8 @@ def test_a_peer_behind_our_floor_that_another_can_serve_is_still_waited_for():
     node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
                             retention=Retention(), executed=6)
     node.tick(1_000)
-    n3 = Status("n3", Mode.READ_WRITE, "C", 3, 1_000, (), chains[2], None, "", 3)
+    n3 = Status("n3", Mode.READ_WRITE, "C", 3, 1_000, (), chains[2], None, "", 3,
+                heard=(("n1", 1_000),))  # it heard our status (carrying our floor)
     ready = node.receive(n3, now=1_001)  # n2 not heard from yet: n3 is beyond, as before
     assert [i.kind for i in ready.inconsistencies] == ["beyond-horizon"]
     assert node.beyond_horizon == {"n3"}
@@ -251,6 +267,38 @@ def test_a_peer_behind_our_floor_that_another_can_serve_is_still_waited_for():
     for t in range(1_040, 1_400, 50):
         node.receive(replace(n2, counter=t), now=t)
         assert not node.tick(t).synchronised and node.seq == 6  # not without n3
+
+
+def test_a_status_behind_our_floor_counts_once_its_sender_heard_our_floor():
+    """Seeded at 4, we get statuses of n3 at 3 that acknowledge none of ours since (none,
+    or one from before the seeding: the persisted counter 900): each may have been
+    posted before n3 caught up (the simulator: seed 391061907), so n3 is waited for and
+    G is not agreed without it. Once n3 posts at 3 having heard our status, it is
+    behind our horizon (n2 forgot up to 6: nobody serves it) and we go on without it."""
+    txs, chains = _agreed("ABCDEF")
+    seeded = PersistentState(txs[4:], (), 900, floor=4, floor_txid="D", floor_chain=chains[3])
+    node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
+                            retention=Retention(), executed=6)
+    ours = node.tick(1_000).posts[0].status
+    assert ours.counter == 1_000 and ours.floor == 4
+    n3 = Status("n3", Mode.READ_WRITE, "C", 3, 950, (), chains[2], None, "", 3)
+    for counter, heard in ((950, ()), (960, (("n1", 900),)), (970, (("n2", 1_000),))):
+        ready = node.receive(replace(n3, counter=counter, heard=heard), now=1_001)
+        assert not ready.inconsistencies and node.beyond_horizon == frozenset()
+    g = node.submit("G", size=1, digest="sha:G", now=1_010).incoming[0].tx
+    n2 = Status("n2", Mode.READ_WRITE, "F", 6, 1_020, (g,), chains[5], None, "", 6, 6)
+    node.receive(n2, now=1_020, pushed=["G"])
+    for t in range(1_040, 1_400, 50):
+        node.receive(replace(n2, counter=t), now=t)
+        assert not node.tick(t).synchronised and node.seq == 6  # not without n3
+    ready = node.receive(replace(n3, counter=1_400, heard=(("n1", ours.counter),)), now=1_400)
+    assert [i.kind for i in ready.inconsistencies] == ["beyond-horizon"]
+    assert node.beyond_horizon == {"n3"}
+    agreed = []
+    for t in range(1_410, 1_600, 50):
+        agreed += node.receive(replace(n2, counter=t), now=t).synchronised
+        agreed += node.tick(t).synchronised
+    assert [tx.txid for tx in agreed] == ["G"] and node.seq == 7
 
 
 def test_a_donor_keeps_what_follows_a_seed_point_until_the_seeded_node_posts():

@@ -38,13 +38,15 @@ serve it (``_served_by_another``), we report it (``beyond-horizon``,
 its position: merged, they would be agreed twice) and no longer wait for it — it can't
 take part before it is seeded from a worker image, and it can't ADD with anybody: no
 peer posts at its merge base again. A late status (lower counter than the newest, or the
-same counter at a lower position) is not such a peer. A status *ahead* of us is not
-verified (a diverged node under NONE can look ahead): from it we skip transactions not
-newer than every entry we forgot (``floor_newest``); they are merged once the sender's
-status can be verified, or from another peer. The node itself learns that it *needs
-seeding* (``Ready.needs_seeding``) when every peer has posted and no peer ahead of it
-holds its position (every floor is past it), or a payload it lacks was forgotten by a
-peer and no peer surely holds it (floor <= position < executed).
+same counter at a lower position) is not such a peer, nor one whose sender had not yet
+heard a status of ours carrying a floor past its position (``Status.heard``,
+``_knew_our_floor``): it may have been posted before the sender caught up. A status
+*ahead* of us is not verified (a diverged node under NONE can look ahead): from it we
+skip transactions not newer than every entry we forgot (``floor_newest``); they are
+merged once the sender's status can be verified, or from another peer. The node itself
+learns that it *needs seeding* (``Ready.needs_seeding``) when every peer has posted and
+no peer ahead of it holds its position (every floor is past it), or a payload it lacks
+was forgotten by a peer and no peer surely holds it (floor <= position < executed).
 
 *Seeding and the incoming queue.* A node seeded from a peer's image of agreed position
 P starts from P (its floor); which of its incoming transactions does the image hold? By
@@ -83,6 +85,10 @@ from master_service.sync.ready import Compaction, Ready, SplitRecovery
 from master_service.sync.ready import check_time as _check_time
 
 __all__ = ["CompactionSteps", "leaves_incoming"]
+
+# The floors we remember with the counter from which our statuses carried each
+# (``_knew_our_floor``); a peer that acknowledges an older status is waited for.
+FLOOR_HISTORY = 64
 
 
 def leaves_incoming(txid: str, timestamp: int, *, point_txid: str | None, point_newest: int,
@@ -174,12 +180,38 @@ class CompactionSteps:
         del self._synced[:k]
         del self._chain[:k]
         self._floor = target
+        # Our statuses with a higher counter carry the new floor (``_knew_our_floor``; one
+        # with the same counter may be from before: taken for the old, lower floor).
+        self._floors.append((self._clock.counter + 1, target))
+        del self._floors[:-FLOOR_HISTORY]
         if self._split_point is not None and self._split_point < target:
             # only under NONE (_compact_limit): the split point repairs nothing there
             self._split_point = target
             self._out.split_point_changed = True
         self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
                                          self._forgotten_ts, self._ids_after(target))
+
+    def _knew_our_floor(self, st: Status) -> bool:
+        """Had the sender of ``st`` (behind our floor) heard a status of ours carrying a
+        floor past its position? Then ``st`` is its position, not a late status posted
+        before it caught up: it knew it was behind our horizon (``_beyond_their_horizon``)
+        and can't ADD with us. Else we go on waiting for it until it tells — a status it
+        posts once it heard ours does. Counters alone can't tell a late status: a node
+        just seeded at 11 took statuses two peers had posted at 5 before the seeding for
+        theirs, waited for nobody and agreed a transaction alone at 12 that they agreed
+        another at (the simulator: seed 391061907, a horizon of 2 entries)."""
+        heard = dict(st.heard).get(self._id, 0)
+        floor = 0  # before the oldest floor we remember (or from before ``heard``)
+        for counter, at in self._floors:
+            if counter > heard:
+                break
+            floor = at
+        return st.seq < floor
+
+    def _set_beyond(self, peer: str, beyond: bool) -> None:
+        if (peer in self._beyond) is not beyond:
+            (self._beyond.add if beyond else self._beyond.discard)(peer)
+            self._out.beyond_changed = True
 
     def _served_by_another(self, st: Status) -> bool:
         """A status behind our floor: can another peer we wait for still serve it (its
@@ -196,9 +228,7 @@ class CompactionSteps:
                    and q.latest is not None and q.latest.floor <= st.seq < q.latest.seq
                    for p in self._required()):
             return False
-        if st.sender in self._beyond:
-            self._beyond.discard(st.sender)
-            self._out.beyond_changed = True
+        self._set_beyond(st.sender, False)
         return True
 
     def _ids_after(self, target: int) -> int:

@@ -147,6 +147,13 @@ class Status:
     payloads up to that position: it can serve a lagger (tail segments, payloads) only
     from there on. A sender from before these fields posts 0 for both (it forgets
     nothing, and nothing is forgotten on its account).
+
+    ``heard``: per peer, the newest counter of that peer's statuses the sender received
+    (sorted by peer; a peer not heard is left out). An acknowledgement: a receiver whose
+    floor is past the sender's position takes the status for the sender's current
+    position only if the sender had heard a status of the receiver that carried that
+    floor — else it may be a late one, posted before the sender caught up (protocol.py,
+    "Compaction"; the simulator found it). A sender from before this field posts none.
     """
 
     sender: str
@@ -160,6 +167,7 @@ class Status:
     split_chain: str = ""  # chain_hash of the sender's queue up to split_point
     executed: int = 0  # the sender's data centre executed the agreed queue up to here
     floor: int = 0  # the sender forgot its agreed entries (and payloads) up to here
+    heard: tuple[tuple[str, int], ...] = ()  # peer -> newest counter of its statuses we got
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)
@@ -194,6 +202,13 @@ class Status:
         if not self.floor <= self.executed <= self.seq:
             raise InvalidMessage(f"floor {self.floor} <= executed {self.executed} <= seq "
                                  f"{self.seq} does not hold")
+        for i, pair in enumerate(self.heard):
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise InvalidMessage(f"heard[{i}] must be a (peer, counter) pair, got {pair!r}")
+            _check_id("heard peer", pair[0])
+            _check_int(f"heard counter of {pair[0]}", pair[1])
+            if i and pair[0] <= self.heard[i - 1][0]:
+                raise InvalidMessage("heard must be sorted by peer, each peer once")
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         # to _floor are forgotten (module docstring, "Compaction"), _synced holds the rest.
         self._floor = state.floor
         self._floor_txid = state.floor_txid
+        # every status we posted before has a counter <= the persisted one: _knew_our_floor
+        self._floors = [(state.counter + 1, state.floor)]
         self._forgotten_ts = state.floor_newest
         self._synced: list[TxMeta] = list(state.synchronised)
         # txid -> 0-based absolute position (the entry at position pos + 1)
@@ -533,6 +535,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             state.mode = mode
 
     def _on_status(self, peer: _Peer, st: Status, now: int, relayed: bool = False) -> None:
+        peer.newest = max(peer.newest, st.counter)
         if st.mode is not peer.mode:
             self._report(st.sender, "mode-mismatch",
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
@@ -549,23 +552,19 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             # newer one to tell (simulator): marked beyond, it would not hold back compaction.
             latest = peer.latest
             if relayed or (latest is not None and (st.counter, st.seq) < (
-                    latest.counter, latest.seq)):
+                    latest.counter, latest.seq)) or not self._knew_our_floor(st):
                 return
             peer.behind = True  # its newest status; ``latest`` stays the one before
             if self._served_by_another(st):
                 return
-            if st.sender not in self._beyond:
-                self._beyond.add(st.sender)
-                self._out.beyond_changed = True
+            self._set_beyond(st.sender, True)
             self._rejoin_beyond(st, now)
             self._report(st.sender, "beyond-horizon",
                          f"its agreed position {st.seq} is before our floor {self._floor}: "
                          "it can no longer be served by replay and needs seeding from a "
                          "peer's worker image")
             return
-        if st.sender in self._beyond:
-            self._beyond.discard(st.sender)  # seeded: at or past our floor again
-            self._out.beyond_changed = True
+        self._set_beyond(st.sender, False)  # seeded: at or past our floor again
         self._beyond_their_horizon(st, now)  # before anything is sent
         if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
                 st.sender in self._excluded
@@ -753,7 +752,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         point = self._split_point if self._split() else None
         status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
                         self._chain[-1], point, "" if point is None else self._chain_at(point),
-                        self._posted_executed(), self._floor)
+                        self._posted_executed(), self._floor,
+                        tuple((p, s.newest) for p, s in sorted(self._peers.items()) if s.newest))
         silent = self._relaying.silent_peers(self._peers, self._timing, now)
         self._out.posts.extend(
             Post(p, status, self._relaying.push(p, status),

@@ -349,7 +349,7 @@ class Entry:
 
 
 class PeerState:
-    __slots__ = ("behind", "fresh", "heard_at", "latest", "mode")
+    __slots__ = ("behind", "fresh", "heard_at", "latest", "mode", "newest")
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
@@ -357,6 +357,7 @@ class PeerState:
         self.fresh = False  # a new status arrived since our last round ended
         self.heard_at: int | None = None  # when we last received anything from it
         self.behind = False  # its newest status was behind our floor (not ``latest``)
+        self.newest = 0  # the highest counter of its statuses we received (``Status.heard``)
 
 
 @dataclass

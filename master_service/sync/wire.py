@@ -34,6 +34,8 @@ def status_to_json(st: Status) -> dict[str, Any]:
     if st.executed or st.floor:
         out["executed"] = st.executed
         out["floor"] = st.floor
+    if st.heard:
+        out["heard"] = dict(st.heard)
     return out
 
 
@@ -97,7 +99,13 @@ def status_from_json(value: Any) -> Status:
                   _field(obj, "seq", "status"), _field(obj, "counter", "status"),
                   _txs(_field(obj, "queue", "status"), "queue"), obj.get("chain", ""),
                   obj.get("split_point"), obj.get("split_chain", ""),
-                  obj.get("executed", 0), obj.get("floor", 0))
+                  obj.get("executed", 0), obj.get("floor", 0), _heard(obj.get("heard", {})))
+
+
+def _heard(value: Any) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, dict):
+        raise InvalidMessage("'heard' must be a JSON object of peer -> counter")
+    return tuple(sorted(value.items()))
 
 
 def tail_from_json(value: Any) -> TailSegment:
