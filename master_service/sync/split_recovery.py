@@ -341,11 +341,14 @@ class SplitRecoverySteps:
 
     def _anchors(self) -> set[str]:
         """The peers whose floor is past our position (``_beyond_their_horizon``)."""
-        if self._recovery is SplitRecovery.NONE:
-            return set()
-        seq = self.seq
-        return {p for p, s in self._peers.items() if s.mode is not Mode.MUTED
-                and s.latest is not None and s.latest.floor > seq}
+        return {p for p, s in self._peers.items()
+                if s.latest is not None and self._behind_floor_of(s.latest)}
+
+    def _behind_floor_of(self, st: Status) -> bool:
+        """Under SIMPLE or SMART: is our position before the floor of ``st``'s sender (not
+        muted)? We must not go on without it (``_beyond_their_horizon``)."""
+        return (self._recovery is not SplitRecovery.NONE and st.floor > self.seq
+                and self._peers[st.sender].mode is not Mode.MUTED)
 
     def _beyond_their_horizon(self, st: Status, now: int) -> None:
         """A peer forgot entries past our position: we are beyond *its* horizon (the
@@ -360,8 +363,7 @@ class SplitRecoverySteps:
         cleared its split when n1 and n3 came back behind it, forgot past them and went
         on alone; they excluded n2, which never posts at their merge base, and agreed
         the same transactions in another order, and nobody could truncate or seed."""
-        if (self._recovery is SplitRecovery.NONE or st.floor <= self.seq
-                or self._peers[st.sender].mode is Mode.MUTED):
+        if not self._behind_floor_of(st):
             return
         if self._split_point is not None and self.seq > self._split_point:
             self._truncate(now)  # which empties the excluded set
