@@ -251,6 +251,18 @@ def test_a_seeded_node_does_not_take_statuses_from_before_its_seeding_for_lagger
                                     retention=Retention(max_entries=2)))
 
 
+def test_a_split_peer_serves_no_lagger_behind_our_floor():
+    # n3 (at 0, behind the floor 8 of the split n2 and n5, which excluded it) looked
+    # servable by n1, whose floor was 0 — but n1 was split at 0 and gives its later
+    # entries to its own side only; so n3 took nothing, n2 and n5 waited for it to come
+    # back instead of reporting it beyond their horizon, and nobody converged. Found by
+    # the soak after the Status.heard rule made such statuses count later than before.
+    run_simulation(SimConfig.derive(2370230567, 5, 0.7455771166159826, fault_time=6_000,
+                                    long_partitions=2, max_peer_lag=1_000,
+                                    split_recovery=SplitRecovery.SMART,
+                                    retention=Retention(max_entries=5)))
+
+
 @pytest.mark.parametrize("seed, nodes, rate, strategy, lag, partitions, long_partitions, "
                          "max_entries", FOUND)
 def test_runs_that_failed_once(seed, nodes, rate, strategy, lag, partitions,

@@ -223,10 +223,12 @@ class CompactionSteps:
         others (the simulator found it: seed 3375373473). Not a peer whose newest
         status was behind our floor too: its ``latest`` is older than that (seed
         619204908: two such peers held each other up with positions from before they
-        truncated)."""
+        truncated). Nor a split peer: it gives its post-split entries to its own side
+        only, and the lagger would take them only split itself (seed 2370230567: a
+        split n1 "served" n3, which took nothing, and n3 never rejoined the others)."""
         if not any(p != st.sender and not (q := self._peers[p]).behind
                    and q.latest is not None and q.latest.floor <= st.seq < q.latest.seq
-                   for p in self._required()):
+                   and q.latest.split_point is None for p in self._required()):
             return False
         self._set_beyond(st.sender, False)
         return True
