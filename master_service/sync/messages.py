@@ -152,8 +152,9 @@ class Status:
     (sorted by peer; a peer not heard is left out). An acknowledgement: a receiver whose
     floor is past the sender's position takes the status for the sender's current
     position only if the sender had heard a status of the receiver that carried that
-    floor — else it may be a late one, posted before the sender caught up (protocol.py,
-    "Compaction"; the simulator found it). A sender from before this field posts none.
+    floor — else it may be a late one, posted before the sender caught up (compaction.py,
+    ``_knew_our_floor``; the simulator found it). A sender from before this field posts
+    none: behind our floor, it is waited for as if its status were a late one.
     """
 
     sender: str
