@@ -269,6 +269,27 @@ def test_a_peer_behind_our_floor_that_another_can_serve_is_still_waited_for():
         assert not node.tick(t).synchronised and node.seq == 6  # not without n3
 
 
+def test_a_split_peer_does_not_serve_a_peer_behind_our_floor():
+    """As above, but n2 is split at 5: it gives what follows its split point to its own
+    side only, and n3 (not split) would not take it; n3 can't catch up through n2, so it
+    is beyond our horizon (the simulator: seed 2370230567, nobody converged)."""
+    txs, chains = _agreed("ABCDEF")
+    seeded = PersistentState(txs[4:], (), 6, floor=4, floor_txid="D", floor_chain=chains[3])
+    node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
+                            retention=Retention(), executed=6)
+    node.tick(1_000)
+    n2 = Status("n2", Mode.READ_WRITE, "F", 6, 1_005, (), chains[5], 5, chains[4], 6, 2)
+    node.receive(n2, now=1_005)
+    n3 = Status("n3", Mode.READ_WRITE, "C", 3, 1_006, (), chains[2], None, "", 3,
+                heard=(("n1", 1_000),))
+    ready = node.receive(n3, now=1_006)
+    assert [i.kind for i in ready.inconsistencies] == ["beyond-horizon"]
+    assert node.beyond_horizon == {"n3"}
+    node.receive(replace(n2, counter=1_007, split_point=None, split_chain=""), now=1_007)
+    node.receive(replace(n3, counter=1_008), now=1_008)  # n2 can serve it now
+    assert node.beyond_horizon == frozenset()
+
+
 def test_a_status_behind_our_floor_counts_once_its_sender_heard_our_floor():
     """Seeded at 4, we get statuses of n3 at 3 that acknowledge none of ours since (none,
     or one from before the seeding: the persisted counter 900): each may have been
