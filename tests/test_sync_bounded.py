@@ -243,14 +243,21 @@ def test_the_horizon_never_passes_a_peer_still_waited_for():
     assert node.floor == 3 and node.beyond_horizon == frozenset()
 
 
+def _seeded_at_4(counter: int) -> tuple[SyncNode, list[str]]:
+    """n1 (peers n2 and n3) restored from a seeding at 4 of the agreed A..F, executed up
+    to 6, with ``counter`` persisted; and the hash chains of A..F."""
+    txs, chains = _agreed("ABCDEF")
+    seeded = PersistentState(txs[4:], (), counter, floor=4, floor_txid="D",
+                             floor_chain=chains[3])
+    return SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
+                            retention=Retention(), executed=6), chains
+
+
 def test_a_peer_behind_our_floor_that_another_can_serve_is_still_waited_for():
     """Seeded at 4, we see n3 at 3: behind our floor, but n2 still holds what follows 3,
     so n3 catches up through n2's tail segments. Not waiting for it, we would ADD
     without its counter while it adds with n2 (simulator seed 3375373473)."""
-    txs, chains = _agreed("ABCDEF")
-    seeded = PersistentState(txs[4:], (), 6, floor=4, floor_txid="D", floor_chain=chains[3])
-    node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
-                            retention=Retention(), executed=6)
+    node, chains = _seeded_at_4(counter=6)
     node.tick(1_000)
     n3 = Status("n3", Mode.READ_WRITE, "C", 3, 1_000, (), chains[2], None, "", 3,
                 heard=(("n1", 1_000),))  # it heard our status (carrying our floor)
@@ -273,10 +280,7 @@ def test_a_split_peer_does_not_serve_a_peer_behind_our_floor():
     """As above, but n2 is split at 5: it gives what follows its split point to its own
     side only, and n3 (not split) would not take it; n3 can't catch up through n2, so it
     is beyond our horizon (the simulator: seed 2370230567, nobody converged)."""
-    txs, chains = _agreed("ABCDEF")
-    seeded = PersistentState(txs[4:], (), 6, floor=4, floor_txid="D", floor_chain=chains[3])
-    node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
-                            retention=Retention(), executed=6)
+    node, chains = _seeded_at_4(counter=6)
     node.tick(1_000)
     n2 = Status("n2", Mode.READ_WRITE, "F", 6, 1_005, (), chains[5], 5, chains[4], 6, 2)
     node.receive(n2, now=1_005)
@@ -296,10 +300,7 @@ def test_a_status_behind_our_floor_counts_once_its_sender_heard_our_floor():
     posted before n3 caught up (the simulator: seed 391061907), so n3 is waited for and
     G is not agreed without it. Once n3 posts at 3 having heard our status, it is
     behind our horizon (n2 forgot up to 6: nobody serves it) and we go on without it."""
-    txs, chains = _agreed("ABCDEF")
-    seeded = PersistentState(txs[4:], (), 900, floor=4, floor_txid="D", floor_chain=chains[3])
-    node = SyncNode.restore("n1", seeded, now=1_000, peers=["n2", "n3"], timing=TIMING,
-                            retention=Retention(), executed=6)
+    node, chains = _seeded_at_4(counter=900)
     ours = node.tick(1_000).posts[0].status
     assert ours.counter == 1_000 and ours.floor == 4
     n3 = Status("n3", Mode.READ_WRITE, "C", 3, 950, (), chains[2], None, "", 3)

@@ -209,58 +209,51 @@ FOUND = [
 ]
 
 
-def test_nodes_beyond_a_peers_horizon_wait_to_be_seeded_instead_of_going_on_without_it():
-    # With a horizon of 2 entries, n2 cleared its split when n1 and n3 came back behind
-    # it, forgot past them and went on alone (they were beyond its horizon); they
-    # excluded n2 and agreed the same transactions in another order: nobody could
-    # truncate or seed (SplitRecoverySteps._beyond_their_horizon).
-    run_simulation(SimConfig.derive(677540770, 3, 0.8724458396474252, fault_time=6_000,
-                                    max_peer_lag=300, split_recovery=SplitRecovery.SMART,
-                                    retention=Retention(max_entries=2)))
-
-
-def test_a_horizon_never_passes_a_peer_still_waited_for_nor_a_seeded_nodes_laggers():
-    # Five masters, a horizon of 2 entries, message loss and crashes, no partition: n2
-    # added with the statuses of n1 and n5 at 10 and crashed; their horizon then passed
-    # n2's last known position (9) and n4, seeded at 10, saw n2 behind its floor: none
-    # waited for n2 any more, and they agreed t19 where n2 had agreed t20
-    # (CompactionSteps._compact, _served_by_another).
-    run_simulation(SimConfig.derive(3375373473, 5, 0.45256935883346994, fault_time=6_000,
-                                    max_peer_lag=300, split_recovery=SplitRecovery.SMART,
-                                    retention=Retention(max_entries=2)))
-
-
-def test_peers_whose_newest_statuses_are_behind_our_floor_serve_nobody():
+# Runs with a small LogMaxSize (the retention horizon, in entries) that failed once:
+# seed, nodes, fault rate, split recovery, max-peer-lag, long partitions, LogMaxSize.
+HORIZON_FOUND = [
+    # n2 cleared its split when n1 and n3 came back behind it, forgot past them and went
+    # on alone (they were beyond its horizon); they excluded n2 and agreed the same
+    # transactions in another order: nobody could truncate or seed
+    # (SplitRecoverySteps._beyond_their_horizon).
+    pytest.param(677540770, 3, 0.8724458396474252, SplitRecovery.SMART, 300, 0, 2,
+                 id="nodes-beyond-a-peers-horizon-wait-to-be-seeded"),
+    # Five masters, message loss and crashes, no partition: n2 added with the statuses
+    # of n1 and n5 at 10 and crashed; their horizon then passed n2's last known position
+    # (9) and n4, seeded at 10, saw n2 behind its floor: none waited for n2 any more, and
+    # they agreed t19 where n2 had agreed t20 (CompactionSteps._compact,
+    # _served_by_another).
+    pytest.param(3375373473, 5, 0.45256935883346994, SplitRecovery.SMART, 300, 0, 2,
+                 id="a-horizon-never-passes-a-peer-still-waited-for"),
     # ... and with that rule, n4 and n5 (split, floor 1) kept waiting for n1, n2 and n3,
     # all at 0: each looked servable by another whose last status *taken* was from
     # before it truncated (statuses behind our floor are not taken as a peer's latest).
-    run_simulation(SimConfig.derive(619204908, 5, 0.6635315203493095, fault_time=6_000,
-                                    max_peer_lag=300, split_recovery=SplitRecovery.SMART,
-                                    retention=Retention(max_entries=5)))
-
-
-def test_a_seeded_node_does_not_take_statuses_from_before_its_seeding_for_laggers():
+    pytest.param(619204908, 5, 0.6635315203493095, SplitRecovery.SMART, 300, 0, 5,
+                 id="peers-whose-newest-statuses-are-behind-our-floor-serve-nobody"),
     # n3, seeded at 11 from n2's image, received statuses n1 and n2 had posted at 5
     # before the seeding; behind its floor, both looked beyond its horizon, so it waited
     # for nobody and agreed t19 alone at 12 while n2 (really at 11) agreed t12 there with
     # n1. A peer behind our floor is beyond it only once it had heard a status of ours
     # carrying that floor (Status.heard).
-    run_simulation(SimConfig.derive(391061907, 3, 0.4546088099797365, fault_time=6_000,
-                                    long_partitions=1, max_peer_lag=300,
-                                    split_recovery=SplitRecovery.SIMPLE,
-                                    retention=Retention(max_entries=2)))
-
-
-def test_a_split_peer_serves_no_lagger_behind_our_floor():
+    pytest.param(391061907, 3, 0.4546088099797365, SplitRecovery.SIMPLE, 300, 1, 2,
+                 id="a-seeded-node-does-not-take-statuses-from-before-its-seeding"),
     # n3 (at 0, behind the floor 8 of the split n2 and n5, which excluded it) looked
     # servable by n1, whose floor was 0 — but n1 was split at 0 and gives its later
     # entries to its own side only; so n3 took nothing, n2 and n5 waited for it to come
     # back instead of reporting it beyond their horizon, and nobody converged. Found by
     # the soak after the Status.heard rule made such statuses count later than before.
-    run_simulation(SimConfig.derive(2370230567, 5, 0.7455771166159826, fault_time=6_000,
-                                    long_partitions=2, max_peer_lag=1_000,
-                                    split_recovery=SplitRecovery.SMART,
-                                    retention=Retention(max_entries=5)))
+    pytest.param(2370230567, 5, 0.7455771166159826, SplitRecovery.SMART, 1_000, 2, 5,
+                 id="a-split-peer-serves-no-lagger-behind-our-floor"),
+]
+
+
+@pytest.mark.parametrize("seed, nodes, rate, strategy, lag, long_partitions, max_entries",
+                         HORIZON_FOUND)
+def test_runs_with_a_small_horizon_that_failed_once(seed, nodes, rate, strategy, lag,
+                                                    long_partitions, max_entries):
+    run_simulation(SimConfig.derive(seed, nodes, rate, fault_time=6_000, max_peer_lag=lag,
+                                    long_partitions=long_partitions, split_recovery=strategy,
+                                    retention=Retention(max_entries=max_entries)))
 
 
 @pytest.mark.parametrize("seed, nodes, rate, strategy, lag, partitions, long_partitions, "
