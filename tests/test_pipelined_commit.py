@@ -15,6 +15,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -175,5 +176,94 @@ def test_many_concurrent_writers_get_consecutive_seqs_recorded_in_order(
             state = await w.client.state()
             assert (state["seq"], state["fingerprint"], state["quads"]) == \
                 (n, by_seq[n]["fingerprint"], n)
+
+    run_on_cluster(tmp_path, secret, workers, scenario)
+
+
+@dataclass
+class Agreed:
+    """A transaction as a peered master's ordering hands it over: agreed and durable on
+    every master before it executes (sync/ordering.py)."""
+
+    txid: str
+    operations: list[dict]
+    timestamp: int
+
+
+def record_in(txlog: TxLog):
+    def record(outcome, now: float) -> None:
+        txlog.record_group([(t.txid, now, "m1", t.operations) for t in outcome.group],
+                           outcome.entries, outcome.failures)
+    return record
+
+
+def test_an_agreed_group_is_answered_once_executed_and_read_only_after_its_record(
+        worker_factory, secret, tmp_path):
+    """A peered master answers its clients as soon as the probe executed their agreed
+    group (WritePath.execute's ``executed``), while the log's record is still held up;
+    a read under read-your-writes arriving then waits for the record rather than go to
+    a worker that does not hold the write (the other worker is still at seq 1)."""
+    workers = [worker_factory("w1"), worker_factory("w2")]
+
+    async def scenario(cluster: Cluster, txlog: TxLog) -> None:
+        await cluster.write(insert(0))  # a probe is chosen; both workers at seq 1
+        for w in cluster.workers.values():
+            await until(lambda w=w: w.seq == 1 and not w.queue, f"{w.url} at seq 1")
+        answered: asyncio.Future = asyncio.get_running_loop().create_future()
+        gate, held = hold_the_log_thread(cluster)
+        try:
+            group = [Agreed("agreed-1", insert(1), int(time.time() * 1000))]
+            executing = asyncio.create_task(cluster.execute(
+                group, record_in(txlog), admit=cluster.writable_reason,
+                executed=answered.set_result))
+            outcome = await asyncio.wait_for(answered, 30)
+            assert outcome.results[0]["ok"] and outcome.results[0]["seq"] == 2
+            assert not executing.done() and cluster.head_seq == 1 == txlog.head().seq
+            floor = cluster.read_floor()
+            assert floor == 2
+            assert cluster.choose_reader(set(), floor) is None
+            reading = asyncio.create_task(cluster.reader_for(set(), floor))
+            await asyncio.sleep(0.3)
+            assert not reading.done()  # not sent to a worker at seq 1
+        finally:
+            gate.set()
+        await held
+        recorded = await asyncio.wait_for(executing, 30)
+        assert recorded.results == outcome.results
+        reader = await asyncio.wait_for(reading, 30)
+        assert reader is not None and reader.seq == 2 == txlog.head().seq == cluster.head_seq
+        # A rollback takes the head back: what was answered after it no longer holds
+        # reads up (images.rollback sets the head so).
+        cluster.set_head(1, txlog.entries(0, 1)[0].fingerprint, 1)
+        assert cluster.read_floor() == 1
+
+    run_on_cluster(tmp_path, secret, workers, scenario)
+
+
+def test_strict_consistency_answers_an_agreed_group_only_after_its_forwards(
+        worker_factory, secret, tmp_path):
+    """Strict consistency answers once every in-sync worker applied the write: the early
+    answer of an agreed group is not given (``executed`` is not called)."""
+    workers = [worker_factory("w1"), worker_factory("w2")]
+
+    async def scenario(cluster: Cluster, txlog: TxLog) -> None:
+        await cluster.write(insert(0))
+        cluster.strict = True
+        called: list = []
+        gate, held = hold_the_log_thread(cluster)
+        try:
+            executing = asyncio.create_task(cluster.execute(
+                [Agreed("agreed-1", insert(1), int(time.time() * 1000))], record_in(txlog),
+                admit=cluster.writable_reason, executed=called.append))
+            await until_async(lambda: _at(cluster, 2), "the probe executed the group")
+            await asyncio.sleep(0.2)
+            assert called == [] and cluster.read_floor() == 1
+        finally:
+            gate.set()
+        await held
+        await asyncio.wait_for(executing, 30)
+        assert called == [] and cluster.read_floor() == 2
+        for w in cluster.workers.values():
+            assert w.seq == 2
 
     run_on_cluster(tmp_path, secret, workers, scenario)

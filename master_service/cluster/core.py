@@ -130,9 +130,11 @@ class Cluster(WorkerPool):
         return await self.writes.write(operations)
 
     async def execute(self, group: Sequence, record: Callable[[Outcome, float], None], *,
-                      admit: Callable[[], str | None], due=None) -> Outcome:
+                      admit: Callable[[], str | None], due=None,
+                      executed: Callable[[Outcome], None] | None = None) -> Outcome:
         """Execute ``group`` in this order (write_path.WritePath.execute)."""
-        return await self.writes.execute(group, record, admit=admit, due=due)
+        return await self.writes.execute(group, record, admit=admit, due=due,
+                                         executed=executed)
 
     @property
     def pending_writes(self) -> int:

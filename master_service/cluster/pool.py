@@ -129,6 +129,10 @@ class WorkerPool:
         self.head_seq = 0
         self.head_fingerprint = EMPTY_FINGERPRINT
         self.head_quads = 0
+        # The newest seq a client was answered for before the log recorded it (a peered
+        # master answers once the probe executed an agreed group: write_path.execute's
+        # ``executed``); reads under read-your-writes wait for it (reads.read_floor).
+        self.acknowledged_seq = 0
         self.log_history = False  # TxLog.has_history(), kept current by set_head
         self.probe: str | None = None
         # Workers whose state changes on purpose, taken over from the health check:
@@ -246,6 +250,10 @@ class WorkerPool:
     # ---- the log head ----
 
     def set_head(self, seq: int, fingerprint: str, quads: int) -> None:
+        if seq < self.head_seq:
+            # A rollback, a restore or a seeding took the log back: what was acknowledged
+            # after it is no longer the cluster's state (as reads.choose_reader's clamp).
+            self.acknowledged_seq = 0
         self.head_seq, self.head_fingerprint, self.head_quads = seq, fingerprint, quads
         if (seq, fingerprint) != (0, EMPTY_FINGERPRINT):
             self.log_history = True

@@ -45,12 +45,17 @@ class Reads:
 
     def read_floor(self, up_to_date: bool = False) -> int | None:
         """The position a read arriving now must see: the head of the log (every write
-        this master acknowledged, and those committed but not yet answered) under
-        read-your-writes, strict, or a client's ``X-GraphDB-Local-Consistency:
-        updating``; None under eventual consistency (any readable worker will do)."""
+        this master acknowledged, and those committed but not yet answered) or, past it,
+        the last write a peered master answered before its record was durable
+        (``pool.acknowledged_seq``), under read-your-writes, strict, or a client's
+        ``X-GraphDB-Local-Consistency: updating``; None under eventual consistency (any
+        readable worker will do)."""
         if up_to_date or self.pool.consistency != "eventual":
-            return self.pool.head_seq
+            return self._newest()
         return None
+
+    def _newest(self) -> int:
+        return max(self.pool.head_seq, self.pool.acknowledged_seq)
 
     def choose_reader(self, tried: set[str], floor: int | None) -> Worker | None:
         """The readable worker with the fewest running reads among those that have
@@ -59,7 +64,7 @@ class Reads:
         if floor is not None:
             # A rollback (images.py) can move the head back below a read's floor: the
             # state the read waited for is no longer the cluster's.
-            floor = min(floor, pool.head_seq)
+            floor = min(floor, self._newest())
         candidates = [w.url for w in pool.readable()
                       if floor is None or w.seq >= floor]
         url = pool.router.choose(candidates, exclude=tried)

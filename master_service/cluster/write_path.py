@@ -175,8 +175,8 @@ class WritePath:
     async def execute(self, group: Sequence[Transaction],
                       record: Callable[[Outcome, float], None], *,
                       admit: Callable[[], str | None],
-                      due: Callable[[Sequence], Awaitable[Sequence]] | None = None
-                      ) -> Outcome:
+                      due: Callable[[Sequence], Awaitable[Sequence]] | None = None,
+                      executed: Callable[[Outcome], None] | None = None) -> Outcome:
         """Execute ``group`` in its order on the probe and make the outcome durable with
         ``record(outcome, now)`` (log thread), before the head moves and the changesets
         are forwarded.
@@ -185,14 +185,21 @@ class WritePath:
         cannot or no worker can be the probe (nothing was executed). ``due(group)``:
         asked once no other group, roll-forward or rollback can run and every group
         executed before is recorded, the part of the group still to execute (an empty
-        outcome when none is)."""
-        recorded = await self.execute_pipelined(group, record, admit=admit, due=due)
+        outcome when none is). ``executed(outcome)``: called as soon as the probe has
+        executed the group, before its record is durable, for an ordering whose
+        transactions were durable and agreed before they executed (a peered master
+        answers its clients then: sync/ordering.py); reads under read-your-writes wait
+        for the record meanwhile (``pool.acknowledged_seq``). Not in strict consistency
+        mode, whose answers wait for the forwards."""
+        recorded = await self.execute_pipelined(group, record, admit=admit, due=due,
+                                                executed=executed)
         return await recorded
 
     async def execute_pipelined(self, group: Sequence[Transaction],
                                 record: Callable[[Outcome, float], None], *,
                                 admit: Callable[[], str | None],
-                                due: Callable[[Sequence], Awaitable[Sequence]] | None = None
+                                due: Callable[[Sequence], Awaitable[Sequence]] | None = None,
+                                executed: Callable[[Outcome], None] | None = None
                                 ) -> Awaitable[Outcome]:
         """``execute`` in two steps: returns once the probe has executed the group, with
         what to await for its outcome once recorded. The next group may execute on the
@@ -237,6 +244,10 @@ class WritePath:
             # retrieved here too, so that one nobody awaits any more is not reported lost.
             tail.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._before_tail, self._tail = self._tail, tail
+            if executed is not None and not pool.strict:
+                if entries:
+                    pool.acknowledged_seq = max(pool.acknowledged_seq, entries[-1][0])
+                executed(outcome)
         return self._answer(tail, outcome)
 
     async def _answer(self, tail: asyncio.Future, outcome: Outcome) -> Outcome:

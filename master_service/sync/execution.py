@@ -150,7 +150,7 @@ class Execution:
                 if not batch:
                     break
                 try:
-                    answers = await self.ordering.execute(batch)
+                    answers = await self.ordering.execute(batch, self._on_answers)
                 except NotWritable as exc:
                     if str(exc) != self._not_executing:
                         self._not_executing = str(exc)

@@ -1,7 +1,8 @@
 """The agreed ordering: the write path of a peered master.
 
 A client write is submitted to the TxLog sync protocol (the driver) and answered once it
-is agreed with the peers and executed here; the driver's execution room (execution.py)
+is agreed with the peers and executed here (before the record of its execution is
+durable: ``execute``); the driver's execution room (execution.py)
 hands the agreed transactions, in agreed order, to ``execute``, which runs them through
 the cluster's one ``execute`` and records them in the agreement log. The cluster asks
 this ordering what to roll forward: the next agreed, not yet executed transactions (none
@@ -82,12 +83,20 @@ class AgreedOrdering:
 
     # ---- execution of agreed transactions ----
 
-    async def execute(self, batch: Sequence[Agreed]) -> dict[str, Any]:
+    async def execute(self, batch: Sequence[Agreed],
+                      answer_now: Callable[[dict[str, Any]], None] | None = None
+                      ) -> dict[str, Any]:
         """Execute agreed transactions in their agreed order and record them executed
         (AgreementLog.record_executed), in one SQLite transaction with their changesets.
         Returns txid -> the client's answer: a dict like a local write's with the agreed
         ``position``, or a WriteFailed. NotWritable when no worker can execute now: the
-        transactions stay agreed and the caller retries."""
+        transactions stay agreed and the caller retries.
+
+        ``answer_now(answers)``: given the answers as soon as the probe has executed them,
+        before the record is durable. They are agreed and durable on every master already
+        (the ADD, docs/design/sync-protocol.md#durable-writes-on-the-commit-path), and
+        executing them again after a crash gives the same answers (same data, same order,
+        deterministic execution), so the record need not be on the client's latency."""
         answers: dict[str, Any] = {}
 
         async def due(group: Sequence[Agreed]) -> Sequence[Agreed]:
@@ -95,15 +104,14 @@ class AgreedOrdering:
                 return group
             return await self._take_rolled_forward(group, answers)
 
+        def executed(outcome: Outcome) -> None:
+            if answer_now is not None:
+                answer_now(_answers(outcome, {}))
+
         outcome = await self.cluster.execute(batch, self._record,
-                                             admit=self.cluster.execution_reason, due=due)
-        for a, res in zip(outcome.group, outcome.results, strict=True):
-            if res["ok"]:
-                answers[a.txid] = {"txid": a.txid, "seq": res["seq"],
-                                   "fingerprint": res["fingerprint"], "position": a.pos}
-            else:
-                answers[a.txid] = WriteFailed(res["status"], res["error"])
-        return answers
+                                             admit=self.cluster.execution_reason, due=due,
+                                             executed=executed)
+        return _answers(outcome, answers)
 
     def _record(self, outcome: Outcome, now: float) -> None:
         """(log thread) Each agreed position executed, with the fingerprint after it: a
@@ -128,3 +136,14 @@ class AgreedOrdering:
         for pos in [p for p in self._rolled_forward if p <= executed and p < batch[0].pos]:
             del self._rolled_forward[pos]  # the driver is past them
         return [a for a in batch if a.pos > executed]
+
+
+def _answers(outcome: Outcome, answers: dict[str, Any]) -> dict[str, Any]:
+    """``answers`` with the client's answer to each transaction of ``outcome``."""
+    for a, res in zip(outcome.group, outcome.results, strict=True):
+        if res["ok"]:
+            answers[a.txid] = {"txid": a.txid, "seq": res["seq"],
+                               "fingerprint": res["fingerprint"], "position": a.pos}
+        else:
+            answers[a.txid] = WriteFailed(res["status"], res["error"])
+    return answers
