@@ -36,6 +36,7 @@ from master_service.sync.messages import mode_of
 from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import SplitRecovery, Timing
 from master_service.sync.seeding import SeedImages, Seeding, SeedingFailed
+from master_service.sync.status import seeding_before_peering
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from rdf4j_protocol.routes import HotPaths, body_lane
@@ -100,7 +101,8 @@ class MasterService:
         progress = self.seeding.progress if self.seeding is not None else None
         if progress is not None:
             if status is None:  # seeding before peering: nothing agreed yet
-                status = {"node_id": self.config.node_id, "state": "seeding", "peers": []}
+                status = seeding_before_peering(self.config.node_id,
+                                                self.config.data_centre)
             elif self.seeding is not None and self.seeding.running:
                 status["state"] = "seeding"
             status["seeding"] = dict(progress)

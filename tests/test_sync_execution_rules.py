@@ -14,6 +14,7 @@ from master_service.sync.driver import SyncDriver
 from master_service.sync.messages import Mode, applies_agreed, mode_of
 from master_service.sync.ordering import AgreedOrdering
 from master_service.sync.protocol import Timing
+from master_service.sync.status import seeding_before_peering
 
 # ---- PendingWrites: client writes submitted here and not answered yet ----
 
@@ -78,3 +79,32 @@ def test_the_drivers_execution_follows_read_only_also_when_muted():
             db.shutdown()
 
     asyncio.run(scenario())
+
+
+# ---- the status of a master seeding before it peers ----
+
+
+def test_a_master_seeding_before_it_peers_reports_like_a_peered_one_with_nothing_agreed():
+    """GET /admin/sync while a new data centre seeds itself before it has peers: the keys
+    a tool polls for convergence are there (a chaos round's wait once failed on a missing
+    'seq'), with the values of a peering status that has agreed nothing yet."""
+    async def scenario() -> dict:
+        db = LogThread()
+        cluster = SimpleNamespace(read_only=False, db=db)
+        driver = SyncDriver(node_id="m1", mode=mode_of(False, "NORMAL"), peers={},
+                            secret=b"s" * 32, agreement=None, cluster=cluster, scheduler=None,
+                            timing=Timing(), data_centre="dc1")
+        try:
+            return driver.status()
+        finally:
+            db.shutdown()
+
+    peered = asyncio.run(scenario())
+    seeding = seeding_before_peering("m1", "dc1")
+    assert seeding["state"] == "seeding"
+    # what tests/dclab.py's convergence wait and the status page read
+    assert {"seq", "executed_seq", "incoming", "split_suspected", "peers",
+            "divergences"} <= set(seeding)
+    assert set(seeding) <= set(peered), set(seeding) - set(peered)
+    assert {k: v for k, v in seeding.items() if k != "state"} == \
+        {k: peered[k] for k in seeding if k != "state"}

@@ -123,3 +123,17 @@ def driver_status(driver: Any) -> dict[str, Any]:
             for p, i in sorted(driver.peers.items())],
         "divergences": list(driver.health.divergences[-20:]),
     }
+
+
+def seeding_before_peering(node_id: str, data_centre: str | None) -> dict[str, Any]:
+    """The admin status of a master seeding its data centre before it peers (nothing
+    agreed yet): the keys every peering status has that a reader polls (positions,
+    counts, peers, the states of a split), at their values before anything is agreed,
+    so that a tool waiting for convergence reads this one like any other."""
+    return {
+        "node_id": node_id, "data_centre": data_centre, "state": "seeding",
+        "missing_peers": [], "seq": 0, "executed_seq": 0, "floor": 0, "agreed_held": 0,
+        "beyond_horizon": [], "merge_base": None, "counter": 0, "incoming": 0,
+        "split_suspected": [], "split_point": None, "recovery_problem": None,
+        "failed": None, "peers": [], "divergences": [],
+    }
