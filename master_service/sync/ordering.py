@@ -104,14 +104,17 @@ class AgreedOrdering:
                 return group
             return await self._take_rolled_forward(group, answers)
 
-        def executed(outcome: Outcome) -> None:
-            if answer_now is not None:
-                answer_now(_answers(outcome, {}))
+        early: dict[str, Any] = {}
 
-        outcome = await self.cluster.execute(batch, self._record,
-                                             admit=self.cluster.execution_reason, due=due,
-                                             executed=executed)
-        return _answers(outcome, answers)
+        def executed(outcome: Outcome) -> None:
+            assert answer_now is not None
+            answer_now(_answers(outcome, early))
+
+        outcome = await self.cluster.execute(
+            batch, self._record, admit=self.cluster.execution_reason, due=due,
+            executed=executed if answer_now is not None else None)
+        # The answers given early are the outcome's: not worked out a second time.
+        return {**answers, **early} if early else _answers(outcome, answers)
 
     def _record(self, outcome: Outcome, now: float) -> None:
         """(log thread) Each agreed position executed, with the fingerprint after it: a
