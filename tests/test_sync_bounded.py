@@ -219,6 +219,38 @@ def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_f
     assert "C" not in {t.txid for t in nodes["n1"].synchronised}
 
 
+def test_a_node_that_takes_entries_agreed_without_a_silent_peer_goes_on_without_it():
+    """n3 is gone for good. n2 has writes, stalls and goes on without n3 after max peer
+    lag; n1 has none of its own at that moment, so never stalls: it takes n2's entries
+    (agreed without n3; split recovery NONE takes them all) while it still waits for n3.
+    Silent for max peer lag from n1 too, n3 is excluded by n1 as well, so n1's horizon
+    passes n3's position (a real cluster's wiped data centre held a floor at 0 for good:
+    tests/test_seeding.py)."""
+    timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
+                    max_peer_lag=2_000)
+    names = ("n1", "n2", "n3")
+    nodes = {n: SyncNode(n, now=1_000, peers=[p for p in names if p != n], timing=timing,
+                         retention=Retention(max_entries=2)) for n in names}
+    net = Net(nodes)
+    net.rounds(1)
+    net.down.add("n3")
+    net.cut.add(("n2", "n1"))  # n1 hears of A only once n2 has agreed it
+    net.submit("n2", "A")
+    net.rounds(4)  # n2 stalls and goes on without n3
+    assert nodes["n2"].split_suspected == {"n3"} and nodes["n1"].seq == 0
+    net.cut.clear()
+    net.rounds(1)  # n1 takes A: progress, no stall; n3 silent for 4 s
+    assert nodes["n1"].seq == 1 and nodes["n1"].split_suspected == {"n3"}
+    for i in range(20):  # each write agreed within 200 ms: n1 never stalls for 2 s
+        net.submit("n1" if i % 2 else "n2", f"B{i}")
+        net.rounds(2, step=100)
+    net.execute("n1")
+    net.execute("n2")
+    net.rounds(2, step=100)
+    assert nodes["n1"].seq == nodes["n2"].seq == 21
+    assert nodes["n1"].floor == nodes["n2"].floor == 19  # LogMaxSize 2, past n3's 0
+
+
 def _agreed(names):
     txs = tuple(TxMeta(t, i + 1, "n1", 10, f"sha:{t}") for i, t in enumerate(names))
     chains, chain = [], ""

@@ -214,6 +214,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             tx = self._synced[pos - self._floor]
             self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
         self._excluded: set[str] = set()
+        self._left_behind: set[str] = set()  # split_recovery.py, _check_stall
         # the last known good position while split (module docstring, "Split recovery")
         self._split_point: int | None = state.split_point
         self._apart_since: dict[str, int] = {}  # SMART: excluded peer -> diverged since
@@ -403,6 +404,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self.check(message, now)
         peer = self._peers[message.sender]
         peer.heard_at = now
+        self._left_behind.discard(message.sender)  # it talks to us: wait for it again
         self._arriving = frozenset(pushed)
         try:
             if isinstance(message, Status):
@@ -512,13 +514,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             raise ValueError(f"{peer!r} is not a peer of {self._id}")
         self._relaying.forget(peer)
         self._fingerprints.forget(peer)
-        if peer in self._rejoining:
-            self._rejoining.discard(peer)
-            self._split_maybe_over()
-        if peer in self._excluded:
-            self._excluded.discard(peer)
-            self._out.split_changed = True
-            self._split_maybe_over()
+        self._forget_split_peer(peer)
         return self._finish(now)
 
     # ------------------------------------------------------------------ steps

@@ -16,10 +16,13 @@ nodes that wait for each other, and a node that excludes nobody agrees with ever
 it waits for, even one that excluded it (the case analysis of (1) with the counters of
 (2)). Two nodes can therefore only diverge when one excludes the other and the other
 excludes somebody: the split brain of the spec (a partition longer than max peer lag).
-An excluded peer is waited for again as soon as it posts a merge base consistent with
-ours. A status whose merge base is not ours at its position, or a tail segment that does
-not extend our queue, is reported in ``inconsistencies`` and never applied; what happens
-next is the split recovery strategy.
+A node that takes, under NONE, entries a peer agreed without somebody (the
+tail segment names whom) excludes that somebody too once it has not heard from it for
+max peer lag itself (``_check_stall``): it progresses without stalling, so the stall alone
+would leave it waiting for ever. An excluded peer is waited for again as soon as it posts
+a merge base consistent with ours. A status whose merge base is not ours at its
+position, or a tail segment that does not extend our queue, is reported in
+``inconsistencies`` and never applied; what happens next is the split recovery strategy.
 
 Split recovery
 --------------
@@ -173,20 +176,43 @@ class SplitRecoverySteps:
     def _check_stall(self, now: int) -> None:
         """Spec, "Missing nodes": no progress for max_peer_lag -> go on without them."""
         lag = self._timing.max_peer_lag
-        if lag is None or self._stalled_since is None or now - self._stalled_since < lag:
+        if lag is None:
             return
-        missing = {p for p in self._required()
-                   if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag
-                   } - self._anchors()
-        if missing:
-            if not self._excluded and self._split_point is None and (
-                    self._mode is not Mode.MUTED):
-                # an exclusion episode starts: our last known good state
-                self._split_point = self.seq
-                self._out.split_point_changed = True
-            self._excluded |= missing
-            self._out.split_changed = True
+        silent = {p for p in self._required()
+                  if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag}
+        stalled = self._stalled_since is not None and now - self._stalled_since >= lag
+        if not stalled:
+            # Progress, but maybe only by entries that a peer agreed without somebody we
+            # still wait for (under NONE we take them all, ``_join_senders_side``): silent
+            # for max_peer_lag here too, it is missing for us as well. Else we would wait
+            # for it for ever while the queue goes on without it, and never forget past
+            # its position (a data centre wiped for good held a node's floor at 0).
+            self._exclude(silent & self._left_behind)
+            return
+        self._exclude(silent - self._anchors())
         self._stalled_since = now
+
+    def _exclude(self, missing: set[str]) -> None:
+        if not missing:
+            return
+        if not self._excluded and self._split_point is None and self._mode is not Mode.MUTED:
+            # an exclusion episode starts: our last known good state
+            self._split_point = self.seq
+            self._out.split_point_changed = True
+        self._excluded |= missing
+        self._left_behind -= missing
+        self._out.split_changed = True
+
+    def _forget_split_peer(self, peer: str) -> None:
+        """``remove_peer``: a peer that is gone is neither excluded nor rejoining."""
+        self._left_behind.discard(peer)
+        if peer in self._rejoining:
+            self._rejoining.discard(peer)
+            self._split_maybe_over()
+        if peer in self._excluded:
+            self._excluded.discard(peer)
+            self._out.split_changed = True
+            self._split_maybe_over()
 
     def _split(self) -> bool:
         return self._split_point is not None and self._recovery is not SplitRecovery.NONE
@@ -215,7 +241,11 @@ class SplitRecoverySteps:
         the entries land past it) — else only those up to its split point (a node that
         truncated, or that waits for everybody, re-negotiates instead)."""
         point = seg.split_point
-        if point is None or self._recovery is SplitRecovery.NONE:
+        if self._recovery is SplitRecovery.NONE:
+            if new:  # agreed by a sender that went on without seg.excluded
+                self._left_behind |= {p for p in seg.excluded if p in self._peers}
+            return new
+        if point is None:
             return new
         past = self.seq + len(new) - point
         if past <= 0:
@@ -241,6 +271,11 @@ class SplitRecoverySteps:
         """What a tail segment says of our split: the split point and whom we went on
         without (excluded and rejoining peers), or None and () when not split."""
         if not self._split():
+            # under NONE whom we went on without, for a receiver that takes our entries
+            # while it still waits for them (``_check_stall``); no split point: it
+            # repairs nothing
+            if self._recovery is SplitRecovery.NONE and self._excluded:
+                return None, tuple(sorted(self._excluded))
             return None, ()
         return self._split_point, tuple(sorted(self._excluded | self._rejoining))
 
