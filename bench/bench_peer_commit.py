@@ -6,7 +6,10 @@ writes (issue 18: commit p50, 3 peered masters / 1 master).
 One sequential client (httpx, one kept-alive connection) posts INSERT DATA of one triple to
 the first master of `txcluster up --masters 1 --workers 3` and of `txcluster up --masters 3
 --workers 1` (the layouts of bench_anchor's commit row), first back to back, then with a
-pause after each answer. Prints each one's p50 and p90 and the ratio peered / single.
+pause after each answer. Prints each one's p50 and p90 and the ratio peered / single, and
+the CPU every process of the layout spent per commit meanwhile (user and system, /proc):
+on two cores a sequential commit is bounded by the CPU all processes spend on it, not only
+by hops and fsyncs (bench/README.md, "2026-12-04").
 
 Why both: a peered master answers once the probe executed the agreed group, and records
 the execution after (docs/design/sync-protocol.md, "Durable writes on the commit path",
@@ -18,9 +21,11 @@ only the first.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 
@@ -44,6 +49,23 @@ def latencies(url: str, headers: dict[str, str], n: int, pause_s: float) -> list
     return out
 
 
+def user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far (/proc/PID/stat, fields 14, 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_per_commit(pids: dict[str, int], before: dict[str, tuple[float, float]],
+                   n: int) -> dict[str, tuple[float, float]]:
+    """Microseconds of user and system CPU per commit of each process since ``before``."""
+    out = {}
+    for name, pid in pids.items():
+        user, system = user_system(pid)
+        out[name] = (1e6 * (user - before[name][0]) / n, 1e6 * (system - before[name][1]) / n)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, default=300, help="writes per measurement")
@@ -51,6 +73,7 @@ def main() -> None:
                         help="the pause after each answer of the second measurement")
     args = parser.parse_args()
     rows: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     with workdir("peer-commit") as root:
         for name, masters, workers in (("1 master + 3 workers", 1, 3),
                                        ("3 peered masters", 3, 1)):
@@ -65,7 +88,10 @@ def main() -> None:
                 latencies(url, headers, 50, 0)  # warm-up
                 for label, pause in (("back to back", 0.0), (f"pause {args.pause_ms:g} ms",
                                                               args.pause_ms / 1000)):
+                    pids = ba.layout_pids(info)
+                    before = {k: user_system(pid) for k, pid in pids.items()}
                     rows[(name, label)] = latencies(url, headers, args.writes, pause)
+                    cpu[(name, label)] = cpu_per_commit(pids, before, args.writes)
     print(f"\ncommit latency of one sequential client, {args.writes} writes each (ms)")
     print(f"  {'layout':<22} | {'writes':<14} | {'p50':>6} | {'p90':>6}")
     for (name, label), values in rows.items():
@@ -75,6 +101,11 @@ def main() -> None:
         single = statistics.median(rows[("1 master + 3 workers", label)])
         peered = statistics.median(rows[("3 peered masters", label)])
         print(f"  p50 peered / single, {label}: {peered / single:.2f}x (target <= 2.0x)")
+    print("\nCPU per commit meanwhile, us (user + system; the client's own not counted)")
+    for (name, label), per in cpu.items():
+        total = sum(u + s for u, s in per.values())
+        parts = ", ".join(f"{k} {u:.0f}+{s:.0f}" for k, (u, s) in per.items())
+        print(f"  {name:<22} | {label:<14} | all {total:6.0f} | {parts}")
     print("command: python -m bench.bench_peer_commit")
 
 
