@@ -188,7 +188,9 @@ def test_a_node_restarted_before_its_peers_posted_forgets_nothing_on_their_accou
     assert node.tick(net.now).compacted is None  # n2's executed position is not known
 
 
-def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_for():
+def _n3_gone() -> tuple[dict[str, SyncNode], Net]:
+    """Three nodes with LogMaxSize 2 and a max peer lag of 2 s, after a first round; n3
+    is then down."""
     timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
                     max_peer_lag=2_000)
     names = ("n1", "n2", "n3")
@@ -197,6 +199,11 @@ def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_f
     net = Net(nodes)
     net.rounds(1)
     net.down.add("n3")
+    return nodes, net
+
+
+def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_for():
+    nodes, net = _n3_gone()
     net.submit("n1", "A")
     net.rounds(5)  # n1 and n2 go on without n3 after max-peer-lag
     for i in range(5):
@@ -226,14 +233,7 @@ def test_a_node_that_takes_entries_agreed_without_a_silent_peer_goes_on_without_
     Silent for max peer lag from n1 too, n3 is excluded by n1 as well, so n1's horizon
     passes n3's position (a real cluster's wiped data centre held a floor at 0 for good:
     tests/test_seeding.py)."""
-    timing = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4,
-                    max_peer_lag=2_000)
-    names = ("n1", "n2", "n3")
-    nodes = {n: SyncNode(n, now=1_000, peers=[p for p in names if p != n], timing=timing,
-                         retention=Retention(max_entries=2)) for n in names}
-    net = Net(nodes)
-    net.rounds(1)
-    net.down.add("n3")
+    nodes, net = _n3_gone()
     net.cut.add(("n2", "n1"))  # n1 hears of A only once n2 has agreed it
     net.submit("n2", "A")
     net.rounds(4)  # n2 stalls and goes on without n3
