@@ -188,10 +188,16 @@ class Wrk:
         return total
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (/proc/PID/stat, fields 14 and 15)."""
+def user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far (/proc/PID/stat, fields 14, 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far."""
+    return sum(user_system(pid))
 
 
 # ---- the anchor: oxigraph serve ----

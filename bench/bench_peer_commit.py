@@ -21,11 +21,9 @@ only the first.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 
@@ -49,19 +47,12 @@ def latencies(url: str, headers: dict[str, str], n: int, pause_s: float) -> list
     return out
 
 
-def user_system(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of a process so far (/proc/PID/stat, fields 14, 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
-
-
 def cpu_per_commit(pids: dict[str, int], before: dict[str, tuple[float, float]],
                    n: int) -> dict[str, tuple[float, float]]:
     """Microseconds of user and system CPU per commit of each process since ``before``."""
     out = {}
     for name, pid in pids.items():
-        user, system = user_system(pid)
+        user, system = ba.user_system(pid)
         out[name] = (1e6 * (user - before[name][0]) / n, 1e6 * (system - before[name][1]) / n)
     return out
 
@@ -89,7 +80,7 @@ def main() -> None:
                 for label, pause in (("back to back", 0.0), (f"pause {args.pause_ms:g} ms",
                                                               args.pause_ms / 1000)):
                     pids = ba.layout_pids(info)
-                    before = {k: user_system(pid) for k, pid in pids.items()}
+                    before = {k: ba.user_system(pid) for k, pid in pids.items()}
                     rows[(name, label)] = latencies(url, headers, args.writes, pause)
                     cpu[(name, label)] = cpu_per_commit(pids, before, args.writes)
     print(f"\ncommit latency of one sequential client, {args.writes} writes each (ms)")
