@@ -224,6 +224,9 @@ class TailSegment:
     without (excluded or rejoining) when it sent the segment, if it was split. A node
     that appends entries past ``split_point`` joins the sender's side of the split
     (protocol.py, "Split recovery"). Optional: a sender that is not split leaves them out.
+    Under split recovery NONE ``split_point`` stays None while ``excluded`` names whom
+    the sender excluded: a receiver taking its entries excludes them too once silent
+    (split_recovery.py, ``_check_stall``).
     """
 
     sender: str
@@ -232,7 +235,7 @@ class TailSegment:
     entries: tuple[TxMeta, ...]
     after_chain: str = ""  # chain_hash of the sender's queue up to after_seq
     split_point: int | None = None  # the sender's split point, while split
-    excluded: tuple[str, ...] = ()  # whom the sender went on without, while split
+    excluded: tuple[str, ...] = ()  # whom the sender went on without (under NONE too)
 
     def __post_init__(self) -> None:
         _check_id("sender", self.sender)

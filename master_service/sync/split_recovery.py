@@ -239,7 +239,8 @@ class SplitRecoverySteps:
         only if we are split ourselves (a split point and somebody excluded, the sender
         not) — then we join its side: whom it went on without (our split point stays:
         the entries land past it) — else only those up to its split point (a node that
-        truncated, or that waits for everybody, re-negotiates instead)."""
+        truncated, or that waits for everybody, re-negotiates instead). Under NONE we
+        take them all, and note whom the sender went on without (``_check_stall``)."""
         point = seg.split_point
         if self._recovery is SplitRecovery.NONE:
             if new:  # agreed by a sender that went on without seg.excluded
@@ -269,11 +270,10 @@ class SplitRecoverySteps:
 
     def _split_view(self) -> tuple[int | None, tuple[str, ...]]:
         """What a tail segment says of our split: the split point and whom we went on
-        without (excluded and rejoining peers), or None and () when not split."""
+        without (excluded and rejoining peers), or None and () when not split. Under NONE
+        no split point (it repairs nothing) but whom we excluded, for a receiver that
+        takes our entries while it still waits for them (``_check_stall``)."""
         if not self._split():
-            # under NONE whom we went on without, for a receiver that takes our entries
-            # while it still waits for them (``_check_stall``); no split point: it
-            # repairs nothing
             if self._recovery is SplitRecovery.NONE and self._excluded:
                 return None, tuple(sorted(self._excluded))
             return None, ()
