@@ -27,6 +27,7 @@ import pytest
 from tests.conftest import LocalCluster
 from tests.procs import make_secret, signed_client, worker_node
 from txcluster.auth import (
+    ACCEPTS_KEPT,
     SCHEME,
     WINDOW_S,
     NodeAuthorities,
@@ -518,6 +519,24 @@ def test_which_host_headers_a_node_takes():
     assert wildcard.accepts("127.0.0.1:7200") and wildcard.accepts("127.0.0.53:7200")
     assert wildcard.accepts(f"{socket.gethostname()}:7200")
     assert not wildcard.accepts("192.0.2.1:7200") and not wildcard.accepts("0.0.0.0:7200")
+
+
+def test_a_node_keeps_its_answers_for_host_headers_a_while():
+    """Every signed request asks whose Host it is (a wildcard node binds a socket to an
+    address to tell): the answers are kept a while, are those given without keeping
+    them, and are bounded in number whatever Host headers arrive."""
+    hosts = ["127.0.0.1:7200", "127.0.0.53:7200", "192.0.2.1:7200", "0.0.0.0:7200",
+             f"{socket.gethostname()}:7200", "localhost:7201", None, "", "a b:7200"]
+    for bind in ("0.0.0.0", "127.0.0.1"):
+        kept, fresh = NodeAuthorities(bind, 7200), NodeAuthorities(bind, 7200, remember_s=0)
+        for _ in range(2):  # the second time from what was kept
+            assert [kept.accepts(h) for h in hosts] == [fresh.accepts(h) for h in hosts]
+        assert kept.remembered == len(hosts) and fresh.remembered == 0
+    node = NodeAuthorities("0.0.0.0", 7200)
+    for i in range(3 * ACCEPTS_KEPT):  # requests signed for other nodes
+        assert not node.accepts(f"192.0.2.{i % 250}:{7300 + i}")
+        assert node.remembered <= ACCEPTS_KEPT
+    assert node.accepts("127.0.0.1:7200")
 
 
 def test_advertised_hosts_and_sign_refuse_what_they_cannot_use():

