@@ -184,10 +184,11 @@ def _ip(host: str) -> IPAddress | None:
 
 def _is_local_address(ip: IPAddress) -> bool:
     """Whether ``ip`` is an address of this machine (of this network namespace): binding a
-    socket to it succeeds only then. Asked at request time, so addresses added after the
-    start (a service IP, DHCP) count; no interface enumeration library needed. (With the
-    net.ipv*.ip_nonlocal_bind sysctl on, every address binds: list advertised-hosts and
-    bind listen-address to one address instead of a wildcard.)"""
+    socket to it succeeds only then. Asked at request time (NodeAuthorities keeps an answer
+    ACCEPTS_REMEMBER_S), so addresses added after the start (a service IP, DHCP) count; no
+    interface enumeration library needed. (With the net.ipv*.ip_nonlocal_bind sysctl on,
+    every address binds: list advertised-hosts and bind listen-address to one address
+    instead of a wildcard.)"""
     if ip.is_unspecified or ip.is_multicast:
         return False
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
