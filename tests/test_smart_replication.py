@@ -80,3 +80,33 @@ def test_reason_messages_are_the_documented_ones():
         "Replicating (empty)",
         "Replicating (catch up)",
     ]
+
+
+EMPTY_WORKER = WorkerView(0, "0" * 32, 0)
+UNKNOWN = LogView(100, 0, known=False, replay_seconds=0)
+
+
+def test_empty_is_said_only_when_another_attached_worker_has_data():
+    # The spec: "The worker was empty upon initialization, and there was at least one
+    # non-empty worker attached to the cluster." Whether the log has a head does not count.
+    assert decide(EMPTY_WORKER, UNKNOWN, SIZE, P, True).reason is Reason.EMPTY
+    assert decide(EMPTY_WORKER, UNKNOWN, SIZE, P, False).reason is Reason.OUT_OF_SYNC
+    pruned = LogView(100, base_seq=50, known=True, replay_seconds=1.0)
+    assert decide(EMPTY_WORKER, pruned, SIZE, P, True).reason is Reason.EMPTY
+    assert decide(EMPTY_WORKER, pruned, SIZE, P, False).reason is Reason.OUT_OF_SYNC
+    # A worker that executed transactions and holds no quads was not empty at its start.
+    emptied = WorkerView(40, "0" * 32, 0)
+    assert decide(emptied, pruned, SIZE, P, True).reason is Reason.OUT_OF_SYNC
+    assert decide(EMPTY_WORKER, known(replay=20.0), SIZE, P, False).reason is Reason.CATCH_UP
+
+
+def test_a_missing_storage_size_is_said_only_when_the_decision_weighs_it():
+    behind = WorkerView(90, "f", 5)
+    assert decide(behind, known(replay=20.0), None, P, True) == \
+        Decision("replay", no_storage_size=True)
+    # Decisions that never compare the two estimates do not need the size.
+    assert not decide(WorkerView(100, "f", 5), known(), None, P, True).no_storage_size
+    assert not decide(behind, UNKNOWN, None, P, True).no_storage_size
+    assert not decide(WorkerView(100, "f", 5, forced=True), known(), None, P, True) \
+        .no_storage_size
+    assert not decide(behind, known(replay=20.0), SIZE, P, True).no_storage_size

@@ -230,25 +230,29 @@ class Recovery:
         base = await pool.db(pool.txlog.base)
         replay_s = await pool.db(pool.txlog.apply_durations, w.seq, pool.head_seq) \
             if known else 0.0
-        size = self._storage_size(exclude=w.url)
+        others = [o for o in pool.workers.values() if o.url != w.url]
         decision = replication.decide(
             replication.WorkerView(w.seq, w.fingerprint, w.quads, forced),
             replication.LogView(pool.head_seq, base.seq, known, replay_s),
-            size, pool.params, cluster_has_data=pool.head_quads > 0 or pool.head_seq > 0,
+            self._storage_size(exclude=w.url), pool.params,
+            other_worker_has_data=any(o.quads > 0 for o in others),
         )
+        if decision.no_storage_size:
+            pool.note(replication.NO_STORAGE_SIZE, logging.WARNING)
         if decision.action == "replicate":
             if decision.explanation:
                 pool.note(decision.explanation)
             pool.note(f"{decision.reason.value}: worker {w.url}")
             if not await self._replicate(w):
                 return
+            await self._replay(w, after="a replication")
+            return
         await self._replay(w)
 
     def _storage_size(self, exclude: str) -> int | None:
         for w in self.pool.in_sync():
             if w.url != exclude and w.size_bytes is not None:
                 return w.size_bytes
-        self.pool.note(replication.NO_STORAGE_SIZE, logging.WARNING)
         return None
 
     async def _replicate(self, w: Worker) -> bool:
@@ -287,15 +291,24 @@ class Recovery:
                   f"(seq {w.seq})")
         return True
 
-    async def _replay(self, w: Worker) -> None:
-        """Incremental replay of logged changesets until the worker is at the head."""
+    async def _replay(self, w: Worker, after: str | None = None) -> None:
+        """Incremental replay of logged changesets until the worker is at the head.
+
+        ``after`` names the operation that reportedly succeeded just before (a replication);
+        an apply of this replay is one too. A worker found out of sync after one is
+        OUT_OF_SYNC_FORCED: the spec's "Replicating (out of sync), forced" (detected out of
+        sync after a reportedly successful replication or update execution).
+        """
         pool = self.pool
         while True:
             if w.seq == pool.head_seq:
                 if w.fingerprint != pool.head_fingerprint:
                     pool.counters.fingerprint_mismatches += 1
-                    pool.disable(w, WorkerStatus.OUT_OF_SYNC,
-                                 "at the head of the log with another fingerprint")
+                    status, why = WorkerStatus.OUT_OF_SYNC, ""
+                    if after is not None:
+                        status, why = WorkerStatus.OUT_OF_SYNC_FORCED, f" after {after}"
+                    pool.disable(w, status,
+                                 f"at the head of the log with another fingerprint{why}")
                     return
                 # No await between this check and the status change: the write path
                 # forwards every later commit to this worker.
@@ -305,12 +318,17 @@ class Recovery:
                 return
             entries = await pool.db(pool.txlog.entries, w.seq, REPLAY_BATCH)
             if not entries or entries[0].seq != w.seq + 1:
-                pool.disable(w, WorkerStatus.OUT_OF_SYNC, "log cannot replay to this worker")
+                if after is not None:
+                    pool.disable(w, WorkerStatus.OUT_OF_SYNC_FORCED,
+                                 f"log cannot replay to this worker after {after}")
+                else:
+                    pool.disable(w, WorkerStatus.OUT_OF_SYNC, "log cannot replay to this worker")
                 return
             started = time.monotonic()
             result = await pool.while_alive(w, w.client.apply([_entry_wire(e) for e in entries]))
             pool.count_task(w, time.monotonic() - started, len(entries))
             w.seq, w.fingerprint, w.quads = result["seq"], result["fingerprint"], result["quads"]
+            after = after or f"applying seq {entries[0].seq}..{entries[-1].seq}"
 
 
 def _entry_wire(e) -> dict:

@@ -89,24 +89,36 @@ class Decision:
     action: str  # "in_sync" | "replay" | "replicate"
     reason: Reason | None = None
     explanation: str | None = None
+    # The decision needed a storage size and none was known: the spec's "Couldn't find
+    # storage size" is logged then, and only then (not for a decision that never weighs it).
+    no_storage_size: bool = False
 
 
 def decide(worker: WorkerView, log: LogView, storage_bytes: int | None,
-           params: Parameters, cluster_has_data: bool) -> Decision:
+           params: Parameters, other_worker_has_data: bool) -> Decision:
     """How to bring one worker to the head of the log
-    (docs/design/smart-replication.md#the-decision)."""
+    (docs/design/smart-replication.md#the-decision).
+
+    ``other_worker_has_data``: some other worker attached to the cluster is not empty. The
+    spec gives "Replicating (empty)" for "the worker was empty upon initialization, and
+    there was at least one non-empty worker attached to the cluster": both halves are
+    about workers, not about the log.
+    """
+    empty = worker.seq == 0 and worker.quads == 0
+    as_empty_or_out_of_sync = Reason.EMPTY if empty and other_worker_has_data \
+        else Reason.OUT_OF_SYNC
     if worker.forced:
         return Decision("replicate", Reason.OUT_OF_SYNC_FORCED)
     if not log.known:
-        if worker.seq == 0 and worker.quads == 0 and cluster_has_data:
-            return Decision("replicate", Reason.EMPTY)
-        return Decision("replicate", Reason.OUT_OF_SYNC)
+        return Decision("replicate", as_empty_or_out_of_sync)
     if worker.seq == log.head_seq:
         return Decision("in_sync")
     if worker.seq < log.base_seq:  # pruned past it: the log cannot replay
-        return Decision("replicate", Reason.EMPTY if worker.quads == 0 else Reason.OUT_OF_SYNC)
+        return Decision("replicate", as_empty_or_out_of_sync)
     estimate = Estimate(log.replay_seconds, replication_seconds(storage_bytes, params))
+    if estimate.replication_s is None:
+        return Decision("replay", no_storage_size=True)
     if estimate.prefers_replication(params):
-        reason = Reason.EMPTY if worker.seq == 0 and worker.quads == 0 else Reason.CATCH_UP
+        reason = Reason.EMPTY if empty and other_worker_has_data else Reason.CATCH_UP
         return Decision("replicate", reason, estimate.explain(params))
     return Decision("replay")
