@@ -92,6 +92,8 @@ def check_syntax(text: str, base_iri: str | None, split: st.SplitUpdate) -> None
         # Nothing but a prologue, white space and comments: a valid, empty update (or a
         # broken prologue), parsed as it is: it has no operation to execute. The probe
         # can't go after it, where a final comment without a line break would swallow it.
+        # (A request that is only a comment must be a valid empty update, not an error that
+        # takes the probe out of rotation.)
         try:
             ox.Store().update(text, base_iri=base_iri)
         except SyntaxError as exc:
