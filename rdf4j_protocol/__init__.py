@@ -7,7 +7,9 @@ values; nothing but ``routes`` knows HTTP, and nothing here touches a store or a
 * ``parameters``: the request's parameters and RDF4J's N-Triples encoded values;
 * ``negotiation``: the result format an Accept header chooses, the format of a body;
 * ``reads``: a query request or a statement pattern;
-* ``writes``: the cluster's transaction operations a write becomes (their JSON wire form);
+* ``writes``: the cluster's transaction operations a write becomes (their JSON wire form),
+  every body checked first (RDF parsed, an update checked as a worker would:
+  rdfcore/update_syntax.py), so nothing malformed becomes an operation;
 * ``transactions``: the steps of an RDF4J transaction and the open transactions;
 * ``results``: SPARQL results written in Python (listings, booleans);
 * ``binary_rdf`` and ``binary_results``: RDF4J's binary formats;

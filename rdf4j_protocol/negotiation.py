@@ -16,7 +16,14 @@ from typing import Any
 import pyoxigraph as ox
 
 from rdf4j_protocol import binary_rdf, binary_results
-from rdf4j_protocol.parameters import FORM, SPARQL_UPDATE, ProtocolError, decode_text, media_type
+from rdf4j_protocol.parameters import (
+    FORM,
+    SPARQL_UPDATE,
+    ProtocolError,
+    decode_text,
+    malformed_data,
+    media_type,
+)
 
 BOOLEAN_TEXT = "text/boolean"  # RDF4J's plain "true"/"false" boolean result format
 # RDF4J's binary formats, written and read by binary_rdf and binary_results, not pyoxigraph:
@@ -203,7 +210,7 @@ def binary_rdf_quads(body: bytes) -> list[ox.Quad]:
     try:
         return binary_rdf.read_rdf(body).quads
     except binary_rdf.BinaryRdfError as exc:
-        raise ProtocolError(400, f"MALFORMED DATA: {exc}") from None
+        raise malformed_data(str(exc)) from None
 
 
 def rdf_body(body: bytes, content_type: str | None) -> tuple[str, ox.RdfFormat]:

@@ -31,15 +31,42 @@ SPARQL_UPDATE = "application/sparql-update"
 
 
 class ProtocolError(Exception):
-    """A request the protocol refuses: ``status`` is the HTTP status, ``message`` why."""
+    """A request the protocol refuses: ``status`` is the HTTP status, ``message`` why;
+    ``reason`` names the kind of refusal for a master's count of refused requests
+    (``txcluster_requests_refused``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.reason = reason or _REASONS.get(status, f"http_{status}")
 
     def __repr__(self) -> str:
         return f"ProtocolError({self.status}, {self.message!r})"
+
+
+_REASONS = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+            406: "not_acceptable", 409: "conflict", 413: "too_large",
+            415: "unsupported_media_type", 501: "not_supported"}
+# RDF4J's server answers a body its parsers refuse with ErrorInfo's text,
+# "MALFORMED QUERY: <message>" or "MALFORMED DATA: <message>" (http/protocol
+# error/ErrorType), on one line here: a client shows it as the error's message.
+_MESSAGE_CHARS = 300
+
+
+def malformed_query(message: str) -> ProtocolError:
+    """400 ``MALFORMED QUERY: <one line>``."""
+    return ProtocolError(400, f"MALFORMED QUERY: {_one_line(message)}", "malformed_query")
+
+
+def malformed_data(message: str) -> ProtocolError:
+    """400 ``MALFORMED DATA: <one line>`` (an RDF document, Binary RDF included)."""
+    return ProtocolError(400, f"MALFORMED DATA: {_one_line(message)}", "malformed_data")
+
+
+def _one_line(message: str) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else "syntax error"
+    return first if len(first) <= _MESSAGE_CHARS else first[:_MESSAGE_CHARS - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------------

@@ -107,6 +107,11 @@ class Backend(ABC):
         body), or None for an internal error (500)."""
         return None
 
+    def refused(self, exc: ProtocolError) -> None:
+        """A request refused with ``exc`` before it reached the backend's reads or
+        writes (a master counts them by ``exc.reason``); a worker does nothing."""
+        return None
+
     # ---- reads ----
 
     @abstractmethod
@@ -188,6 +193,7 @@ def rdf4j_routes(backend: Backend, transactions: TransactionRegistry) -> APIRout
             try:
                 return await endpoint(request)
             except ProtocolError as exc:
+                backend.refused(exc)
                 return text(exc.status, exc.message, getattr(exc, "headers", None))
             except Exception as exc:
                 status = backend.error_status(exc)

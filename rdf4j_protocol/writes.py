@@ -34,17 +34,21 @@ from rdf4j_protocol.parameters import (
     decode_text,
     encode_contexts,
     encode_value,
+    malformed_data,
+    malformed_query,
     media_type,
     param_values,
     single_param,
 )
 from rdf4j_protocol.reads import parse_statement_pattern, sparql_keyword
+from rdfcore import update_syntax
 
 
 def update_operation(update: str, base_iri: str | None = None,
-                     using: Sequence[tuple[bool, str]] = ()) -> dict:
+                     using: Sequence[tuple[bool, str]] = (), *, check: bool = True) -> dict:
     """``using``: the protocol's dataset for the update's WHERE, (named, IRI) pairs from
-    ``using-graph-uri`` (False) and ``using-named-graph-uri`` (True)."""
+    ``using-graph-uri`` (False) and ``using-named-graph-uri`` (True). ``check``: refuse
+    what no worker would run (:func:`check_update`) before it becomes an operation."""
     if not isinstance(update, str) or not update.strip():
         raise ProtocolError(400, "missing SPARQL update")
     if base_iri is not None:
@@ -53,7 +57,26 @@ def update_operation(update: str, base_iri: str | None = None,
     if using:
         op["using"] = [[named, f"<{check_iri(iri, 'using graph').value}>"]
                        for named, iri in using]
+    if check:
+        check_update(update, base_iri, [(named, iri) for named, iri in op.get("using", ())])
     return op
+
+
+def check_update(update: str, base_iri: str | None = None,
+                 using: Sequence[tuple[bool, str]] = ()) -> None:
+    """The checks a worker's parse makes before it looks at data (rdfcore/update_syntax.py),
+    made on a master before the update is logged, agreed or sent to a probe (issue 60):
+    400 ``MALFORMED QUERY: <one line>`` for a syntax error, 400 for LOAD (never run in a
+    cluster), 501 for a form txcluster cannot compute a changeset of. Costs one
+    pyoxigraph parse of the text, nothing executed (bench/bench_update_check.py)."""
+    try:
+        update_syntax.check_update(update, base_iri, using)
+    except update_syntax.UpdateSyntax as exc:
+        raise malformed_query(exc.summary) from None
+    except update_syntax.LoadRefused as exc:
+        raise ProtocolError(400, str(exc), "not_supported") from None
+    except update_syntax.UnsupportedForm as exc:
+        raise ProtocolError(501, str(exc)) from None
 
 
 def check_rdf(data: str, fmt: ox.RdfFormat, base_iri: str | None = None) -> None:
@@ -62,7 +85,7 @@ def check_rdf(data: str, fmt: ox.RdfFormat, base_iri: str | None = None) -> None
         for _ in ox.parse(data, format=fmt, base_iri=base_iri):
             pass
     except SyntaxError as exc:
-        raise ProtocolError(400, f"MALFORMED DATA: {exc}") from None
+        raise malformed_data(str(exc)) from None
 
 
 def add_operation(data: str, fmt: ox.RdfFormat,
@@ -240,7 +263,7 @@ def remove_statements_operations(data: str, fmt: ox.RdfFormat,
     try:
         quads = list(ox.parse(data, format=fmt, base_iri=base_iri))
     except SyntaxError as exc:
-        raise ProtocolError(400, f"MALFORMED DATA: {exc}") from None
+        raise malformed_data(str(exc)) from None
     return remove_quads_operations(quads, contexts)
 
 
@@ -270,7 +293,7 @@ def remove_quads_operations(quads: Iterable[ox.Quad],
     for q in quads:
         s, p, o, g = q.subject, q.predicate, q.object, q.graph_name
         if isinstance(s, ox.Triple) or isinstance(o, ox.Triple):
-            raise ProtocolError(400, "MALFORMED DATA: RDF-star statements are not supported")
+            raise malformed_data("RDF-star statements are not supported")
         graphs: Sequence[GraphName] | None = contexts
         if graphs is None and not isinstance(g, ox.DefaultGraph):
             graphs = [ox.DefaultGraph() if g in NIL_CONTEXTS else g]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyoxigraph as ox
 import pytest
 
-from worker_service import sparql_text as st
+from rdfcore import sparql_text as st
 
 
 def kinds(text: str) -> list[tuple[str, str]]:

@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import pyoxigraph as ox
 
-from worker_service import sparql_text as st
+from rdfcore import sparql_text as st
 from worker_service.transaction import BlankNodeMinter
 
 NOW, RAND, UUID, STRUUID, BNODE = "NOW", "RAND", "UUID", "STRUUID", "BNODE"

@@ -26,8 +26,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from rdfcore.sparql_text import IRI, PUNCT, STRING, VAR, WORD, Token, keyword, tokenize
 from txcluster.query_limits import DEFAULT_QUERY_TIMEOUT_S
-from worker_service.sparql_text import IRI, PUNCT, STRING, VAR, WORD, Token, keyword, tokenize
 
 # An OFFSET skips solutions without writing them; this many are skipped in milliseconds.
 MAX_IN_PROCESS_OFFSET = 10_000

@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 
 import pyoxigraph as ox
 
+from rdfcore import sparql_text as st
 from rdfcore.canonical import GraphName
 from rdfcore.changeset import Changeset
 from worker_service import determinism
-from worker_service import sparql_text as st
 from worker_service.transaction import BlankNodeMinter, UpdateExecutionError
 
 _DEFAULT = ox.DefaultGraph()

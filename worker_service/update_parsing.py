@@ -8,7 +8,9 @@ How an update is turned into structure without rdflib's ~7 ms parser:
 * syntax is pyoxigraph's: the whole request is parsed once by ``Store.update`` on an empty
   in-memory store, with an operation that fails at execution (CLEAR of a missing graph)
   inserted after the prologue, so nothing of the request is ever executed (no SERVICE
-  call); a syntax error is reported with pyoxigraph's message for the request as sent;
+  call); a syntax error is reported with pyoxigraph's message for the request as sent.
+  This check (rdfcore/update_syntax.py) is the one a master runs before it logs the
+  update, so a request that reaches a worker has passed it already;
 * terms are pyoxigraph's: a QuadData block, or a template whose variables were rewritten
   to reserved IRIs, is run as ``INSERT DATA`` into a scratch in-memory store — exactly the
   SPARQL grammar (no Turtle/SPARQL differences to patch), with IRIs resolved against the
@@ -32,14 +34,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import secrets
 from typing import Any
 
 import pyoxigraph as ox
 
+from rdfcore import sparql_text as st
+from rdfcore import update_syntax
+from rdfcore.update_syntax import REMOTE
 from worker_service import determinism
-from worker_service import sparql_text as st
 from worker_service.operations import UpdateOperation
 from worker_service.steps import (
     INVALID,
@@ -60,88 +63,18 @@ from worker_service.transaction import OperationRefused, UpdateSyntaxError
 
 _DEFAULT = ox.DefaultGraph()
 
-_PROBE_GRAPH = "urn:x-txcluster:syntax-probe"
-_PROBE = f" CLEAR GRAPH <{_PROBE_GRAPH}> ; "
-# The only operations that reach out of the process. A text that mentions neither word
-# anywhere (even in a literal) can be run on an empty scratch store without risk, should
-# this module ever disagree with pyoxigraph about where operations start.
-_REMOTE = re.compile(r"[lLsS](?i:oad|ervice)")  # a leading class keeps the search fast
-
-LOAD_REFUSED = (
-    "LOAD is not supported in a cluster: every worker must end up with the same data, so a "
-    "transaction has to carry it rather than fetch it from a URL; send the document as an "
-    "RDF add instead (e.g. POST it to /repositories/{id}/statements)")
-
-
 def _check_syntax(text: str, base_iri: str | None, split: st.SplitUpdate) -> None:
-    """Parse the whole request with pyoxigraph without executing any of it.
-
-    The probe operation inserted after the first prologue fails at execution (its graph
-    does not exist), and operations execute in order after the whole request is parsed:
-    a SyntaxError means the request is malformed, the probe's RuntimeError means it is
-    well-formed. A valid request stays valid with the probe inserted (SPARQL allows
-    ``Update1 ; Update1``), so an invalid probe text means an invalid request; its own
-    parse then gives pyoxigraph's message with the user's positions. (Unless the text
-    mentions LOAD or SERVICE: then the probe's position is mapped back instead.)"""
-    at = split.prologue_end
-    if at >= len(text):
-        # Nothing but a prologue, white space and comments: a valid, empty update (or a
-        # broken prologue), parsed as it is: it has no operation to execute. The probe
-        # can't go after it, where a final comment without a line break would swallow it.
-        # (A request that is only a comment must be a valid empty update, not an error that
-        # takes the probe out of rotation.)
-        try:
-            ox.Store().update(text, base_iri=base_iri)
-        except SyntaxError as exc:
-            raise UpdateSyntaxError(f"invalid SPARQL update: {exc}") from None
-        return
-    probe = text[:at] + _PROBE + text[at:]
+    """The request's syntax, checked as a master checks it before logging it
+    (rdfcore/update_syntax.py): pyoxigraph's message for the request as sent."""
     try:
-        ox.Store().update(probe, base_iri=base_iri)
-    except SyntaxError as exc:
-        message = str(exc)
-        if not _REMOTE.search(text):
-            try:
-                ox.Store().update(text, base_iri=base_iri)
-            except SyntaxError as original:
-                message = str(original)
-            except (RuntimeError, OSError, ValueError):
-                pass
-        else:
-            message = _unshift_position(message, text, at)
-        raise UpdateSyntaxError(f"invalid SPARQL update: {message}") from None
-    except RuntimeError as exc:
-        if _PROBE_GRAPH in str(exc):
-            return
-        raise
-    raise AssertionError("the syntax probe operation did not fail")  # pragma: no cover
-
-
-_POSITION = re.compile(r"^error at (\d+):(\d+)")
-
-
-def _unshift_position(message: str, text: str, at: int) -> str:
-    """Map "error at line:column" in the probe text back to ``text`` (the probe, without
-    line breaks, was inserted at offset ``at``; pyoxigraph counts columns in characters)."""
-    m = _POSITION.match(message)
-    if m is None:
-        return message
-    line, col = int(m.group(1)), int(m.group(2))
-    at_line = text.count("\n", 0, at) + 1
-    at_col = at - (text.rfind("\n", 0, at) + 1) + 1
-    if line == at_line and col > at_col:
-        col = max(at_col, col - len(_PROBE))
-    return f"error at {line}:{col}{message[m.end():]}"
+        update_syntax.check_syntax(text, base_iri, split)
+    except update_syntax.UpdateSyntax as exc:
+        raise UpdateSyntaxError(f"invalid SPARQL update: {exc}") from None
 
 
 def _structure_error(detail: str) -> OperationRefused:
-    # pyoxigraph accepted the text but this tokenizer could not structure it: a
-    # limitation of ours, not the client's error — 501 says "not supported" (RDF4J's
-    # answer for a deliberate gap), e.g. keywords run together ("CLEARDEFAULT"), which
-    # pyoxigraph's grammar takes and RDF4J's and Jena's refuse (found by the fuzz suite).
-    return OperationRefused(
-        f"this form of update is not supported: txcluster cannot compute its changeset "
-        f"({detail})", status=501)
+    # update_syntax.UnsupportedForm: a limitation of ours, not the client's error.
+    return OperationRefused(str(update_syntax.UnsupportedForm(detail)), status=501)
 
 
 def _scratch_quads(prologue: str, block: str, base_iri: str | None) -> tuple[ox.Quad, ...]:
@@ -287,7 +220,7 @@ def _single_data_step(update: str, base_iri: str | None, raw: st.RawOperation) -
     parse of the request itself (as INSERT DATA into a scratch store) both checks its
     syntax and gives its canonical quads. None: take the general path (which also gives
     the exact error message)."""
-    if _REMOTE.search(update):
+    if REMOTE.search(update):
         return None
     head = raw.tokens[0]
     delete = head.text.upper() == "DELETE"
@@ -320,9 +253,10 @@ def parse_update(update: str, base_iri: str | None = None,
     if base_iri is not None:
         check_absolute_iri(base_iri, "base_iri")
     split = st.split_update(update)
-    for raw in split.operations:
-        if raw.head == st.LOAD:
-            raise OperationRefused(LOAD_REFUSED)
+    try:
+        update_syntax.refuse_load(split)
+    except update_syntax.LoadRefused as exc:
+        raise OperationRefused(str(exc)) from None
     ops = split.operations
     # A single INSERT DATA / DELETE DATA has no WHERE: the protocol's dataset changes nothing.
     if (len(ops) == 1 and len(ops[0].tokens) == 3 and ops[0].head in ("INSERT", "DELETE")
@@ -339,9 +273,7 @@ def parse_update(update: str, base_iri: str | None = None,
             raise _structure_error(str(exc)) from None
         if using and parsed.kind in (st.MODIFY, st.DELETE_WHERE):
             if parsed.using or parsed.with_iri is not None:
-                raise UpdateSyntaxError(
-                    "an update sent with using-graph-uri or using-named-graph-uri must "
-                    "not state USING, USING NAMED or WITH itself (SPARQL 1.1 Protocol)")
+                raise UpdateSyntaxError(update_syntax.DATASET_CONFLICT)
             parsed = dataclasses.replace(parsed, using=using)
         steps.append(_sparql_step(parsed, base_iri))
     return UpdateOperation(update, base_iri, tuple(steps))

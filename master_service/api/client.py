@@ -155,6 +155,10 @@ class MasterBackend(Backend):
     def error_status(self, exc: Exception) -> int | None:
         return exc.status if isinstance(exc, NotWritable | WriteFailed) else None
 
+    def refused(self, exc: ProtocolError) -> None:
+        counts = self.cluster_provider().counters.refused_requests
+        counts[exc.reason] = counts.get(exc.reason, 0) + 1
+
     # ---- reads: forwarded as they came ----
 
     async def query(self, request: Request, repo: Any) -> Response:

@@ -171,6 +171,15 @@ class _ClusterCollector:
         for family, name, doc, value in scalars:
             yield family(name, doc, value=value)
 
+        refused = CounterMetricFamily(
+            "txcluster_requests_refused", "Client requests refused by the RDF4J protocol "
+            "before they reached the cluster, by reason (malformed_query, malformed_data, "
+            "not_supported, ...): nothing logged, not counted as failed writes",
+            labels=["reason"])
+        for reason, count in sorted(c.refused_requests.items()):
+            refused.add_metric([reason], count)
+        yield refused
+
         counts = GaugeMetricFamily("txcluster_workers", "Workers by status",
                                    labels=["status"])
         for status in WorkerStatus:

@@ -78,6 +78,9 @@ class Counters:
     replications: int = 0  # full replications completed (for /metrics)
     replication_bytes: int = 0  # the sources' storage sizes, summed over those
     fingerprint_mismatches: int = 0  # workers found diverged from the log or the probe
+    # client requests the protocol refused (ProtocolError.reason -> count): a malformed
+    # update is one of these, never a failed write (it is refused before it is logged)
+    refused_requests: dict[str, int] = field(default_factory=dict)
 
 
 class LogThread:
