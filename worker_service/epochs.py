@@ -97,7 +97,9 @@ def ask_grant(ledger: EpochLedger, epoch: int, candidate: str, now: int, *, leas
     live = ledger.heard_at is not None and now - ledger.heard_at < lease
     if live and not manual and ledger.holder not in ("", candidate):
         return ledger, _verdict(REFUSED, ledger)
-    granted = replace(ledger, promised=epoch, holder=candidate, heard_at=now)
+    # Not heard yet: only a holder that writes keeps the others out, not a candidacy
+    # that may still fail (it would stall every other candidate for a lease).
+    granted = replace(ledger, promised=epoch, holder=candidate, heard_at=None)
     return granted, _verdict(GRANTED, granted)
 
 

@@ -246,9 +246,12 @@ class FailoverNode:
             elif r.kind == "refused":
                 self.refusals.add(r.worker)
                 if len(self.refusals) > len(self.workers) - self.majority:
+                    # Outbid (another candidate asked for this epoch or a newer one):
+                    # run again soon above it. Refused for a live holder: wait it out.
+                    outbid = r.promised >= self.proposed
                     self._give_up(now, f"refused by {len(self.refusals)} workers ("
                                   f"{r.worker} holds epoch {r.promised} of {r.holder})",
-                                  full=True)
+                                  full=not outbid)
         elif self.role is Role.PRIMARY and r.request_epoch == self.epoch:
             if r.kind == "refused":
                 if r.promised > self.epoch:
