@@ -130,17 +130,19 @@ class Sim:
         self.held: dict[str, list] = {n: [] for n in self.state}
         self.cuts: dict[int, set[frozenset[str]]] = {}
         self.acked: dict[str, tuple[int, epochs.Entry]] = {}
-        self.ack_times: list[int] = []
+        self.ack_times: list[tuple[int, str]] = []  # (when, by which master)
         self.primaries: dict[int, str] = {}
         self.grants: dict[int, dict[str, str]] = {}
         self.highest = dict.fromkeys(self.workers, 0)
         self.txids = itertools.count()
         self.trace: deque[str] = deque(maxlen=30)
         self.events = 0
+        self._chains: dict[int, tuple[tuple, list[int]]] = {}
         self.dirty = False
         self.clients_until = 0
         self.healed_at = 0
         self.stale_applied = 0  # changes a worker applied from an epoch older than its own
+        self.woken_writes = 0  # changes a paused master decided before and sent after
         for n in self.masters:
             self.at(self.rng.randint(1, self.cfg.tick_ms), "tick", n)
 
@@ -250,17 +252,19 @@ class Sim:
             return
         self.trace.append(f"{self.now} pause {node}{' (mid-step)' if mid_step else ''}")
         if mid_step and node in self.nodes:
-            self.hold.add(node)  # paused right after its next step decided, before it sent
+            self.hold.add(node)  # paused once it decided a change, before it sent it
         else:
             self.state[node] = "paused"
 
     def _wake(self, node: str) -> None:
-        self.hold.discard(node)
         if self.state[node] != "paused":
+            self.hold.discard(node)  # it decided no change while it was to be paused
             return
         self.trace.append(f"{self.now} wake {node}")
         self.state[node] = "up"
         for send in self.held[node]:
+            if isinstance(send.message, WriteEntries) and send.message.entries:
+                self.woken_writes += 1
             self._send(node, send.to, send.message)
         self.held[node].clear()
         waiting, self.inbox[node] = self.inbox[node], []
@@ -349,9 +353,10 @@ class Sim:
         for txid in ready.acks:
             position = next(i for i, e in enumerate(node.log) if e[1] == txid)
             self.acked[txid] = (position, node.log[position])
-            self.ack_times.append(self.now)
+            self.ack_times.append((self.now, m))
             self.dirty = True
-        if m in self.hold:
+        if m in self.hold and any(isinstance(s.message, WriteEntries) and s.message.entries
+                                  for s in ready.sends):
             self.hold.discard(m)
             self.state[m] = "paused"
             self.held[m].extend(ready.sends)
@@ -417,13 +422,22 @@ class Sim:
         out.update({m: self.durable[m].log for m in self.masters})
         return out
 
+    def _chain(self, history: tuple[epochs.Entry, ...]) -> list[int]:
+        # Histories are immutable tuples and mostly unchanged between two checks.
+        cached = self._chains.get(id(history))
+        if cached is None or cached[0] is not history:
+            cached = self._chains[id(history)] = (history, chain_of(history))
+            if len(self._chains) > 64:
+                self._chains.pop(next(iter(self._chains)))
+        return cached[1]
+
     def check(self) -> None:
         histories = self.histories()
         # I3: log matching, and epochs never decrease along a history.
         seen: dict[tuple[int, int], tuple[int, str]] = {}
         for name, history in histories.items():
-            for position, (link, entry) in enumerate(zip(chain_of(history), history,
-                                                                 strict=True)):
+            for position, (link, entry) in enumerate(zip(self._chain(history), history,
+                                                         strict=True)):
                 if position and entry[0] < history[position - 1][0]:
                     self.fail(f"I3: epochs decrease in {name} at {position}")
                 key = (position, entry[0])
@@ -448,7 +462,7 @@ class Sim:
 
     def check_liveness(self) -> Report:
         now, t = self.now, self.cfg.timing
-        after = [a - self.healed_at for a in self.ack_times if a >= self.healed_at]
+        after = [a - self.healed_at for a, _ in self.ack_times if a >= self.healed_at]
         if not after:
             self.fail(f"L1: nothing acknowledged within {self.cfg.liveness_bound} ms "
                       "of the heal")
