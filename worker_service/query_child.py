@@ -155,7 +155,10 @@ def child_main(parent: int, fd: int, requests: int,
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         _close_inherited((fd, requests))
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # (module docstring)
+        try:  # (module docstring); a sandbox that forbids it leaves the worker's class
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:
+            pass
         gc.disable()  # a collection would touch (and copy) the worker's pages for nothing
         _set_name(IDLE_NAME)
         while (request := read_request(requests)) is not None:
