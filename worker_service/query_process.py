@@ -70,7 +70,7 @@ IDLE_S = 5.0  # an idle query process is retired after this long without a query
 MAX_USES = 1000  # queries one process answers before it is retired
 REAP_WAIT_S = 5.0  # a killed process is gone in milliseconds
 READ_CHUNK = 1 << 16
-FLUSH_AT = 1 << 16  # bytes a child gathers before it writes a data frame
+
 
 class QueryFailed(Exception):
     """The child reported an error: ``status`` and ``message`` are the answer."""
