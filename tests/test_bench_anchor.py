@@ -112,3 +112,16 @@ def test_the_table_shows_each_figures_median_round_and_the_worse_middle_of_two()
     rate, p50 = median_rows(rounds((10, 1.5), (50, 3.0)))
     assert (rate.value, p50.value) == (10, 6.0)  # the worse of two: lower rate, higher p50
     assert (rate.ratio, p50.ratio) == (0.1, 3.0)
+
+
+def test_the_engine_bound_rows_count_refusals_and_are_not_met_with_any():
+    """bench_anchor's engine-bound runs count non-2xx answers (a worker's 503 "busy")
+    instead of failing; a row with any is not met, whatever its rate."""
+    refused = LINE.replace('"bad": 0, "first_bad": ""', '"bad": 3, "first_bad": "503 busy"'
+                           ).replace('"status": 0', '"status": 3')
+    r = result_of("x", 16, refused, refusals=True)
+    assert (r.ok, r.bad, r.rate) == (10, 3, 5.0)
+    with pytest.raises(BenchError):  # a socket error still fails the run
+        result_of("x", 16, refused.replace('"timeout": 0', '"timeout": 1'), refusals=True)
+    assert Row("engine", "a", 10.0, 9.5, "q/s", ">=", 0.9).met
+    assert not Row("engine", "a", 10.0, 9.5, "q/s", ">=", 0.9, refused=r.bad).met

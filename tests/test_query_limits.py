@@ -27,6 +27,7 @@ from worker_service.query_isolation import (
     default_max_concurrent_queries,
     runs_in_process,
 )
+from worker_service.query_slots import DEFAULT_QUEUE_DEPTH, DEFAULT_QUEUE_WAIT_S
 
 # ---- the timeout rule: min(client timeout if given, query-timeout-s) ----
 
@@ -173,7 +174,8 @@ def test_strings_and_iris_cannot_hide_structure():
     assert runs_in_process('SELECT ?s WHERE { ?s <http://e/p> """multi\nline . }""" }')
 
 
-# ---- the properties: query-timeout-s on both node kinds, max-concurrent-queries ----
+# ---- the properties: query-timeout-s on both node kinds, max-concurrent-queries and
+# its queue ----
 
 
 def _write(path, values: dict[str, str]):
@@ -209,7 +211,15 @@ def test_query_timeout_properties(tmp_path):
     worker = WorkerConfig.load(_write(tmp_path / "w.properties", {
         **WORKER, "query-timeout-s": "1", "max-concurrent-queries": "3"}))
     assert worker.limits() == QueryLimits(1.0, 3)
-    for key, value in (("query-timeout-s", "-1"), ("max-concurrent-queries", "0")):
+    # The queue of queries beyond the limit (worker_service/query_slots.py).
+    assert (worker.limits().queue_depth, worker.limits().queue_wait_s) == (
+        DEFAULT_QUEUE_DEPTH, DEFAULT_QUEUE_WAIT_S)
+    worker = WorkerConfig.load(_write(tmp_path / "w.properties", {
+        **WORKER, "query-queue-depth": "0", "query-queue-wait-s": "2.5"}))
+    assert (worker.limits().queue_depth, worker.limits().queue_wait_s) == (0, 2.5)
+    for key, value in (("query-timeout-s", "-1"), ("max-concurrent-queries", "0"),
+                       ("query-queue-depth", "-1"), ("query-queue-wait-s", "-1"),
+                       ("query-queue-wait-s", "soon")):
         with pytest.raises(ConfigError, match=f"invalid value for '{key}'"):
             WorkerConfig.load(_write(tmp_path / "w.properties", {**WORKER, key: value}))
 

@@ -218,7 +218,10 @@ def test_server_default_timeout_applies_without_a_client_timeout(worker_factory,
 
 
 def test_a_full_worker_refuses_more_query_processes(worker_factory, secret):
-    node = worker_factory("one-at-a-time", **{"max-concurrent-queries": "1"})
+    # Without a queue (query-queue-depth=0): the query beyond the limit is refused at once
+    # (with one: tests/test_query_queue.py).
+    node = worker_factory("one-at-a-time", **{"max-concurrent-queries": "1",
+                                              "query-queue-depth": "0"})
     load(node, secret[1])
     answers: list[httpx.Response] = []
     first = in_background(lambda: answers.append(httpx.get(

@@ -76,9 +76,19 @@ def timed_out_message(timeout_s: float) -> str:
     return f"{TOO_LONG}: it was stopped at its timeout of {timeout_s:g} s"
 
 
-def busy_message(limit: int) -> str:
-    return (f"this worker is already evaluating its maximum of {limit} queries at once "
-            f"(max-concurrent-queries={limit}): retry later")
+def busy_message(limit: int, depth: int = 0, waited_s: float | None = None) -> str:
+    """A worker's 503 "busy" (worker_service/query_slots.py): every one of its ``limit``
+    query slots taken and its queue of ``depth`` full, or this query's wait of
+    ``waited_s`` in that queue expired; what was full and the keys that size it."""
+    running = (f"this worker is already evaluating its maximum of {limit} queries at once "
+               f"(max-concurrent-queries={limit})")
+    if waited_s is not None:
+        return (f"{running} and this query waited {waited_s:g} s in its queue without "
+                f"getting a turn (query-queue-wait-s={waited_s:g}): retry later")
+    if depth == 0:
+        return f"{running}: retry later"
+    return (f"{running} and {depth} more wait in its queue (query-queue-depth={depth}): "
+            "retry later")
 
 
 async def wait_for_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:

@@ -14,12 +14,13 @@ from txcluster.properties import (
     Key,
     Schema,
     parse_bool,
+    parse_float,
     parse_int,
     parse_nonempty,
     parse_path,
     read_properties,
 )
-from worker_service import query_isolation
+from worker_service import query_isolation, query_slots
 
 SCHEMA = Schema((
     node_keys.REPOSITORY_ID,
@@ -48,8 +49,16 @@ SCHEMA = Schema((
     node_keys.QUERY_TIMEOUT,
     Key("max-concurrent-queries", parse_int(1),
         description="query processes that may run at once (every query but a single "
-        "triple pattern runs in one); one more is answered 503 (default: twice the CPU "
-        "cores)"),
+        "triple pattern runs in one); those beyond wait in a queue (query-queue-depth) "
+        "(default: twice the CPU cores)"),
+    Key("query-queue-depth", parse_int(0), default=query_slots.DEFAULT_QUEUE_DEPTH,
+        description="queries that may wait for a query process when max-concurrent-queries "
+        "run already, in order of arrival; one more is answered 503 (busy: its master "
+        "sends it to another worker); 0: no queue"),
+    Key("query-queue-wait-s", parse_float(0), default=query_slots.DEFAULT_QUEUE_WAIT_S,
+        description="seconds a query waits in that queue at most (its wait counts against "
+        "its timeout, query-timeout-s); then it is answered 503 (busy: its master sends it "
+        "to another worker)"),
 ))
 
 
@@ -71,12 +80,15 @@ class WorkerConfig:
     transaction_idle_timeout_s: float = TRANSACTION_IDLE_S
     query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S
     max_concurrent_queries: int | None = None  # None: twice the CPU cores
+    query_queue_depth: int = query_slots.DEFAULT_QUEUE_DEPTH
+    query_queue_wait_s: float = query_slots.DEFAULT_QUEUE_WAIT_S
 
     def limits(self) -> query_isolation.QueryLimits:
         """The query limits this configuration sets (worker_service/query_isolation.py)."""
         return query_isolation.QueryLimits(
             self.query_timeout_s, self.max_concurrent_queries
-            or query_isolation.default_max_concurrent_queries(os.cpu_count()))
+            or query_isolation.default_max_concurrent_queries(os.cpu_count()),
+            queue_depth=self.query_queue_depth, queue_wait_s=self.query_queue_wait_s)
 
     @classmethod
     def load(cls, path: str | Path) -> WorkerConfig:

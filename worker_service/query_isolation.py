@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from rdfcore.sparql_text import IRI, PUNCT, STRING, VAR, WORD, Token, keyword, tokenize
 from txcluster.query_limits import DEFAULT_QUERY_TIMEOUT_S
+from worker_service.query_slots import DEFAULT_QUEUE_DEPTH, DEFAULT_QUEUE_WAIT_S
 
 # An OFFSET skips solutions without writing them; this many are skipped in milliseconds.
 MAX_IN_PROCESS_OFFSET = 10_000
@@ -42,19 +43,24 @@ def default_max_concurrent_queries(cpus: int | None) -> int:
 @dataclass(frozen=True)
 class QueryLimits:
     """A worker's query limits (worker.properties ``query-timeout-s``,
-    ``max-concurrent-queries``). ``isolate=False`` evaluates every query in the worker's
-    threads, stoppable only while results stream (how queries ran before query
-    processes): only the benchmark's baseline uses it."""
+    ``max-concurrent-queries``, ``query-queue-depth``, ``query-queue-wait-s``: the queue
+    of queries beyond the limit, worker_service/query_slots.py). ``isolate=False``
+    evaluates every query in the worker's threads, stoppable only while results stream
+    (how queries ran before query processes): only the benchmark's baseline uses it."""
 
     query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
     max_concurrent_queries: int = 8
     isolate: bool = True
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    queue_wait_s: float = DEFAULT_QUEUE_WAIT_S
 
     def __post_init__(self) -> None:
         if not self.query_timeout_s > 0 or math.isinf(self.query_timeout_s):
             raise ValueError(f"query timeout must be > 0 s, got {self.query_timeout_s}")
         if self.max_concurrent_queries < 1:
             raise ValueError("max concurrent queries must be >= 1")
+        if self.queue_depth < 0 or not self.queue_wait_s >= 0:
+            raise ValueError("query queue depth and wait must be >= 0")
 
 
 # ---- the classifier ----

@@ -10,14 +10,6 @@ all of one), so it answers from the same consistent snapshot a thread would, wit
 opening anything. The fork costs ~10 ms for a worker of ~200 MB (page tables); point
 queries never pay it (query_isolation.runs_in_process).
 
-What a child may do (fork copies only the forking thread; every lock another thread held
-stays locked forever in the child): evaluate, serialise, write frames to its pipe, and
-``os._exit`` — no logging, no asyncio, no destructors (RocksDB's would write to the store
-directory the parent owns). It closes the sockets and pipes it inherited (a client
-connection the parent closes must not stay open in a child), asks the kernel to kill it
-if the worker dies (PR_SET_PDEATHSIG) and lowers its priority, so that writes and point
-reads in the worker get the CPU first.
-
 A lock another thread holds at the instant of the fork is never released in the child.
 Measured (a store of 100,000 triples, a fork under the read lock with one point query in
 the child, 8 threads running point queries in the parent): 0 of 3,300 children blocked
@@ -33,12 +25,8 @@ the query forked again (at most MAX_FORKS times within its deadline).
 ``bench/bench_query_timeout.py --fork-stress N`` counts them through a real worker.
 
 A child answers one query after the other (QueryProcesses keeps it while no write has
-changed the store since its fork). Requests, parent to child, on a second pipe: 4-byte
-length + the request (``read_request``); the parent closing that pipe ends the child.
-Frames of each answer, child to parent: ``H`` + 4-byte length + content type, then ``D``
-+ 4-byte length + result bytes (any number), then ``K`` (done: the child waits for the
-next request) or ``E`` + 2-byte status + 4-byte length + message (failed; a partial result
-is dropped, and the child exits).
+changed the store since its fork); what it may do, and the frames of its requests and
+answers: worker_service/query_child.py.
 
 The parent side runs on the event loop: the pipes and a pidfd (the child's exit) are
 watched with ``add_reader``, so a waiting query holds no thread. Every child is reaped by
@@ -51,23 +39,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import gc
 import logging
 import os
 import signal
-import stat
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any
+
+from worker_service import query_slots
+from worker_service.query_child import (  # noqa: F401  (FrameWriter, child_main: for callers)
+    LEN,
+    STATUS,
+    FrameWriter,
+    child_main,
+    request_frame,
+    write_all,
+)
+
+TooManyQueries = query_slots.TooManyQueries  # raised by QueryProcesses.evaluate
 
 log = logging.getLogger("txcluster.worker.query")
 
-CHILD_NICENESS = 10
 STUCK_CHECK_S = 0.25
 STUCK_AFTER_S = 1.0
 MAX_FORKS = 3
@@ -75,18 +70,6 @@ IDLE_S = 5.0  # an idle query process is retired after this long without a query
 MAX_USES = 1000  # queries one process answers before it is retired
 REAP_WAIT_S = 5.0  # a killed process is gone in milliseconds
 READ_CHUNK = 1 << 16
-FLUSH_AT = 1 << 16  # bytes a child gathers before it writes a data frame
-
-# Looked up now, in the parent: a child must not load libraries (the dynamic loader's
-# lock may be held by another thread at the fork).
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
-BUSY_NAME = b"txc-query"
-IDLE_NAME = b"txc-query-idle"  # (at most 15 bytes: the kernel's TASK_COMM_LEN)
-
-_LEN = struct.Struct(">I")
-_STATUS = struct.Struct(">H")
 
 
 class QueryFailed(Exception):
@@ -104,138 +87,6 @@ class QueryTimedOut(Exception):
 
 class ClientGone(Exception):
     pass
-
-
-class TooManyQueries(Exception):
-    pass
-
-
-# ---- the child ----
-
-
-class FrameWriter:
-    """What a child writes its answer with: ``header`` (the content type) first, then
-    ``write`` (also the sink of pyoxigraph's ``serialize``), or ``fail`` at any point."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.pending = bytearray()
-        self.failed = False
-
-    def _frame(self, tag: bytes, payload: bytes) -> None:
-        _write_all(self.fd, tag + _LEN.pack(len(payload)) + payload)
-
-    def header(self, content_type: str) -> None:
-        self._frame(b"H", content_type.encode())
-
-    def write(self, chunk: Any) -> int:
-        self.pending += chunk
-        if len(self.pending) >= FLUSH_AT:
-            self.flush()
-        # pyoxigraph's serialize needs the length back (docs/design/dependencies.md)
-        return len(chunk)
-
-    def flush(self) -> None:
-        if self.pending:
-            self._frame(b"D", bytes(self.pending))
-            self.pending.clear()
-
-    def done(self) -> None:
-        if not self.failed:
-            self.flush()
-            _write_all(self.fd, b"K")
-
-    def fail(self, status: int, message: str) -> None:
-        self.failed = True
-        data = message.encode("utf-8", errors="replace")[:65536]
-        _write_all(self.fd, b"E" + _STATUS.pack(status) + _LEN.pack(len(data)) + data)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _close_inherited(keep: tuple[int, ...]) -> None:
-    """Close the sockets and pipes inherited from the worker (its listening socket, client
-    connections, other children's pipes), keeping ``keep``; the store's files stay open."""
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd in keep or fd < 3:
-            continue
-        try:
-            mode = os.fstat(fd).st_mode
-        except OSError:
-            continue  # the directory listing's own fd, closed meanwhile
-        if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
-            os.close(fd)
-
-
-def _read_exactly(fd: int, n: int) -> bytes | None:
-    """``n`` bytes from ``fd``; None at its end (the worker closed it, or died)."""
-    data = bytearray()
-    while len(data) < n:
-        chunk = os.read(fd, n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-def read_request(fd: int) -> bytes | None:
-    """The next request on a query process's request pipe (4-byte length + content);
-    None when the worker closed the pipe: the process is done."""
-    head = _read_exactly(fd, _LEN.size)
-    if head is None:
-        return None
-    (length,) = _LEN.unpack(head)
-    return _read_exactly(fd, length) if length else b""
-
-
-def request_frame(request: bytes) -> bytes:
-    return _LEN.pack(len(request)) + request
-
-
-def _set_name(name: bytes) -> None:
-    # What ps and /proc/PID/comm show: an operator (and the tests) can tell a query
-    # process that waits for its next query from one that evaluates (IDLE_NAME).
-    _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
-
-
-def child_main(parent: int, fd: int, requests: int,
-               evaluate: Callable[[bytes, FrameWriter], None]) -> NoReturn:
-    """Run in the child right after the fork; never returns (``os._exit``). Answers the
-    requests read from ``requests`` one after the other, each with ``evaluate`` writing
-    its frames to ``fd``, until the worker closes that pipe (or kills the process)."""
-    code = 0
-    try:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the worker died before prctl
-            os._exit(1)
-        # The worker's handlers (uvicorn's) would make the child ignore a stop request.
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        _close_inherited((fd, requests))
-        os.nice(CHILD_NICENESS)
-        gc.disable()  # a collection would touch (and copy) the worker's pages for nothing
-        _set_name(IDLE_NAME)
-        while (request := read_request(requests)) is not None:
-            _set_name(BUSY_NAME)
-            out = FrameWriter(fd)
-            evaluate(request, out)
-            _set_name(IDLE_NAME)  # before the answer ends: so named once the worker has it
-            out.done()
-            if out.failed:  # an error answer ends the process (QueryProcesses.evaluate)
-                break
-    except BaseException as exc:  # nothing may unwind into the worker's code
-        code = 1
-        try:
-            FrameWriter(fd).fail(500, f"query evaluation failed: {type(exc).__name__}: {exc}")
-        except BaseException:
-            pass
-    finally:
-        os._exit(code)
 
 
 # ---- the parent ----
@@ -281,13 +132,13 @@ class _Child:
                 i += 1
                 break
             if tag == 0x45:  # E
-                if i + 7 > n or i + 7 + _LEN.unpack_from(data, i + 3)[0] > n:
+                if i + 7 > n or i + 7 + LEN.unpack_from(data, i + 3)[0] > n:
                     return
                 i = n
                 break
             if i + 5 > n:
                 return
-            end = i + 5 + _LEN.unpack_from(data, i + 1)[0]
+            end = i + 5 + LEN.unpack_from(data, i + 1)[0]
             if end > n:
                 return
             i = end
@@ -322,13 +173,13 @@ def _parse(data: bytes | bytearray) -> tuple[Answer, bool]:
         if tag == b"K":
             return Answer(content_type, b"".join(body)), i == n
         if tag == b"E":
-            (status,) = _STATUS.unpack_from(data, i)
-            (length,) = _LEN.unpack_from(data, i + 2)
+            (status,) = STATUS.unpack_from(data, i)
+            (length,) = LEN.unpack_from(data, i + 2)
             message = bytes(data[i + 6:i + 6 + length]).decode("utf-8", errors="replace")
             raise QueryFailed(status, message)
         if tag not in (b"H", b"D") or i + 4 > n:
             break
-        (length,) = _LEN.unpack_from(data, i)
+        (length,) = LEN.unpack_from(data, i)
         payload = view[i + 4:i + 4 + length]
         i += 4 + length
         if tag == b"H":
@@ -354,15 +205,19 @@ class QueryProcesses:
     quad after it, measured), so it is retired after IDLE_S without a query, when found
     stale, and after MAX_USES queries (its garbage is never collected: gc is off)."""
 
-    def __init__(self, limit: int, executor: Executor | None = None) -> None:
+    def __init__(self, limit: int, executor: Executor | None = None,
+                 queue_depth: int = query_slots.DEFAULT_QUEUE_DEPTH,
+                 queue_wait_s: float = query_slots.DEFAULT_QUEUE_WAIT_S) -> None:
         """``executor``: the threads that fork (one waits for the repository's read lock
         first). A child is killed if its forking thread ends (PR_SET_PDEATHSIG): they must
-        live as long as the worker, as a ThreadPoolExecutor's do."""
+        live as long as the worker, as a ThreadPoolExecutor's do. ``queue_depth``,
+        ``queue_wait_s``: the queue of queries beyond ``limit`` (query_slots.py)."""
         self.limit = limit
         self.executor = executor
         self.children: dict[int, _Child] = {}
         self.idle: list[_Child] = []  # answered, waiting for a query, newest last
-        self._slots = 0  # queries holding a slot (a query between two forks holds one)
+        # queries holding a slot (a query between two forks holds one), and those waiting
+        self.slots = query_slots.QuerySlots(limit, queue_depth, queue_wait_s)
         self.forks = 0
         self.reused = 0
         self.timed_out = 0
@@ -371,7 +226,7 @@ class QueryProcesses:
 
     @property
     def running(self) -> int:
-        return self._slots
+        return self.slots.running
 
     async def evaluate(self, request: bytes,
                        fork: Callable[[], tuple[int, int, int, int]],
@@ -381,14 +236,22 @@ class QueryProcesses:
         a new one (``fork`` runs in a thread and returns the child's pid, the read end of
         its answers pipe, the write end of its requests pipe and the version it was forked
         at). The child is killed at the deadline (QueryTimedOut) or when
-        ``disconnected()`` returns (ClientGone). QueryFailed for the child's own errors;
-        TooManyQueries when ``limit`` queries run already."""
-        if self._slots >= self.limit:
-            raise TooManyQueries
-        self._slots += 1
+        ``disconnected()`` returns (ClientGone). QueryFailed for the child's own errors.
+        With ``limit`` queries running it waits for a slot in the queue (the wait counts
+        against ``timeout_s``); TooManyQueries when the queue is full or the wait expired."""
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout_s
         watcher = asyncio.ensure_future(disconnected()) if disconnected else None
+        try:
+            turn = await self.slots.acquire(deadline, watcher)
+            if turn != "run":  # the client left, or the deadline passed, while it waited
+                self.abandoned += turn == "gone"
+                self.timed_out += turn == "deadline"
+                raise ClientGone if turn == "gone" else QueryTimedOut
+        except BaseException:
+            if watcher is not None:
+                watcher.cancel()
+            raise
         try:
             attempt = 0
             while attempt < MAX_FORKS:
@@ -441,7 +304,7 @@ class QueryProcesses:
             self.timed_out += 1
             raise QueryTimedOut
         finally:
-            self._slots -= 1
+            self.slots.release()  # after _park: a waiter handed the slot finds it idle
             if watcher is not None:
                 watcher.cancel()
 
@@ -496,7 +359,7 @@ class QueryProcesses:
             fd = os.dup(child.requests)
             os.set_blocking(fd, True)  # (the flag is the pipe's: shared with the original)
             with contextlib.suppress(OSError):
-                await loop.run_in_executor(None, _write_all, fd, frame[written:])
+                await loop.run_in_executor(None, write_all, fd, frame[written:])
             os.set_blocking(fd, False)
             os.close(fd)
 

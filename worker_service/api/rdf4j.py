@@ -11,10 +11,11 @@ run by ``Repository.execute_local``.
 Queries (worker_service/api/queries.py, txcluster/query_limits.py,
 worker_service/query_isolation.py): every query runs under a timeout, the smallest of
 the request's ``timeout``, the one its master passed on and ``query-timeout-s``; when
-``max-concurrent-queries`` query processes run, the next query that needs one is a 503
-saying so. Reads inside a transaction run on the transaction's private view
-(worker_service/tx_view.py): the worker's own RDF4J transactions, and its master's
-through ``POST /cluster/transaction-read``."""
+``max-concurrent-queries`` query processes run, the next query that needs one waits for
+one in a bounded queue (worker_service/query_slots.py), and is a 503 saying so only when
+the queue is full or its wait expired. Reads inside a transaction run on the
+transaction's private view (worker_service/tx_view.py): the worker's own RDF4J
+transactions, and its master's through ``POST /cluster/transaction-read``."""
 
 from __future__ import annotations
 
@@ -126,8 +127,9 @@ class WorkerBackend(Backend):
         self.verifier = verifier
         self.views = TransactionViews(repo_provider, idle_s=transaction_idle_s)
         self.limits = limits or QueryLimits()
-        self.processes = query_process.QueryProcesses(self.limits.max_concurrent_queries,
-                                                      _pool)
+        self.processes = query_process.QueryProcesses(
+            self.limits.max_concurrent_queries, _pool, self.limits.queue_depth,
+            self.limits.queue_wait_s)
 
     def repository(self, request: Request) -> Any:
         repo = self.repo_provider()
@@ -229,10 +231,8 @@ class WorkerBackend(Backend):
                 _query_request(q, accept), partial(_fork_query, repo),
                 lambda: repo.write_count, timeout_s,
                 partial(query_limits.wait_for_disconnect, request.receive))
-        except query_process.TooManyQueries:
-            raise ProtocolError(query_limits.BUSY_STATUS,
-                                query_limits.busy_message(self.limits.max_concurrent_queries)
-                                ) from None
+        except query_process.TooManyQueries as exc:
+            raise ProtocolError(query_limits.BUSY_STATUS, str(exc)) from None
         except query_process.QueryTimedOut:
             log.warning("query stopped at its timeout of %g s (its process killed): %s",
                         timeout_s, _excerpt(q.query))
