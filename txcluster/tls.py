@@ -70,7 +70,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def server_options(cert: Path | None, key: Path | None) -> dict[str, str]:
-    """uvicorn.run keyword arguments: HTTPS with this pair, or nothing (plain HTTP)."""
+    """http_server.run keyword arguments: HTTPS with this pair, or nothing (plain HTTP)."""
     if cert is None or key is None:
         return {}
     return {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
