@@ -12,7 +12,8 @@ a subclass of its private protocol internals could prevent.
 
 granian's embedded server runs on this process's event loop (uvloop), so the app object
 the node built, with its state, is the one served; lifespan events run as under any ASGI
-server. The version is pinned in setup.cfg: the behaviour above is what was tested.
+server. granian marks its embedded server experimental: the version is pinned in setup.cfg,
+and the behaviour above is what was tested with it.
 """
 
 from __future__ import annotations
