@@ -87,8 +87,7 @@ def serve(config_path: str, machinery: str) -> None:
     app = create_app(repo, load_secret(config.cluster_secret_file),
                      NodeAuthorities(config.host, config.port), limits=limits)
     try:
-        http_server.run(app, host=config.host, port=config.port,
-                        lane=app.state.direct_lane)
+        http_server.run(app, host=config.host, port=config.port)
     finally:
         repo.close()
 

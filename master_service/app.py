@@ -39,7 +39,7 @@ from master_service.sync.seeding import SeedImages, Seeding, SeedingFailed
 from master_service.sync.status import seeding_before_peering
 from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
-from rdf4j_protocol.routes import HotPaths, body_lane
+from rdf4j_protocol.routes import HotPaths, HotRoutes
 from rdf4j_protocol.transactions import TransactionRegistry
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
@@ -325,14 +325,12 @@ def create_app(service: MasterService) -> FastAPI:
         return {k: s[k] for k in ("node_id", "status", "writable", "head")}
 
     app.include_router(admin_router(service.control, guard))
-    rdf4j_api = client_router(cluster, c.repository_id, auth, service.transactions,
-                              c.query_timeout_s,
-                              service.metrics.request_seconds.labels("read"))
-    app.include_router(rdf4j_api, tags=["rdf4j"])
-    # Reads forwarded from the HTTP parser's callback (http_server.DirectAnswers).
-    app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
-    peer_api = peer_router(lambda: service.sync, service.peer_verifier)
-    app.include_router(peer_api)
+    # Queries, updates and peer messages past the framework's routing (routes.HotPaths),
+    # declared hot where they are mounted.
+    hot = HotRoutes()
+    app.include_router(client_router(cluster, c.repository_id, auth, service.transactions,
+                                     c.query_timeout_s, hot), tags=["rdf4j"])
+    app.include_router(peer_router(lambda: service.sync, service.peer_verifier, hot))
     app.include_router(seeding_router(
         lambda: service.seed_images if service.sync is not None else None,
         lambda: service.seeding, service.peer_verifier, service.cluster_verifier,
@@ -342,14 +340,8 @@ def create_app(service: MasterService) -> FastAPI:
     app.include_router(metrics_router(cluster, auth, service.metrics, service.sync_status))
     app.include_router(status_page_router(cluster, auth, service.sync_status,
                                           lambda: service.config))
-    # Queries, updates and peer messages past the framework's routing (routes.HotPaths),
-    # inside the latency measurement (the middleware added last is the outermost).
-    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints,  # type: ignore[attr-defined]
-                       exact=peer_api.hot_endpoints)  # type: ignore[attr-defined]
-    # Peer statuses and tail segments from the HTTP parser's callback, to the same
-    # endpoints (http_server.DirectAnswers' body lane; not measured by LatencyMiddleware,
-    # which has no series for them).
-    app.state.body_lane = body_lane(peer_api.hot_endpoints)  # type: ignore[attr-defined]
+    # HotPaths inside the latency measurement (the middleware added last is the outermost).
+    app.add_middleware(HotPaths, routes=hot)
     app.add_middleware(LatencyMiddleware, histogram=service.metrics.request_seconds)
     return app
 
@@ -370,6 +362,5 @@ def serve(config: MasterConfig) -> None:
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
     app = create_app(service)
-    http_server.run(app, host=config.host, port=config.port, lane=app.state.direct_lane,
-                    body_lane=app.state.body_lane,
+    http_server.run(app, host=config.host, port=config.port,
                     **tls.server_options(config.tls_cert_file, config.tls_key_file))

@@ -176,9 +176,11 @@ class Backend(ABC):
         return []
 
 
-def rdf4j_routes(backend: Backend, transactions: TransactionRegistry) -> APIRouter:
+def rdf4j_routes(backend: Backend, transactions: TransactionRegistry,
+                 hot: HotRoutes | None = None) -> APIRouter:
     """The RDF4J REST protocol over ``backend``; ``transactions``: the endpoint's open
-    RDF4J transactions (their owner sweeps the idle ones)."""
+    RDF4J transactions (their owner sweeps the idle ones); ``hot``: where the routes of
+    HOT_ROUTES are declared for the node's HotPaths."""
     router = APIRouter()
     log = backend.log
 
@@ -364,46 +366,65 @@ def rdf4j_routes(backend: Backend, transactions: TransactionRegistry) -> APIRout
         ("/repositories/{repo_id}/transactions/{txid}", transaction, ["PUT", "POST", "DELETE"]),
         *backend.extra_routes(),
     ]
-    # HotPaths (below) takes the hot routes' own wrapped endpoints and methods from this
-    # table: the route table stays one.
-    hot: dict[str, tuple[Endpoint, tuple[str, ...]]] = {}
+    # The hot routes are declared with their own wrapped endpoints and methods from this
+    # table: the route table stays one, and HotPaths serves them as the router would.
     for path, endpoint, methods in routes:
         wrapped = handler(endpoint)
         router.add_route(path, wrapped, methods=methods,
                          name=f"{backend.route_prefix}_{endpoint.__name__}")
-        if path in HOT_ROUTES:
-            hot[HOT_ROUTES[path]] = (wrapped, tuple(methods))
-    router.hot_endpoints = hot  # type: ignore[attr-defined]
+        if hot is not None and path in HOT_ROUTES:
+            hot.add(path, wrapped, methods)
     return router
 
 
 REPOSITORY_PREFIX = "/repositories/"
-# Route path -> its suffix after the repository id, for the routes HotPaths serves.
-HOT_ROUTES = {"/repositories/{repo_id}": "", "/repositories/{repo_id}/statements": "/statements"}
+REPOSITORY_ROUTE = "/repositories/{repo_id}"
+# The RDF4J routes HotPaths serves: a repository's queries (point reads, on a master
+# forwarded as they came) and its statements (SPARQL updates and RDF uploads).
+HOT_ROUTES = frozenset({REPOSITORY_ROUTE, f"{REPOSITORY_ROUTE}/statements"})
+
+HotEndpoints = dict[str, tuple[Endpoint, tuple[str, ...]]]
+
+
+class HotRoutes:
+    """The routes a node serves past the framework's routing (HotPaths): each declared
+    where it is mounted (``rdf4j_routes`` for HOT_ROUTES; the calls between nodes in
+    master_service/api/peer.py and worker_service/api/control.py), with the endpoint and
+    methods the framework's route has, so both ways to it answer the same."""
+
+    def __init__(self) -> None:
+        # Suffix after a repository's id ("" or "/statements") -> (endpoint, methods).
+        self.repository: HotEndpoints = {}
+        # Whole path -> (endpoint, methods).
+        self.exact: HotEndpoints = {}
+
+    def add(self, path: str, endpoint: Endpoint, methods: list[str] | tuple[str, ...]) -> None:
+        """Declare ``path`` (a route path: ``/repositories/{repo_id}...`` or a fixed one)
+        hot for ``methods``, answered by ``endpoint``."""
+        if path.startswith(REPOSITORY_ROUTE):
+            self.repository[path[len(REPOSITORY_ROUTE):]] = (endpoint, tuple(methods))
+        elif "{" in path:
+            raise ValueError(f"a hot route is a repository's or a fixed path: {path}")
+        else:
+            self.exact[path] = (endpoint, tuple(methods))
 
 
 class HotPaths:
-    """ASGI middleware: a repository's query endpoint (``/repositories/{id}``) and its
-    statements (``/repositories/{id}/statements``: SPARQL updates and RDF uploads)
-    straight to their endpoints in the route table, past the framework's routing; every
-    other request to the application as before.
+    """ASGI middleware, the one dispatcher of the hot routes (HotRoutes): a repository's
+    query endpoint (``/repositories/{id}``) and its statements straight to their endpoints
+    in the route table, and the calls between nodes declared hot by their whole path,
+    past the framework's routing; every other request to the application as before.
 
     Why: routing a request through FastAPI's router cost about 250 us of CPU on this
-    machine, five times what pyoxigraph takes to answer a point SELECT. ``endpoints``
-    (suffix after the repository id -> (endpoint, methods)) are the ones ``rdf4j_routes``
-    mounts, with the route table's methods and the same path checks, error handling,
-    negotiation and auth; other methods (HEAD, OPTIONS) and any other path take the
-    framework's route as before.
+    machine, five times what pyoxigraph takes to answer a point SELECT. The endpoints are
+    the ones the routers mount, with the route table's methods and the same path checks,
+    error handling, negotiation and auth; other methods (HEAD, OPTIONS) and any other path
+    take the framework's route as before."""
 
-    ``exact``: other endpoints by their whole path (a master's peer API: statuses and tail
-    segments, master_service/api/peer.py), served the same way."""
-
-    def __init__(self, app: Any,
-                 endpoints: dict[str, tuple[Endpoint, tuple[str, ...]]],
-                 exact: dict[str, tuple[Endpoint, tuple[str, ...]]] | None = None) -> None:
+    def __init__(self, app: Any, routes: HotRoutes) -> None:
         self.app = app
-        self.endpoints = endpoints
-        self.exact = exact or {}
+        self.endpoints = routes.repository
+        self.exact = routes.exact
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and (hit := self.exact.get(scope["path"])) is not None \
@@ -423,18 +444,11 @@ class HotPaths:
         await self.app(scope, receive, send)
 
 
-def body_lane(exact: dict[str, tuple[Endpoint, tuple[str, ...]]]) -> dict[str, Endpoint]:
-    """The POST endpoints of HotPaths' ``exact`` by path, for the HTTP server's body lane
-    (txcluster/http_server.py, DirectAnswers): the calls between nodes it hands to them
-    past the application, the others still reaching them through HotPaths."""
-    return {path: endpoint for path, (endpoint, methods) in exact.items() if "POST" in methods}
-
-
 def answered(endpoint: Callable[[Request], Any]) -> Endpoint:
-    """``endpoint`` for HotPaths' ``exact``: its refusal (HTTPException) answered as the
-    framework's handler answers it, and a dict it returns as JSON (JSONResponse, written
-    by orjson: jsonbody.JSONAnswer); HotPaths calls it past the framework's routing and
-    error handling."""
+    """``endpoint`` (a FastAPI route's function) for HotRoutes.add: its refusal
+    (HTTPException) answered as the framework's handler answers it, and a dict it returns
+    as JSON (JSONResponse, written by orjson: jsonbody.JSONAnswer); HotPaths calls it past
+    the framework's routing and error handling."""
     async def hot(request: Request) -> Response:
         try:
             result = await endpoint(request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+import uvloop
 
+from txcluster import http_server
 from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, free_port, new_secret, worker_node
 
@@ -71,6 +74,34 @@ def uvicorn_in_thread(app, **options) -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def node_server_in_thread(app, **options) -> Iterator[int]:
+    """``app`` served by the server both node kinds run (txcluster/http_server.py) on a
+    free loopback port in a thread of this process (``options``: http_server.server's);
+    yields the port, stops the server (the app's lifespan shutdown included)."""
+    port = free_port()
+    server = http_server.server(app, host="127.0.0.1", port=port, **options)
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),),
+                              daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert thread.is_alive(), "the node server stopped while starting"
+            assert time.monotonic() < deadline, "the node server did not start"
+            time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        loop.call_soon_threadsafe(server.stop)
+        thread.join(10)
+        loop.close()
 
 
 def run_on_cluster(tmp_path: Path, secret: tuple[Path, bytes], workers: list[NodeProcess],

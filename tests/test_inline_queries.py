@@ -45,31 +45,6 @@ def test_a_point_query_on_the_loop_answers_as_the_thread_pool(repo):
     assert inline[1] == pooled.media_type
 
 
-@pytest.mark.parametrize("query, accept", [
-    (f"SELECT ?o WHERE {{ <{EX}s9> <{EX}p> ?o }}", JSON),
-    (f"SELECT ?o WHERE {{ <{EX}s9> <{EX}p> ?o }}", "text/csv"),
-    (f"SELECT ?o WHERE {{ <{EX}s9> <{EX}p> ?o }}", "text/tab-separated-values"),
-    (f"SELECT ?o WHERE {{ <{EX}s9> <{EX}p> ?o }}", "application/sparql-results+xml"),
-    (f"ASK {{ <{EX}s9> <{EX}p> ?o }}", "text/boolean"),
-])
-def test_the_direct_lane_answers_as_the_route_byte_for_byte(repo, query, accept):
-    """WorkerBackend.direct_query (the worker's direct lane) writes its own head: its
-    Content-Type and body are the route's Response's (a charset added to text types)."""
-    from urllib.parse import quote
-
-    from worker_service.api.rdf4j import WorkerBackend
-
-    backend = WorkerBackend(lambda: repo, None, 60, None)  # type: ignore[arg-type]
-    answer = backend.direct_query(f"/repositories/{repo.id}",
-                                  f"query={quote(query, safe='')}".encode(),
-                                  [(b"accept", accept.encode())])
-    routed = _run_query(repo, request(query), accept, 30.0)
-    assert answer is not None
-    assert answer == (200, b"content-type: " + routed.headers["content-type"].encode()
-                      + b"\r\n", routed.body)
-    assert answer[2] and accept in answer[1].decode()
-
-
 def test_a_syntax_error_is_the_same_400(repo):
     from rdf4j_protocol.parameters import ProtocolError
 

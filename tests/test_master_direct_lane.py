@@ -1,12 +1,9 @@
-"""A master's direct lane (MasterBackend.direct_read behind txcluster/http_server.py's
-DirectAnswers): the GET queries it forwards from the HTTP parser's callback are answered
-exactly as the route answers them, counted as the route counts them, and every other read
-is left to the route.
+"""A master's point reads on the hot path (routes.HotPaths, the route table's query
+route): GET queries on keep-alive connections, pipelined or not, are answered exactly as
+with ``Connection: close``, in request order with writes between them, counted in the
+read series, and a query FROM the control-query graph still goes to every worker.
 
-Against a real master with two workers, on raw sockets: the same request on a keep-alive
-connection (which the lane takes) and with ``Connection: close`` (which it never takes, so
-the route answers). Which one answered shows in the master's ``txcluster_reads_direct``
-counter.
+Against a real master with two workers, on raw sockets.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 
-from master_service.api.client import ClientAuth, MasterBackend
-from master_service.config import ClientUser
 from tests.test_metrics import scrape, value
 
 EX = "http://example.org/lane/"
@@ -68,10 +63,6 @@ def get(url: str, query: str, accept: str, close: bool = False, extra: str = "")
             + ("Connection: close\r\n" if close else "") + "\r\n").encode()
 
 
-def direct_reads(cluster) -> float:
-    return value(scrape(cluster.master.url), "txcluster_reads_direct_total")
-
-
 @pytest.mark.parametrize(("query", "accept"), [
     (SELECT, JSON),
     (SELECT, "application/sparql-results+xml"),
@@ -82,14 +73,11 @@ def direct_reads(cluster) -> float:
     ("SELECT ?s WHERE { ?s", JSON),  # the worker's 400, passed on
     (SELECT, "image/png"),  # the worker's 406, passed on
 ], ids=["json", "xml", "csv", "ask", "turtle", "ntriples", "syntax-error", "not-acceptable"])
-def test_the_lane_answers_as_the_route(cluster, query, accept):
-    before = direct_reads(cluster)
+def test_a_keep_alive_read_answers_as_a_closing_one(cluster, query, accept):
     [(lane_status, lane_head, lane_body)] = exchange(cluster.repo_url,
                                                      [get(cluster.repo_url, query, accept)])
-    assert direct_reads(cluster) == before + 1
     [(route_status, route_head, route_body)] = exchange(
         cluster.repo_url, [get(cluster.repo_url, query, accept, close=True)])
-    assert direct_reads(cluster) == before + 1
     assert lane_status == route_status
     # The same head but for the date and the route's Connection: close.
     assert [line for line in lane_head if not line.startswith(b"date:")] == [
@@ -115,9 +103,9 @@ def test_pipelined_reads_and_a_write_keep_their_order(cluster):
         assert cluster.update(f"DELETE DATA {{ <{EX}new> <{EX}p> \"x\" }}").status_code == 204
 
 
-def test_lane_reads_are_counted_and_see_each_acknowledged_write(cluster):
+def test_hot_reads_are_counted_and_see_each_acknowledged_write(cluster):
     before = scrape(cluster.master.url)
-    with httpx.Client(timeout=30) as client:  # keep-alive: the lane takes every read
+    with httpx.Client(timeout=30) as client:  # keep-alive
         for i in range(5):
             r = client.post(f"{cluster.repo_url}/statements",
                             content=f'INSERT DATA {{ <{EX}c{i}> <{EX}p> "c" }}'.encode(),
@@ -137,45 +125,14 @@ def test_lane_reads_are_counted_and_see_each_acknowledged_write(cluster):
 
     assert grew("txcluster_request_duration_seconds_count", kind="read") == 5
     assert grew("txcluster_reads_completed_total") == 5
-    assert grew("txcluster_reads_direct_total") == 5
 
 
 def test_a_control_query_still_goes_to_every_worker(cluster):
-    # Declined by the lane: the route sends it to both workers (one answer).
+    # The route sends it to both workers (one answer).
     query = f"SELECT (COUNT(*) AS ?n) FROM <{CONTROL_GRAPH}> WHERE {{ ?s ?p ?o }}"
-    before = direct_reads(cluster)
+    before = scrape(cluster.master.url)
     [(status, _, body)] = exchange(cluster.repo_url, [get(cluster.repo_url, query, JSON)])
     assert status == 200, body
-    assert direct_reads(cluster) == before
-
-
-# ---- which reads the lane takes (no request forwarded: it declines before that) ----
-
-def backend(users=()) -> MasterBackend:
-    def no_cluster():
-        raise AssertionError("a declined read must not reach the cluster")
-    return MasterBackend(no_cluster, "repo", ClientAuth(users))
-
-
-@pytest.mark.parametrize(("path", "query_string"), [
-    ("/repositories/other", b"query=ASK%7B%7D"),
-    ("/repositories/repo/size", b""),
-    ("/repositories/repo/statements", b"subj=%3Curn:a%3E"),
-    ("/repositories/repo", b""),
-    ("/repositories/repo", b"query=ASK%7B%7D&timeout=5"),
-    ("/repositories/repo", b"query=ASK%7B%7D&%74imeout=5"),  # timeout, escaped
-    ("/repositories/repo", b"query=SELECT+*+FROM+%3C" + quote(CONTROL_GRAPH, safe="").encode()
-     + b"%3E+WHERE+%7B%7D"),
-], ids=["other-repository", "size", "statements", "no-query", "timeout", "escaped-timeout",
-        "control-query"])
-def test_reads_the_lane_leaves_to_the_route(path, query_string):
-    assert backend().direct_read(path, query_string, []) is None
-
-
-def test_a_missing_or_wrong_credential_is_left_to_the_route():
-    # The route answers 401 and logs the refusal (tests/test_security.py).
-    lane = backend([ClientUser("reader", "secret", "read")])
-    for authorization in ([], [(b"authorization", b"Basic cmVhZGVyOm5vcGU=")],  # reader:nope
-                          [(b"authorization", b"Bearer x")]):
-        assert lane.direct_read("/repositories/repo", b"query=ASK%7B%7D",
-                                authorization) is None
+    after = scrape(cluster.master.url)
+    assert value(after, "txcluster_reads_completed_total") == \
+        value(before, "txcluster_reads_completed_total")  # not a routed read of one worker

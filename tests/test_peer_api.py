@@ -20,7 +20,7 @@ from master_service.api.peer import peer_router
 from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.protocol import UnknownPeer
-from rdf4j_protocol.routes import HotPaths
+from rdf4j_protocol.routes import HotPaths, HotRoutes
 from txcluster.auth import NodeAuthorities, Verifier, sign
 
 SECRET = b"s" * 32
@@ -51,8 +51,9 @@ class Driver:
 
 def app(hot: bool, driver: Driver | None, routed: list[str]) -> FastAPI:
     a = FastAPI()
-    router = peer_router(lambda: driver, Verifier(SECRET, NodeAuthorities("testserver", 80)))
-    a.include_router(router)
+    routes = HotRoutes()
+    a.include_router(peer_router(lambda: driver,
+                                 Verifier(SECRET, NodeAuthorities("testserver", 80)), routes))
 
     @a.middleware("http")
     async def count(request, call_next):  # added first: inside HotPaths, before the router
@@ -60,7 +61,7 @@ def app(hot: bool, driver: Driver | None, routed: list[str]) -> FastAPI:
         return await call_next(request)
 
     if hot:
-        a.add_middleware(HotPaths, endpoints={}, exact=router.hot_endpoints)
+        a.add_middleware(HotPaths, routes=routes)
     return a
 
 

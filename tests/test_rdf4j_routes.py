@@ -17,7 +17,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from rdf4j_protocol.routes import Backend, HotPaths, rdf4j_routes, text
+from rdf4j_protocol.routes import Backend, HotPaths, HotRoutes, rdf4j_routes, text
 from rdf4j_protocol.transactions import TransactionRegistry
 
 R = "/repositories/repo"
@@ -93,10 +93,10 @@ class Recording(Backend):
 def client(backend: Backend, hot: bool = True) -> TestClient:
     """The route table as both node kinds mount it: with its hot paths (``hot``)."""
     app = FastAPI()
-    router = rdf4j_routes(backend, TransactionRegistry())
-    app.include_router(router)
+    routes = HotRoutes()
+    app.include_router(rdf4j_routes(backend, TransactionRegistry(), routes))
     if hot:
-        app.add_middleware(HotPaths, endpoints=router.hot_endpoints)
+        app.add_middleware(HotPaths, routes=routes)
     return TestClient(app)
 
 
@@ -183,8 +183,8 @@ def test_the_hot_paths_answer_as_the_route_table(method, path):
 
 def test_the_hot_paths_skip_the_router():
     app = FastAPI()
-    router = rdf4j_routes(Recording(), TransactionRegistry())
-    app.include_router(router)
+    routes = HotRoutes()
+    app.include_router(rdf4j_routes(Recording(), TransactionRegistry(), routes))
     routed: list[str] = []
 
     @app.middleware("http")
@@ -192,7 +192,7 @@ def test_the_hot_paths_skip_the_router():
         routed.append(request.url.path)
         return await call_next(request)
 
-    app.add_middleware(HotPaths, endpoints=router.hot_endpoints)
+    app.add_middleware(HotPaths, routes=routes)
     c = TestClient(app)
     assert c.get(R).text == "query" and c.get(f"{R}/statements").text == "statements"
     assert c.get(f"{R}/size").text == "size"

@@ -408,10 +408,10 @@ QUERY_FORMATS = ["application/sparql-results+json", "application/sparql-results+
 
 
 def test_point_queries_by_get_answer_as_the_application_does(worker_factory, secret):
-    """A GET of a provably cheap query is answered by the worker's direct lane
-    (txcluster/http_server.py, DirectAnswers); the same query sent as a POST form always
-    takes the application's route. Both must give the same status, type and bytes, in
-    every result format, and the lane must see a write applied just before."""
+    """A GET of a provably cheap query is answered on the event loop (queries.run_inline,
+    behind routes.HotPaths); the same query sent as a POST form is parsed from its body.
+    Both must give the same status, type and bytes, in every result format, and the GET
+    must see a write applied just before."""
     w = worker_factory("w")
     with signed_client(w, secret[1]) as c:
         assert c.post("/cluster/apply", json=apply_body(1, batch(0, 20))).status_code == 200
@@ -429,14 +429,14 @@ def test_point_queries_by_get_answer_as_the_application_does(worker_factory, sec
                 assert by_get.content == by_post.content, (query, accept)
         assert b'"v7"' in c.get(path, params={"query": point},
                                 headers={"accept": QUERY_FORMATS[0]}).content
-        # Errors are the application's: the lane declines them.
+        # Errors are the route's, by GET too.
         r = c.get(path, params={"query": point}, headers={"accept": "image/png"})
         assert r.status_code == 406, r.text
         r = c.get(path, params={"query": "SELECT ?o WHERE { <x"})
         assert r.status_code == 400 and "MALFORMED QUERY" in r.text, r.text
         r = c.get("/repositories/other", params={"query": point})
         assert r.status_code == 404 and "unknown repository 'other'" in r.text, r.text
-    # A write applied, then read at once by GET on a new connection: the lane's snapshot
+    # A write applied, then read at once by GET on a new connection: the GET's snapshot
     # is taken after it.
     with signed_client(w, secret[1]) as c:
         cs = Changeset(added=frozenset({ox.Quad(ox.NamedNode(f"{EX}s7"), ox.NamedNode(EX + "p"),

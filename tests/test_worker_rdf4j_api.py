@@ -20,7 +20,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
 from rdfcore.changeset import Changeset
 from tests.procs import uvicorn_in_thread
 from txcluster.auth import HmacAuth, NodeAuthorities, Verifier
-from worker_service.api.rdf4j import rdf4j_router
+from worker_service.api.rdf4j import WorkerBackend, rdf4j_router
 from worker_service.repository import Repository
 
 EX = "http://e/"
@@ -72,7 +72,7 @@ def make_app(repo) -> FastAPI:
     app = FastAPI()
     # TestClient's requests are for Host 'testserver' (BASE).
     node = NodeAuthorities("testserver", 80)
-    app.include_router(rdf4j_router(lambda: repo, Verifier(SECRET, node)))
+    app.include_router(rdf4j_router(WorkerBackend(lambda: repo, Verifier(SECRET, node))))
     return app
 
 

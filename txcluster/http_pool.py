@@ -5,9 +5,9 @@ every forwarded read one call to a worker, every sync round one call per peer: t
 side of those calls is on the master's event loop, whose CPU bounds the read-proxy ratio
 and agreed throughput (issue 18). Client CPU per GET of a worker's point query, one at a
 time: this pool ~160 us, aiohttp ~300 us, httpx ~2.2 ms (bench/bench_node_calls.py).
-The requests are ours, to our own nodes' servers (uvicorn): a method, a target, a few
-headers and a body, answered with a length or chunked; so no redirects, cookies, proxies
-or decompression, and the answer's bytes are passed on as they came.
+The requests are ours, to our own nodes' servers (txcluster/http_server.py): a method, a
+target, a few headers and a body, answered with a length or chunked; so no redirects,
+cookies, proxies or decompression, and the answer's bytes are passed on as they came.
 
 What it keeps of a full client: TLS (the node's context; the server's name checked), a
 total timeout per call (waiting for a connection included), a bound on connections per
@@ -32,7 +32,8 @@ import httptools
 from yarl import URL
 
 # An idle connection is used again only this soon after its last answer: well inside
-# uvicorn's keep-alive (5 s), so the server does not close it as it is being reused.
+# the keep-alive of any server we meet (uvicorn's: 5 s), so the server does not close it
+# as it is being reused.
 IDLE_S = 2.0
 # One attempt to open a TCP connection lasts this long; then a fresh one starts (each
 # address in turn), within the call's timeout. The kernel resends a lost SYN 1, 3, 7,

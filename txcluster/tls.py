@@ -6,7 +6,7 @@ Both node kinds take the same keys (worker.properties and cluster.properties):
     tls-key-file=/etc/txcluster/tls/node.key    # its private key (mode 600, like secrets)
     tls-ca-file=/etc/txcluster/tls/ca.crt       # CA bundle this node trusts as a client
 
-A node with a certificate serves HTTPS only (uvicorn's ssl_certfile / ssl_keyfile); a
+A node with a certificate serves HTTPS only (http_server.run's ssl_certfile / ssl_keyfile); a
 master serves its client, admin and peer APIs from one server, so all of them. As a
 client — a master calling its workers or its peer masters (https peer.<n>.url), a worker
 pulling an image from another worker — a node verifies the server against tls-ca-file
@@ -56,7 +56,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
             out.append(f"'tls-key-file' {key} is accessible by group or others "
                        f"(mode {mode:o}); it must be 600")
     if cert is not None and key is not None:
-        try:  # the pair must match: found now rather than when uvicorn starts
+        try:  # the pair must match: found now rather than when the server starts
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
         except (ssl.SSLError, OSError) as exc:
             out.append(f"'tls-cert-file' and 'tls-key-file' do not make a usable pair: {exc}")
@@ -70,7 +70,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def server_options(cert: Path | None, key: Path | None) -> dict[str, str]:
-    """uvicorn.run keyword arguments: HTTPS with this pair, or nothing (plain HTTP)."""
+    """http_server.run keyword arguments: HTTPS with this pair, or nothing (plain HTTP)."""
     if cert is None or key is None:
         return {}
     return {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}

@@ -1,4 +1,4 @@
-"""The worker process: configuration -> repository -> HTTP API (uvicorn)."""
+"""The worker process: configuration -> repository -> HTTP API (txcluster/http_server.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from rdf4j_protocol.routes import HotPaths, body_lane
+from rdf4j_protocol.routes import HotPaths, HotRoutes
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txcluster import http_server, tls
 from txcluster.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
-from worker_service.api.rdf4j import rdf4j_router
+from worker_service.api.rdf4j import WorkerBackend, rdf4j_router
 from worker_service.config import WorkerConfig
 from worker_service.query_isolation import QueryLimits
 from worker_service.repository import Repository
@@ -32,10 +32,7 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        # The private stores of reads inside transactions (tx_view.py) go with the process.
-        rdf4j_api.transaction_views.close()  # type: ignore[attr-defined]
-        # No query process outlives the worker (they also die with it: query_process.py).
-        rdf4j_api.query_processes.kill_all()  # type: ignore[attr-defined]
+        rdf4j_backend.close()
 
     app = FastAPI(title=title, description="txcluster worker: one repository, RDF4J REST API "
                   "for reads, cluster-control API for its master.", lifespan=lifespan,
@@ -51,16 +48,14 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
         """Liveness and a summary of the worker's state (no credential needed)."""
         return state_json(repo)
 
-    control_api = control_router(provider, verifier, secret, client_tls)
-    app.include_router(control_api, tags=["cluster-control"])
-    rdf4j_api = rdf4j_router(provider, verifier, transaction_idle_s, limits)
-    app.include_router(rdf4j_api, tags=["rdf4j"])
-    app.add_middleware(HotPaths, endpoints=rdf4j_api.hot_endpoints,  # type: ignore[attr-defined]
-                       exact=control_api.hot_endpoints)  # type: ignore[attr-defined]
-    # Point queries answered from the HTTP parser's callback (http_server.DirectAnswers),
-    # and its master's execute and apply calls handed from there to their endpoints.
-    app.state.direct_lane = rdf4j_api.direct_lane  # type: ignore[attr-defined]
-    app.state.body_lane = body_lane(control_api.hot_endpoints)  # type: ignore[attr-defined]
+    # Point queries and writes, and its master's execute and apply calls, past the
+    # framework's routing (routes.HotPaths), declared hot where they are mounted.
+    hot = HotRoutes()
+    app.include_router(control_router(provider, verifier, secret, client_tls, hot),
+                       tags=["cluster-control"])
+    rdf4j_backend = WorkerBackend(provider, verifier, transaction_idle_s, limits)
+    app.include_router(rdf4j_router(rdf4j_backend, hot), tags=["rdf4j"])
+    app.add_middleware(HotPaths, routes=hot)
     return app
 
 
@@ -83,7 +78,6 @@ def serve(config: WorkerConfig) -> None:
                      limits=config.limits())
     try:
         http_server.run(app, host=config.host, port=config.port,
-                        lane=app.state.direct_lane, body_lane=app.state.body_lane,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))
     finally:
         repo.close()

@@ -151,7 +151,7 @@ def child_main(parent: int, fd: int, requests: int,
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # the worker died before prctl
             os._exit(1)
-        # The worker's handlers (uvicorn's) would make the child ignore a stop request.
+        # The worker's handlers (http_server.serve's) would make the child ignore a stop request.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         _close_inherited((fd, requests))

@@ -21,7 +21,6 @@ import base64
 import contextlib
 import hmac
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -41,11 +40,10 @@ from master_service.cluster.reads import (
 from master_service.cluster.worker_client import WorkerUnavailable
 from master_service.errors import NotWritable, WriteFailed
 from rdf4j_protocol.parameters import GraphName, Params, ProtocolError, parse_params, single_param
-from rdf4j_protocol.routes import Backend, rdf4j_routes
+from rdf4j_protocol.routes import Backend, HotRoutes, rdf4j_routes
 from rdf4j_protocol.routes import text as _text
 from rdf4j_protocol.transactions import TransactionRegistry
 from txcluster import query_limits
-from txcluster.http_server import LaterAnswer
 from txcluster.query_limits import wait_for_disconnect
 
 log = logging.getLogger("txcluster.master.api")
@@ -100,18 +98,13 @@ class ClientAuth:
 def client_router(cluster_provider: Callable[[], Cluster], repository_id: str,
                   auth: ClientAuth, transactions: TransactionRegistry | None = None,
                   query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S,
-                  read_seconds: Any = None) -> APIRouter:
+                  hot: HotRoutes | None = None) -> APIRouter:
     """``transactions``: the open RDF4J transactions (the service sweeps idle ones);
-    ``query_timeout_s``: this master's query-timeout-s; ``read_seconds``: the latency
-    histogram's child for reads (api/metrics.py), which the direct lane observes as
-    LatencyMiddleware does for the routes. The router's ``direct_lane`` is the master's
-    (MasterBackend.direct_read), for http_server.run."""
+    ``query_timeout_s``: this master's query-timeout-s; ``hot``: where the route table's
+    hot routes are declared (routes.HotPaths: point reads and writes)."""
     transactions = transactions if transactions is not None else TransactionRegistry()
-    backend = MasterBackend(cluster_provider, repository_id, auth, query_timeout_s,
-                            read_seconds)
-    router = rdf4j_routes(backend, transactions)
-    router.direct_lane = backend.direct_read  # type: ignore[attr-defined]
-    return router
+    backend = MasterBackend(cluster_provider, repository_id, auth, query_timeout_s)
+    return rdf4j_routes(backend, transactions, hot)
 
 
 class MasterBackend(Backend):
@@ -123,13 +116,11 @@ class MasterBackend(Backend):
 
     def __init__(self, cluster_provider: Callable[[], Cluster], repository_id: str,
                  auth: ClientAuth,
-                 query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S,
-                 read_seconds: Any = None) -> None:
+                 query_timeout_s: float = query_limits.DEFAULT_QUERY_TIMEOUT_S) -> None:
         self.cluster_provider = cluster_provider
         self.repository_id = repository_id
         self.auth = auth
         self.query_timeout_s = query_timeout_s
-        self.read_seconds = read_seconds
         self.query_path = f"/repositories/{repository_id}"
         # Workers holding a view for a transaction's reads (worker_service/tx_view.py):
         # told when it ends, so its private store goes at once rather than after the
@@ -228,47 +219,6 @@ class MasterBackend(Backend):
                                         timeout_s, floor,
                                         partial(wait_for_disconnect, request.receive)))
 
-    def direct_read(self, path: str, query_string: bytes,
-                    headers: list[tuple[bytes, bytes]]) -> LaterAnswer | None:
-        """The master's direct lane (txcluster/http_server.py, DirectAnswers): a GET
-        query on this repository with nothing but what most reads have (no ``timeout``
-        parameter, not FROM the control-query graph, the credential of a known user when
-        client-auth-file is set) is forwarded as ``forward_read`` forwards it, from the
-        HTTP parser's callback, without the framework's request and response objects
-        (they were most of a master's Python per point read). Everything else, refusals
-        included, is declined: the route answers it (and logs a refused credential)."""
-        if (path != self.query_path or not query_string or _names_timeout(query_string)
-                or _is_control_query(query_string, b"")):
-            return None
-        forwarded: dict[str, str] = {}
-        authorization = consistency = None
-        for name, value in headers:  # as forward_read's dict, and the first of the others
-            if name in _FORWARDED_RAW:
-                forwarded[name.decode()] = value.decode("latin-1")
-            elif name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-            elif name == _LOCAL_CONSISTENCY and consistency is None:
-                consistency = value.decode("latin-1")
-        if self.auth.users and self.auth.user_for(authorization or "") is None:
-            return None
-        cluster = self.cluster_provider()
-        timeout_s = query_limits.effective_timeout(self.query_timeout_s, None)
-        floor = cluster.read_floor((consistency or "").lower() == "updating")
-        url = f"{path}?{query_string.decode()}"
-
-        async def answer(client_gone: Callable[[], Awaitable]) -> tuple[int, bytes, bytes]:
-            started = time.perf_counter()
-            cluster.counters.direct_reads += 1
-            try:
-                status, out, content = await _forward(cluster, "GET", url, b"", forwarded,
-                                                      timeout_s, floor, client_gone)
-            finally:
-                if self.read_seconds is not None:
-                    self.read_seconds.observe(time.perf_counter() - started)
-            return status, _header_lines(out), content
-
-        return answer
-
     # ---- writes: the cluster's write path ----
 
     async def write(self, repo: Any, operations: list[dict]) -> None:
@@ -323,10 +273,8 @@ class MasterBackend(Backend):
                                           cluster, cluster.read_floor(), send, None))
 
 
-# The request headers a read passes on to the worker (forward_read, direct_read).
+# The request headers a read passes on to the worker (forward_read).
 _FORWARDED = ("accept", "content-type", "accept-encoding")
-_FORWARDED_RAW = tuple(name.encode() for name in _FORWARDED)
-_LOCAL_CONSISTENCY = LOCAL_CONSISTENCY.encode()
 
 
 async def _forward(cluster: Cluster, method: str, url: str, body: bytes,
@@ -349,12 +297,6 @@ async def _forward(cluster: Cluster, method: str, url: str, body: bytes,
 def _response(answer: ReadAnswer) -> Response:
     status, headers, content = answer
     return Response(content, status_code=status, headers=headers)
-
-
-def _header_lines(headers: dict[str, str]) -> bytes:
-    """``headers`` as the lines of an HTTP head (http_server.Answer)."""
-    return b"".join(f"{name}: {value}\r\n".encode("latin-1")
-                    for name, value in headers.items())
 
 
 def _without_action(query_string: bytes) -> str:

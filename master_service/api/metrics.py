@@ -132,8 +132,6 @@ class _ClusterCollector:
              c.completed_reads),
             (counter, "txcluster_reads_failed", "Reads that failed (FailedReads)",
              c.failed_reads),
-            (counter, "txcluster_reads_direct", "Reads forwarded from the HTTP server's "
-             "direct lane, of those completed and failed", c.direct_reads),
             (counter, "txcluster_writes_completed", "Writes acknowledged (CompletedWrites)",
              c.completed_writes),
             (counter, "txcluster_writes_failed", "Writes refused or failed (FailedWrites)",

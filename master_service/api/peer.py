@@ -24,7 +24,7 @@ from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.protocol import UnknownPeer
 from master_service.sync.transport import TAKES_HEADER, TAKES_TAILS
-from rdf4j_protocol.routes import answered
+from rdf4j_protocol.routes import HotRoutes, answered
 from txcluster import jsonbody
 from txcluster.auth import Verifier
 from txcluster.http_auth import require_credential
@@ -32,7 +32,9 @@ from txcluster.http_auth import require_credential
 log = logging.getLogger("txcluster.peer")
 
 
-def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRouter:
+def peer_router(driver_provider: Callable[[], Any], verifier: Verifier,
+                hot: HotRoutes | None = None) -> APIRouter:
+    """``hot``: where statuses and tail segments are declared hot (routes.HotPaths)."""
     router = APIRouter(prefix="/peer", tags=["peer"])
 
     def driver(request: Request) -> Any:
@@ -80,9 +82,9 @@ def peer_router(driver_provider: Callable[[], Any], verifier: Verifier) -> APIRo
     # Statuses and tail segments are a peered master's most frequent requests (about one
     # per agreed transaction under load): past FastAPI's router each cost ~40 us of CPU
     # instead of 95-135 in-process (bench/README, "Agreed writes under load").
-    router.hot_endpoints = {  # type: ignore[attr-defined]
-        "/peer/status": (answered(status), ("POST",)),
-        "/peer/tail": (answered(tail), ("POST",))}
+    if hot is not None:
+        hot.add("/peer/status", answered(status), ("POST",))
+        hot.add("/peer/tail", answered(tail), ("POST",))
 
     @router.get("/transactions/{txid}", summary="A transaction's payload, for acquisition")
     async def transaction(txid: str, peer: str, request: Request) -> Response:

@@ -2,8 +2,8 @@
 
 `GET /` redirects to `GET /status` (plain HTML + JS from master_service/static/, no build
 step), which polls `GET /status/data` every second. Polling rather than server-sent
-events: a never-ending response would hold up the master's graceful shutdown (uvicorn
-waits for open responses), and a one-second poll is as live as an operator can read.
+events: a never-ending response would hold up the master's graceful shutdown, and a
+one-second poll is as live as an operator can read.
 
 The data is the admin status (`status_of`), the peering state (`sync_status()`, None when
 the master has no peers), each peer master's own view (its workers: the page draws every

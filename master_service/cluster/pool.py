@@ -73,7 +73,6 @@ class Counters:
     running_reads: int = 0
     running_writes: int = 0
     read_time_s: float = 0.0
-    direct_reads: int = 0  # reads forwarded by the HTTP server's direct lane
     write_groups: int = 0  # group commits: completed_writes / write_groups = group size
     replications: int = 0  # full replications completed (for /metrics)
     replication_bytes: int = 0  # the sources' storage sizes, summed over those

@@ -42,7 +42,7 @@ from fastapi.responses import (
 )
 from starlette.concurrency import run_in_threadpool
 
-from rdf4j_protocol.routes import answered
+from rdf4j_protocol.routes import HotRoutes, answered
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, added_text
 from txcluster import growing_file, jsonbody
@@ -199,8 +199,10 @@ def _written_image_headers(w: backups.Writing, sha256_location: str) -> dict[str
 
 
 def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
-                   secret: bytes, client_tls: ssl.SSLContext | None = None) -> APIRouter:
-    """``client_tls`` verifies an https image source (tls-ca-file); None: system CAs."""
+                   secret: bytes, client_tls: ssl.SSLContext | None = None,
+                   hot: HotRoutes | None = None) -> APIRouter:
+    """``client_tls`` verifies an https image source (tls-ca-file); None: system CAs;
+    ``hot``: where apply and execute are declared hot (routes.HotPaths)."""
     router = APIRouter(prefix="/cluster")
 
     async def guard(request: Request) -> Repository:
@@ -328,9 +330,9 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
 
     # A worker's most frequent requests under writes (one per group): past FastAPI's
     # router, as a master's peer messages are (routes.HotPaths).
-    router.hot_endpoints = {  # type: ignore[attr-defined]
-        "/cluster/apply": (answered(apply), ("POST",)),
-        "/cluster/execute": (answered(execute), ("POST",))}
+    if hot is not None:
+        hot.add("/cluster/apply", answered(apply), ("POST",))
+        hot.add("/cluster/execute", answered(execute), ("POST",))
 
     @router.post("/verify")
     async def verify(request: Request):

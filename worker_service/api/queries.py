@@ -150,8 +150,7 @@ def run_inline(repo: Any, q: QueryRequest, accept: str | None,
     """A provably cheap query on the calling (event loop) thread, if the repository's
     read lock is free now and the answer is written within INLINE_BUDGET_S; None
     otherwise (nothing was answered: run it in the thread pool, ``_run_query``). The
-    answer is its body and media type, not yet a Response (the direct lane writes it
-    itself: http_server.DirectAnswers). A query
+    answer is its body and media type. A query
     only reads, so giving one up and running it again changes nothing; the loop is never
     held for longer than the budget and one result chunk."""
     budget = INLINE_BUDGET_S if timeout_s is None else min(INLINE_BUDGET_S, timeout_s)

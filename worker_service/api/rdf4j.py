@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import pyoxigraph as ox
@@ -38,13 +38,12 @@ from rdf4j_protocol.parameters import (
     ProtocolError,
     decode_contexts,
     parse_params,
-    path_problem,
 )
 from rdf4j_protocol.reads import StatementPattern, parse_query_request, parse_statement_pattern
 from rdf4j_protocol.results import namespace_rows, serialize_table
 from rdf4j_protocol.routes import (
-    REPOSITORY_PREFIX,
     Backend,
+    HotRoutes,
     Route,
     query_params,
     rdf4j_routes,
@@ -81,31 +80,11 @@ def _status_of(exc: BaseException) -> int | None:
     return status if isinstance(status, int) and 400 <= status < 600 else None
 
 
-def rdf4j_router(repo_provider: Callable[[], Any], verifier: Verifier,
-                 transaction_idle_s: float = TRANSACTION_IDLE_S,
-                 limits: QueryLimits | None = None) -> APIRouter:
-    """The RDF4J REST protocol for the repository ``repo_provider()`` returns.
-
-    Open transactions (credentialed) idle for longer than ``transaction_idle_s`` are
-    forgotten, with the views their reads used (tx_view.py). ``limits``: query timeout and
-    concurrent query processes (query_isolation.py; default: its defaults)."""
-    backend = WorkerBackend(repo_provider, verifier, transaction_idle_s, limits)
-    router = rdf4j_routes(backend, TransactionRegistry(transaction_idle_s))
-    router.transaction_views = backend.views  # type: ignore[attr-defined]  # closed by the app
-    router.query_processes = backend.processes  # type: ignore[attr-defined]  # killed by the app
-    router.direct_lane = backend.direct_query  # type: ignore[attr-defined]  # http_server.run
-    return router
-
-
-_TIMEOUT_HEADER = query_limits.TIMEOUT_HEADER.encode("ascii")
-
-
-@lru_cache(maxsize=64)
-def _content_type_header(media_type: str) -> bytes:
-    """The Content-Type header line a Response of ``media_type`` sends (Starlette adds a
-    charset to text types): the direct lane answers as the route does, byte for byte."""
-    value = Response(b"", media_type=media_type).headers["content-type"]
-    return b"content-type: " + value.encode("latin-1") + b"\r\n"
+def rdf4j_router(backend: WorkerBackend, hot: HotRoutes | None = None) -> APIRouter:
+    """The RDF4J REST protocol over ``backend`` (its repository, credential check and
+    limits); ``hot``: where the route table's hot routes are declared (routes.HotPaths:
+    point reads and writes). The owner of ``backend`` closes it."""
+    return rdf4j_routes(backend, TransactionRegistry(backend.transaction_idle_s), hot)
 
 
 def _provably_cheap(q: Any) -> bool:
@@ -122,9 +101,15 @@ class WorkerBackend(Backend):
     route_prefix = "rdf4j"
 
     def __init__(self, repo_provider: Callable[[], Any], verifier: Verifier,
-                 transaction_idle_s: float, limits: QueryLimits | None) -> None:
+                 transaction_idle_s: float = TRANSACTION_IDLE_S,
+                 limits: QueryLimits | None = None) -> None:
+        """Open transactions (credentialed) idle for longer than ``transaction_idle_s``
+        are forgotten, with the views their reads used (tx_view.py). ``limits``: query
+        timeout and concurrent query processes (query_isolation.py; default: its
+        defaults)."""
         self.repo_provider = repo_provider
         self.verifier = verifier
+        self.transaction_idle_s = transaction_idle_s
         self.views = TransactionViews(repo_provider, idle_s=transaction_idle_s)
         self.limits = limits or QueryLimits()
         self.processes = query_process.QueryProcesses(
@@ -139,6 +124,13 @@ class WorkerBackend(Backend):
         if rid != repo.id:
             raise ProtocolError(404, f"unknown repository '{rid}'")
         return repo
+
+    def close(self) -> None:
+        """What the backend holds goes with the process: the private stores of reads
+        inside transactions (tx_view.py), and every query process (they also die with
+        it: query_process.py)."""
+        self.views.close()
+        self.processes.kill_all()
 
     def repositories(self) -> list[tuple[str, str, bool, bool]]:
         repo = self.repo_provider()
@@ -190,36 +182,6 @@ class WorkerBackend(Backend):
         except ValueError as exc:
             raise ProtocolError(400, str(exc)) from None
         return query_limits.effective_timeout(self.limits.query_timeout_s, asked, passed)
-
-    def direct_query(self, path: str, query_string: bytes,
-                     headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes, bytes] | None:
-        """The worker's direct lane (txcluster/http_server.py, DirectAnswers): a GET of a
-        provably cheap query on this worker's repository, answered whole on the event
-        loop when ``run_inline`` can (the read lock free, within its budget); None in
-        every other case, errors included: the route (``query`` above) then answers it,
-        the same way as before. Reads on a worker need no credential (Backend.read_denied),
-        so nothing is skipped by answering here. A query only reads: declining after
-        starting one changes nothing."""
-        repo = self.repo_provider()
-        if (not self.limits.isolate or repo is None
-                or path != f"{REPOSITORY_PREFIX}{repo.id}" or path_problem(path)):
-            return None
-        accept = timeout = None
-        for name, value in headers:  # the first of each, as Starlette's headers.get
-            if name == b"accept" and accept is None:
-                accept = value.decode("latin-1")
-            elif name == _TIMEOUT_HEADER and timeout is None:
-                timeout = value.decode("latin-1")
-        try:
-            q = parse_query_request("GET", parse_params(query_string))
-            if not _provably_cheap(q):
-                return None
-            answer = run_inline(repo, q, accept, self.query_timeout(timeout, q.timeout_s))
-        except ProtocolError:
-            return None
-        if answer is None:
-            return None
-        return 200, _content_type_header(answer[1]), answer[0]
 
     async def in_query_process(self, request: Request, repo: Any, q: Any,
                                timeout_s: float) -> Response:
