@@ -132,7 +132,7 @@ from master_service.sync.relaying import Relaying
 from master_service.sync.split_recovery import SplitRecoverySteps
 
 # SyncNode; the values it takes and gives are in ready.py (re-exported here for the
-# modules that import them from the core: txlog/agreement.py, api/peer.py, app.py)
+# modules that import them from the core: sync/sqlite_storage.py, api/peer.py, app.py)
 __all__ = ["Compaction", "Incoming", "PersistentState", "SplitRecovery", "SyncNode", "Timing",
            "UnknownPeer"]
 
