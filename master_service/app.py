@@ -34,7 +34,7 @@ from master_service.jmx.jolokia import jolokia_router
 from master_service.sync.driver import SyncDriver
 from master_service.sync.messages import mode_of
 from master_service.sync.ordering import AgreedOrdering
-from master_service.sync.protocol import SplitRecovery, Timing
+from master_service.sync.ready import SplitRecovery, Timing
 from master_service.sync.seeding import SeedImages, Seeding, SeedingFailed
 from master_service.sync.sqlite_storage import SqliteStorage
 from master_service.sync.status import seeding_before_peering

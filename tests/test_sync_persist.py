@@ -17,7 +17,8 @@ import pytest
 from master_service.cluster.pool import LogThread
 from master_service.sync.driver import SyncDriver, now_ms
 from master_service.sync.messages import Mode, Status, TxMeta
-from master_service.sync.protocol import Incoming, SyncNode, Timing
+from master_service.sync.protocol import SyncNode
+from master_service.sync.ready import Incoming, Timing
 from master_service.sync.sqlite_storage import COUNTER_LEASE, SqliteStorage
 from master_service.sync.wire import status_to_json
 from master_service.txlog import TxLog

@@ -286,7 +286,7 @@ class Inconsistency:
     ``mode-mismatch`` (a peer posts with another mode than we have configured for it).
     Two are reports, not divergences: ``beyond-horizon`` (a peer behind our floor needs
     seeding) and ``lost-at-origin`` (an incoming transaction nobody holds any more was
-    dropped: acquisition.py, ``_lost_at_origin``).
+    dropped: acquisition.py, ``lost_at_origin``).
     """
 
     peer: str
@@ -337,13 +337,12 @@ class Ready:
 class Entry:
     """An incoming transaction, or a synchronised one whose payload we still lack."""
 
-    __slots__ = ("acquired", "requested_at", "sources", "tx")
+    __slots__ = ("acquired", "sources", "tx")
 
     def __init__(self, tx: TxMeta, acquired: bool, sources: list[str]) -> None:
         self.tx = tx
         self.acquired = acquired
         self.sources = sources
-        self.requested_at: int | None = None
 
 
 class PeerState:
