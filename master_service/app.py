@@ -34,10 +34,10 @@ from master_service.jmx.jolokia import jolokia_router
 from master_service.sync.driver import SyncDriver
 from master_service.sync.messages import mode_of
 from master_service.sync.ordering import AgreedOrdering
-from master_service.sync.protocol import SplitRecovery, Timing
+from master_service.sync.ready import SplitRecovery, Timing
 from master_service.sync.seeding import SeedImages, Seeding, SeedingFailed
+from master_service.sync.sqlite_storage import SqliteStorage
 from master_service.sync.status import seeding_before_peering
-from master_service.txlog.agreement import AgreementLog
 from master_service.txlog.log import TxLog
 from rdf4j_protocol.routes import HotPaths, HotRoutes
 from rdf4j_protocol.transactions import TransactionRegistry
@@ -69,7 +69,7 @@ class MasterService:
         # One TLS context for every server this master calls: workers and peers.
         self.client_tls = tls.client_context(config.tls_ca_file)
         self.txlog: TxLog | None = None
-        self.agreement: AgreementLog | None = None
+        self.agreement: SqliteStorage | None = None
         self.sync: SyncDriver | None = None  # once this master peers (sync/driver.py)
         self.cluster: Cluster | None = None
         # The write path of a peered master (sync/ordering.py); None: the cluster's own
@@ -225,7 +225,7 @@ class MasterService:
         c = self.config
         c.data_dir.mkdir(parents=True, exist_ok=True)
         self.txlog = TxLog.open(c.data_dir / "txlog.db")
-        self.agreement = AgreementLog(self.txlog)
+        self.agreement = SqliteStorage(self.txlog)
         peered = self.agreement.enabled or bool(c.peers)
         self.log_thread = LogThread()
         self.cluster = Cluster(

@@ -33,7 +33,7 @@ from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailabl
 from master_service.config import SCHEMA, parse_node_id, update_properties
 from master_service.errors import NoWorkerAvailable
 from master_service.sync.messages import mode_of
-from master_service.sync.protocol import SplitRecovery
+from master_service.sync.ready import SplitRecovery
 from txcluster.properties import BACKUP_NAME_RULE, ConfigError, is_backup_name, parse_url
 
 if TYPE_CHECKING:

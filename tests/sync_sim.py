@@ -20,9 +20,10 @@ Invariants checked after every event (``check_synchronised``, ``check_durable``,
     far — so timestamps never decrease along a synchronised queue and no transaction is
     ever created that sorts before a synchronised one;
  5. the persisted state equals the node's state after every Ready: the Ready contract
-    carries every change, and the persisted counter never goes back. Persisted as the
-    driver persists it: incoming entries once acquired (merged ones come back from the
-    peers' statuses after a crash).
+    carries every change, and the persisted counter never goes back. Persisted by the
+    driver's own applier (master_service/sync/applier.py) over ``MemoryStorage``, with
+    the payloads stored with their Readies: incoming entries once acquired (merged ones
+    come back from the peers' statuses after a crash).
 With ``max_peer_lag`` (nodes may go on without missing peers: the spec's split brain),
 1 and 4 become: queues diverge only between a node and one it went on without, and every
 divergence is reported as an inconsistency. With ``split_recovery`` NONE liveness is
@@ -53,23 +54,22 @@ from dataclasses import dataclass, field, replace
 from master_service.sync import (
     ExecutedAt,
     Fetch,
-    Incoming,
     Mode,
-    PersistentState,
     Post,
     Ready,
     Refused,
     Retention,
+    SeedPoint,
     SplitRecovery,
     Status,
     SyncNode,
     TailSegment,
     Timing,
-    Truncation,
     TxMeta,
     chain_hash,
 )
-from master_service.sync.compaction import leaves_incoming
+from master_service.sync.applier import Applier
+from master_service.sync.memory_storage import MemoryStorage
 
 START = 10_000  # simulated time starts here so that negative clock skews stay >= 0
 
@@ -178,44 +178,16 @@ class SimConfig:
 
 
 @dataclass
-class Durable:
-    """What survives a crash: exactly what the node's Readies asked to persist."""
-
-    counter: int = 0
-    synced: list[TxMeta] = field(default_factory=list)
-    synced_ids: set[str] = field(default_factory=set)
-    incoming: dict[str, Incoming] = field(default_factory=dict)
-    payloads: set[str] = field(default_factory=set)  # the driver's payload store
-    split_point: int | None = None
-    # Compaction: the node forgot synced[:floor] (the simulator keeps them to check it)
-    floor: int = 0
-    floor_chain: str = ""
-    floor_newest: int = 0
-    # the ids of synced[ids_after:floor] are kept after compaction (sync_forgotten)
-    ids_after: int = 0
-    executed: int = 0  # this data centre executed synced[:executed] (its workers' state)
-
-    def state(self) -> PersistentState:
-        incoming = tuple(sorted(self.incoming.values(), key=lambda i: i.tx.key))
-        return PersistentState(tuple(self.synced[self.floor:]), incoming, self.counter,
-                               self.split_point, self.floor,
-                               self.synced[self.floor - 1].txid if self.floor else None,
-                               self.floor_chain, self.floor_newest)
-
-    def truncate(self, t: Truncation) -> None:
-        """Split recovery: the synchronised entries after ``t.after_seq`` are dropped
-        (the same Ready upserts them as incoming); the data centre rolls back there."""
-        for tx in self.synced[t.after_seq:]:
-            self.synced_ids.discard(tx.txid)
-        del self.synced[t.after_seq:]
-        self.executed = min(self.executed, t.after_seq)
-
-
-@dataclass
 class SimNode:
     name: str
     mode: Mode
-    durable: Durable = field(default_factory=Durable)
+    # What survives a crash: the node's storage, written by the driver's applier.
+    durable: MemoryStorage = field(default_factory=MemoryStorage)
+    # The simulator's record of the agreed queue as persisted, forgotten entries included
+    # (the storage forgets them): what the invariants compare; check_durable holds the
+    # storage to it.
+    synced: list[TxMeta] = field(default_factory=list)
+    synced_ids: set[str] = field(default_factory=set)
     node: SyncNode | None = None
     incarnation: int = 0
     skew: int = 0
@@ -265,6 +237,7 @@ class Simulation:
         # invariant bookkeeping
         self.agreed: list[TxMeta] = []  # the longest synchronised queue seen (invariant 1)
         self.created: list[tuple[int, str]] = []  # every existing transaction, sorted (4)
+        self.metas: dict[str, TxMeta] = {}  # every transaction ever created, by id
         self.acked: dict[str, set[str]] = {n: set() for n in names}  # node -> txids (2)
         self.split_allowed = config.max_peer_lag is not None
         self.ever_excluded: set[tuple[str, str]] = set()  # (a, b): a went on without b
@@ -418,7 +391,7 @@ class Simulation:
     def full_queue(self, sn: SimNode) -> tuple[TxMeta, ...]:
         """A node's whole synchronised queue: what it forgot (the simulator kept it in
         its durable record) and what it holds."""
-        return tuple(sn.durable.synced[:sn.node.floor]) + sn.node.synchronised
+        return tuple(sn.synced[:sn.node.floor]) + sn.node.synchronised
 
     # ------------------------------------------------------------------ nodes
 
@@ -426,8 +399,7 @@ class Simulation:
         cfg = self.cfg
         peers = {n: other.mode for n, other in self.nodes.items() if n != sn.name}
         timing = replace(cfg.timing, max_peer_lag=cfg.max_peer_lag)
-        state = sn.durable.state()
-        missing = [tx.txid for tx in state.synchronised if tx.txid not in sn.durable.payloads]
+        state, missing = sn.durable.load()
         sn.incarnation += 1
         sn.node = self.node_class.restore(sn.name, state, now=self.node_time(sn), peers=peers,
                                           mode=sn.mode, timing=timing, missing_payloads=missing,
@@ -464,8 +436,8 @@ class Simulation:
     def schedule_execute(self, sn: SimNode) -> None:
         """The data centre executes what is agreed and acquired, some time later."""
         d = sn.durable
-        if (sn.executing or sn.mode is Mode.READ_ONLY or d.executed >= len(d.synced)
-                or d.synced[d.executed].txid not in d.payloads):
+        if (sn.executing or sn.mode is Mode.READ_ONLY or d.executed >= d.seq
+                or d.agreed[d.executed - d.floor].txid not in d.payloads):
             return
         sn.executing = True
         self.at(self.now + self.exec_rng.randint(1, self.cfg.execute_delay), self.execute,
@@ -477,8 +449,10 @@ class Simulation:
             return
         sn.executing = False
         d = sn.durable
-        while d.executed < len(d.synced) and d.synced[d.executed].txid in d.payloads:
-            d.executed += 1  # durably, with the workers' state (the driver's SQLite)
+        pos = d.executed
+        while pos < d.seq and d.agreed[pos - d.floor].txid in d.payloads:
+            pos += 1
+        d.mark_executed(pos)  # durably, with the workers' state (the driver's SQLite)
         self.log("%s executed up to %d", name, d.executed)
         self.apply(sn, sn.node.executed(d.executed, self.node_time(sn)), "executed",
                    plain=True)
@@ -502,8 +476,8 @@ class Simulation:
             return
         d = sn.durable
         donors = [o for o in self.nodes.values() if o is not sn and o.up
-                  and o.durable.executed >= len(d.synced) and o.durable.executed > d.executed
-                  and o.durable.synced[:len(d.synced)] == d.synced
+                  and o.durable.executed >= d.seq and o.durable.executed > d.executed
+                  and o.synced[:d.seq] == sn.synced
                   # a split donor gives no image past its split point (seed_point)
                   and o.node is not None and o.node.seed_point(o.durable.executed)]
         if not donors:  # no peer has executed past us yet: ask again later
@@ -511,7 +485,7 @@ class Simulation:
             return
         donor = max(donors, key=lambda o: o.durable.executed)
         pos = donor.durable.executed
-        image = list(donor.durable.synced[:pos])
+        image = list(donor.synced[:pos])
         chain = ""
         for tx in image:
             chain = chain_hash(chain, tx.txid)
@@ -522,22 +496,15 @@ class Simulation:
                 newest, donor.durable.floor_newest)):
             self.fail(f"{donor.name}'s seed point at {pos} is {point}, its queue says "
                       f"{(image[-1].txid, chain, newest)}")
-        ids = {t.txid for t in image}
-        # The seed point carries the ids the donor still knows, of (ids_after, pos]
-        # (AgreementLog.known_ids); the recipient decides with the real rule
-        # (AgreementLog.seeded), so a transaction it drops wrongly is lost here as it
-        # would be there, and one it keeps wrongly is agreed twice; and it keeps the ids.
-        known = {t.txid for t in donor.durable.synced[donor.durable.ids_after:pos]}
-        point_newest = max(newest, donor.durable.floor_newest)
-        sn.durable = Durable(
-            counter=max(d.counter, newest), synced=image, synced_ids=ids,
-            incoming={t: i for t, i in d.incoming.items() if not leaves_incoming(
-                t, i.tx.timestamp, point_txid=image[-1].txid, point_newest=point_newest,
-                agreed=known, known_after=donor.durable.ids_after,
-                position=len(d.synced))},
-            payloads=set(d.payloads), split_point=None, floor=pos, floor_chain=chain,
-            floor_newest=max(newest, d.floor_newest), ids_after=donor.durable.ids_after,
-            executed=pos)
+        # The seed point carries the ids the donor still knows (its storage's
+        # known_ids); the recipient's storage takes it with the real rule (seeded,
+        # compaction.leaves_incoming), so a transaction it drops wrongly is lost here as
+        # it would be there, and one it keeps wrongly is agreed twice.
+        known_after, ids = donor.durable.known_ids(pos)
+        d.seeded(SeedPoint("image", pos, image[-1].txid, chain,
+                           max(newest, donor.durable.floor_newest), pos, "0" * 32, 0, None,
+                           None, tuple(ids), known_after))
+        sn.synced, sn.synced_ids = image, {t.txid for t in image}
         self.seedings.append(f"{name} from {donor.name} at {pos}")
         self.log("%s is seeded from %s's image at agreed position %d", name, donor.name, pos)
         sn.node = None
@@ -586,10 +553,12 @@ class Simulation:
     # ------------------------------------------------------------------ Ready contract
 
     def apply(self, sn: SimNode, ready: Ready, what: str, own: TxMeta | None = None,
-              via_tail: bool = False, plain: bool = False) -> None:
-        """Handle a Ready as the driver must: persist, then send / acknowledge / fetch.
-        ``plain``: an execution report (no crash drawn from the fault generator, so that
-        modelling execution leaves every seed's fault schedule as it was)."""
+              via_tail: bool = False, plain: bool = False,
+              payloads: tuple[tuple[TxMeta, list], ...] = ()) -> None:
+        """Handle a Ready as the driver must: persist (with ``payloads``, and ``own``'s),
+        then send / acknowledge / fetch. ``plain``: an execution report (no crash drawn
+        from the fault generator, so that modelling execution leaves every seed's fault
+        schedule as it was)."""
         node = sn.node
         crash_rate = 0.0 if plain else self.cfg.crash_mid_step
         if ready.split_suspected is not None:
@@ -607,51 +576,43 @@ class Simulation:
             self.crash(sn.name, f"during {what}, before persisting")
             return
         d = sn.durable
-        if ready.truncated is not None:  # first, before this Ready's appends
-            t = ready.truncated
+        t = ready.truncated
+        if t is not None:  # first, before this Ready's appends
             if not self.recovering:
                 self.fail(f"{sn.name} truncated without a split recovery strategy")
             self.truncations.append(f"{sn.name} after {t.after_seq}: "
                                     f"{[x.txid for x in t.entries]}")
             self.log("%s truncates after seq %d: %s", sn.name, t.after_seq,
                      [x.txid for x in t.entries])
-            if d.synced[t.after_seq:] != list(t.entries):
+            if sn.synced[t.after_seq:] != list(t.entries):
                 self.fail(f"{sn.name}: the truncation is not what it persisted after "
                           f"{t.after_seq}")
-            d.truncate(t)
-            self.rebase_agreed()
+            sn.synced_ids.difference_update(x.txid for x in sn.synced[t.after_seq:])
+            del sn.synced[t.after_seq:]
+        if ready.counter is not None and ready.counter < d.counter:
+            self.fail(f"{sn.name}: persisted counter goes back {d.counter} -> {ready.counter}")
+        for tx in ready.synchronised:
+            if tx.txid in sn.synced_ids:
+                self.fail(f"{sn.name}: {tx.txid} twice in the synchronised queue")
+            sn.synced.append(tx)
+            sn.synced_ids.add(tx.txid)
+        if ready.compacted is not None:
+            self.check_compaction(sn, ready)
+        # Persist as the driver does: the same applier, over memory instead of SQLite.
+        Applier(d).apply([(ready, [*payloads, *([(own, [])] if own is not None else [])])])
+        if t is not None:
+            self.rebase_agreed(truncated={sn.name: sn.synced[:t.after_seq]})
             self.at(self.now + self.exec_rng.randint(1, self.cfg.execute_delay),
                     self.roll_back, sn.name, sn.incarnation)
         if ready.split_point_changed:
-            d.split_point = ready.split_point
             self.log("%s split point: %s", sn.name, ready.split_point)
             if self.recovering:
                 self.check_split_points()
         if self.split_allowed:  # a split may diverge: only what became durable counts
             self.check_synchronised(sn, ready, via_tail)
-        if ready.counter is not None:
-            if ready.counter < d.counter:
-                self.fail(f"{sn.name}: persisted counter goes back {d.counter} -> "
-                          f"{ready.counter}")
-            d.counter = ready.counter
-        for item in ready.incoming:
-            # As the driver (ready.py, group_commits): an entry merged from a peer is
-            # persisted once its payload is; after a crash the peers' statuses bring
-            # it back. So a node may forget one it never acquired (lost at origin).
-            if item.acquired:
-                d.incoming[item.tx.txid] = item
-            else:
-                d.incoming.pop(item.tx.txid, None)
-        if own is not None:
-            d.payloads.add(own.txid)
-        for tx in ready.synchronised:
-            if tx.txid in d.synced_ids:
-                self.fail(f"{sn.name}: {tx.txid} twice in the synchronised queue")
-            d.synced.append(tx)
-            d.synced_ids.add(tx.txid)
-            d.incoming.pop(tx.txid, None)
         if ready.compacted is not None:
-            self.compact(sn, ready)
+            self.compactions += 1
+            self.log("%s forgets up to %d", sn.name, ready.compacted.floor)
         if ready.beyond_horizon:
             self.beyond.append(f"{sn.name}: beyond its horizon: {sorted(ready.beyond_horizon)}")
             self.log("%s: peers beyond its horizon: %s", sn.name, sorted(ready.beyond_horizon))
@@ -694,40 +655,36 @@ class Simulation:
             self.schedule_tick(sn)
             self.schedule_execute(sn)
 
-    def compact(self, sn: SimNode, ready: Ready) -> None:
-        """The node forgot its entries up to ``c.floor``: the driver drops them and their
-        payloads. Checked: never past what this data centre executed, never past its
-        split point under Simple/Smart (a truncation needs them), the chain is right, and
-        (without a retention horizon) every node has executed them."""
+    def check_compaction(self, sn: SimNode, ready: Ready) -> None:
+        """The node forgets its entries up to ``c.floor`` (the applier drops them and
+        their payloads). Checked before it persists: never past what this data centre
+        executed, never past its split point under Simple/Smart (a truncation needs
+        them), the chain is right, and (without a retention horizon) every node has
+        executed them."""
         c, d = ready.compacted, sn.durable
-        if c.floor > d.executed:
+        executed = d.executed if ready.truncated is None else min(
+            d.executed, ready.truncated.after_seq)
+        split_point = ready.split_point if ready.split_point_changed else d.split_point
+        if c.floor > executed:
             self.fail(f"{sn.name} forgot up to {c.floor}, its data centre executed only "
-                      f"{d.executed}")
-        if (self.recovering and d.split_point is not None and c.floor > d.split_point):
-            self.fail(f"{sn.name} forgot up to {c.floor}, past its split point {d.split_point}")
+                      f"{executed}")
+        if self.recovering and split_point is not None and c.floor > split_point:
+            self.fail(f"{sn.name} forgot up to {c.floor}, past its split point {split_point}")
         chain = ""
-        for tx in d.synced[:c.floor]:
+        for tx in sn.synced[:c.floor]:
             chain = chain_hash(chain, tx.txid)
-        if c.chain != chain or c.txid != d.synced[c.floor - 1].txid:
+        if c.chain != chain or c.txid != sn.synced[c.floor - 1].txid:
             self.fail(f"{sn.name}: compaction to {c.floor} names the wrong entry or chain")
         r = self.cfg.retention
         if r.max_entries is None and r.max_age is None:
             for other in self.nodes.values():
                 if other is sn:
                     continue
-                o = other.durable
-                mine = d.synced[:c.floor]
-                if o.synced[:c.floor] == mine and o.executed < c.floor and (
+                mine = sn.synced[:c.floor]
+                if other.synced[:c.floor] == mine and other.durable.executed < c.floor and (
                         other.mode is not Mode.READ_ONLY):
                     self.fail(f"{sn.name} forgot up to {c.floor}, {other.name} executed only "
-                              f"{o.executed}")
-        for tx in d.synced[d.floor:c.floor]:
-            d.payloads.discard(tx.txid)  # pruned with the entries
-        # AgreementLog._compact: the forgotten ids after c.ids_after are kept
-        d.ids_after = min(max(d.ids_after, c.ids_after), c.floor)
-        d.floor, d.floor_chain, d.floor_newest = c.floor, c.chain, c.newest
-        self.compactions += 1
-        self.log("%s forgets up to %d", sn.name, c.floor)
+                              f"{other.durable.executed}")
 
     # ------------------------------------------------------------------ network
 
@@ -783,8 +740,9 @@ class Simulation:
         sn = self.nodes[name]
         if not sn.up or (source is not None and (source, name) in self.blocked):
             return
-        sn.durable.payloads.add(txid)  # stored durably before telling the node
-        self.apply(sn, sn.node.acquired(txid, self.node_time(sn)), f"payload {txid}")
+        # stored durably with the Ready of ``acquired``, as the driver stores it
+        self.apply(sn, sn.node.acquired(txid, self.node_time(sn)), f"payload {txid}",
+                   payloads=((self.metas[txid], []),))
 
     # ------------------------------------------------------ carried (the driver's rooms)
 
@@ -796,7 +754,7 @@ class Simulation:
         ``local_entropy``."""
         fp = "0" * 32
         local = f"@{sn.name}" if self.cfg.local_entropy else ""
-        for tx in sn.durable.synced[:pos]:
+        for tx in sn.synced[:pos]:
             fp = chain_hash(fp, f"{tx.txid}@{tx.timestamp}{local}")
         return fp
 
@@ -820,7 +778,7 @@ class Simulation:
         d = sn.durable
         named = set(post.push) | {t for r in post.relayed for t in r.payloads}
         return Carried(post, d.executed, self.fingerprint(sn, d.executed),
-                       frozenset(named & d.payloads))
+                       frozenset(named & d.payloads.keys()))
 
     def deliver_carried(self, src: str, sn: SimNode, msg: Carried) -> None:
         post, st, d = msg.post, msg.post.status, sn.durable
@@ -951,6 +909,7 @@ class Simulation:
             self.fail(f"invariant 4: new transaction {tx.txid}@{tx.timestamp} sorts before "
                       f"synchronised {self.agreed[i].txid}@{self.agreed[i].timestamp}")
         self.created.insert(i, tx.key)
+        self.metas[tx.txid] = tx
 
     def created_remove(self, tx: TxMeta) -> None:
         i = bisect.bisect_left(self.created, tx.key)
@@ -984,8 +943,8 @@ class Simulation:
                     # re-based the record) every node whose durable queue has the entry
                     # there now — the first adder may itself have truncated it since.
                     holders = {first} | {n for n, o in self.nodes.items()
-                                         if len(o.durable.synced) > p
-                                         and o.durable.synced[p] == self.agreed[p]}
+                                         if len(o.synced) > p
+                                         and o.synced[p] == self.agreed[p]}
                     holders.discard(sn.name)
                     if not self.split_allowed or (not via_tail and not any(
                             (sn.name, h) in self.ever_excluded
@@ -1007,19 +966,20 @@ class Simulation:
             self.fail(f"invariant 3: {sn.name} has a transaction twice")
         return fresh
 
-    def good_prefixes(self) -> dict[str, list[TxMeta]]:
+    def good_prefixes(self, truncated: dict[str, list[TxMeta]] | None = None,
+                      ) -> dict[str, list[TxMeta]]:
         """Each node's persisted synchronised queue up to its split point, if it has one
         (protocol.py, "Split recovery": its last known good state)."""
         out = {}
         for name, sn in self.nodes.items():
-            d = sn.durable
-            out[name] = d.synced if d.split_point is None else d.synced[:d.split_point]
-        return out
+            point = sn.durable.split_point
+            out[name] = sn.synced if point is None else sn.synced[:point]
+        return out | (truncated or {})
 
-    def check_split_points(self) -> None:
+    def check_split_points(self, truncated: dict[str, list[TxMeta]] | None = None) -> None:
         """The split point claim: the good prefixes of any two nodes are consistent (one
         is a prefix of the other)."""
-        prefixes = self.good_prefixes()
+        prefixes = self.good_prefixes(truncated)
         for name, good in prefixes.items():
             for other, theirs in prefixes.items():
                 n = min(len(good), len(theirs))
@@ -1029,13 +989,14 @@ class Simulation:
                               f"{self.nodes[name].durable.split_point} has {good[i].txid} "
                               f"at seq {i + 1}, {other}'s has {theirs[i].txid}")
 
-    def rebase_agreed(self) -> None:
+    def rebase_agreed(self, truncated: dict[str, list[TxMeta]]) -> None:
         """After a truncation the positions past it are no longer agreed by anyone who
         truncated: the agreed sequence becomes the longest good prefix (a node's
-        persisted queue up to its split point, if any), keeping who first added each
-        entry that is still at its place."""
-        self.check_split_points()
-        prefixes = self.good_prefixes()
+        persisted queue up to its split point, if any; ``truncated``: the queue a node
+        truncated to, before the rest of its Ready), keeping who first added each entry
+        that is still at its place."""
+        self.check_split_points(truncated)
+        prefixes = self.good_prefixes(truncated)
         name = max(prefixes, key=lambda n: len(prefixes[n]))
         holder = self.nodes[name]
         agreed = list(prefixes[name])
@@ -1049,10 +1010,13 @@ class Simulation:
         The incoming queues are compared in full when the Ready persisted something and
         on every 8th step otherwise (a change the Ready forgot shows up there too)."""
         d, node = sn.durable, sn.node
-        if d.counter != node.counter or len(d.synced) != node.seq or (
-                d.synced and d.synced[-1].txid != node.merge_base) or (
+        if d.counter != node.counter or d.seq != node.seq or (
+                d.agreed and d.agreed[-1].txid != node.merge_base) or (
                 d.split_point != node.split_point) or d.floor != node.floor:
             self.fail(f"invariant 5: {sn.name} persisted state differs from its state")
+        if d.agreed != sn.synced[d.floor:]:
+            self.fail(f"invariant 5: {sn.name} persisted agreed queue is not what its Readies "
+                      "agreed")
         if ready.must_persist or self.event_count % 8 == 0:
             live = [i for i in node.incoming if i.acquired]
             if len(live) != len(d.incoming) or any(d.incoming.get(i.tx.txid) != i
@@ -1064,7 +1028,7 @@ class Simulation:
         """Invariant 2: acknowledged means persisted in the incoming or synchronised queue."""
         d = sn.durable
         for txid in self.acked[sn.name]:
-            if txid not in d.incoming and txid not in d.synced_ids:
+            if txid not in d.incoming and txid not in sn.synced_ids:
                 self.fail(f"invariant 2: acknowledged {txid} is lost at {sn.name}")
 
 

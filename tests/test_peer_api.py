@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from master_service.api.peer import peer_router
 from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
-from master_service.sync.protocol import UnknownPeer
+from master_service.sync.ready import UnknownPeer
 from rdf4j_protocol.routes import HotPaths, HotRoutes
 from txcluster.auth import NodeAuthorities, Verifier, sign
 

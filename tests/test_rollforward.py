@@ -16,7 +16,8 @@ from master_service.cluster.rollforward import Expected, NoRollForward, plan
 from master_service.cluster.statuses import WorkerStatus
 from master_service.sync.messages import TxMeta
 from master_service.sync.ordering import AgreedOrdering
-from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
+from master_service.sync.sqlite_storage import SqliteStorage
+from master_service.sync.wire import canonical_payload, payload_digest
 from master_service.txlog.log import State, TxLog
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset
@@ -129,7 +130,7 @@ def test_agreed_transaction_executed_by_a_probe_whose_answer_was_lost_is_not_run
 
     async def scenario() -> None:
         with TxLog.open(tmp_path / "txlog.db") as txlog:
-            agreement = AgreementLog(txlog)
+            agreement = SqliteStorage(txlog)
             agreement.enable()
             agreement.persist(counter=None, incoming=[], synchronised=[meta],
                               payloads=[(meta, ops)])

@@ -30,9 +30,14 @@ from master_service.sync import (
     TxMeta,
     chain_hash,
 )
-from master_service.sync.wire import status_from_json, status_to_json
+from master_service.sync.sqlite_storage import SqliteStorage
+from master_service.sync.wire import (
+    canonical_payload,
+    payload_digest,
+    status_from_json,
+    status_to_json,
+)
 from master_service.txlog import TxLog
-from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
 from tests.sync_sim import SimConfig, Simulation
 
 TIMING = Timing(round_timeout=100, idle_interval=1_000, acquire_retry=500, max_tail=4)
@@ -513,7 +518,7 @@ def test_simulated_laggers_behind_a_small_horizon_are_seeded_and_converge(
 # ---------------------------------------------------------------- SQLite
 
 
-def _agreed_and_executed(ag: AgreementLog, log: TxLog, n: int) -> list[TxMeta]:
+def _agreed_and_executed(ag: SqliteStorage, log: TxLog, n: int) -> list[TxMeta]:
     ops = [[{"type": "update", "update": f"INSERT DATA {{ <urn:a> <urn:p> {i} }}"}]
            for i in range(n)]
     metas = [TxMeta(f"t{i}", 1_000 + i, "m2", len(canonical_payload(o)),
@@ -531,7 +536,7 @@ def test_pruning_the_log_keeps_the_payloads_the_agreed_queue_holds(tmp_path):
     """The issue's check: 5 agreed and executed, prune(2), then load() listed 3 missing
     payloads and the restarted master asked its peers for them for ever."""
     with TxLog.open(tmp_path / "txlog.db") as log:
-        ag = AgreementLog(log)
+        ag = SqliteStorage(log)
         ag.enable()
         _agreed_and_executed(ag, log, 5)
         assert log.prune(2, 168, 1_000.0) == 3
@@ -542,7 +547,7 @@ def test_pruning_the_log_keeps_the_payloads_the_agreed_queue_holds(tmp_path):
 def test_a_compaction_leaves_sqlite_and_a_reload_resumes_from_the_floor(tmp_path):
     from master_service.sync import Compaction, chain_hash
     with TxLog.open(tmp_path / "txlog.db") as log:
-        ag = AgreementLog(log)
+        ag = SqliteStorage(log)
         ag.enable()
         metas = _agreed_and_executed(ag, log, 5)
         chain = ""
@@ -581,7 +586,7 @@ def test_a_seed_point_names_the_ids_it_holds_and_a_late_write_survives_the_seedi
     from master_service.txlog.log import State
 
     with TxLog.open(tmp_path / "donor.db") as dlog, TxLog.open(tmp_path / "rec.db") as rlog:
-        donor = AgreementLog(dlog)
+        donor = SqliteStorage(dlog)
         donor.enable()
         metas = _agreed_and_executed(donor, dlog, 5)  # t0..t4, timestamps 1000..1004
         chains = [""]
@@ -592,7 +597,7 @@ def test_a_seed_point_names_the_ids_it_holds_and_a_late_write_survives_the_seedi
         assert donor.known_ids(5) == (1, ["t1", "t2", "t3", "t4"])
         assert donor.payload("t1") is None  # the payloads went; the ids stay
 
-        rec = AgreementLog(rlog)
+        rec = SqliteStorage(rlog)
         rec.enable()
         rec.persist(counter=2_000, incoming=[], synchronised=[metas[0]])  # at position 1
         late = TxMeta("late", 1_001, "m1", 3, "d")  # sorts before t4, never agreed

@@ -22,7 +22,8 @@ from master_service.sync.messages import (
     TxMeta,
     chain_hash,
 )
-from master_service.sync.protocol import SyncNode, Timing, UnknownPeer
+from master_service.sync.protocol import SyncNode
+from master_service.sync.ready import Timing, UnknownPeer
 from master_service.sync.wire import status_to_json, tail_to_json
 
 TIMING = Timing()

@@ -1,7 +1,7 @@
 """The execution room takes agreed transactions from memory when the driver handed it
 their payloads (Execution.hold, when persisted) and their positions (Execution.agreed,
 when the ADD is persisted), and from the agreement log otherwise: what it takes from
-memory must be exactly what ``AgreementLog.to_execute`` would have read — the same
+memory must be exactly what ``SqliteStorage.to_execute`` would have read — the same
 positions, transactions, operations and timestamps, and never past a gap."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from master_service.sync import execution
 from master_service.sync.execution import Execution
 from master_service.sync.messages import TxMeta
-from master_service.txlog.agreement import Agreed
+from master_service.sync.storage import Agreed
 
 
 def room() -> Execution:

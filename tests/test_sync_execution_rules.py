@@ -13,7 +13,7 @@ from master_service.cluster.pool import Counters, LogThread
 from master_service.sync.driver import SyncDriver
 from master_service.sync.messages import Mode, applies_agreed, mode_of
 from master_service.sync.ordering import AgreedOrdering
-from master_service.sync.protocol import Timing
+from master_service.sync.ready import Timing
 from master_service.sync.status import seeding_before_peering
 
 # ---- PendingWrites: client writes submitted here and not answered yet ----

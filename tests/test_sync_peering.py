@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from master_service.sync.relaying import PUSH_BYTES
-from master_service.txlog.agreement import AgreementLog
+from master_service.sync.sqlite_storage import SqliteStorage
 from master_service.txlog.log import TxLog
 from tests.conftest import LocalCluster
 from tests.procs import agreed_queue, free_port, make_secret, same_agreed, signed_client
@@ -453,7 +453,7 @@ def test_a_master_killed_after_its_probe_executed_an_agreed_transaction_rolls_fo
             time.sleep(0.1)
         m1.master.kill9()
         with TxLog.open(Path(m1.master.properties["data-dir"]) / "txlog.db") as txlog:
-            agreement = AgreementLog(txlog)
+            agreement = SqliteStorage(txlog)
             executed_pos = agreement.executed()[0]
             [nxt] = agreement.to_execute(executed_pos, 10)
             head = txlog.head()

@@ -1,5 +1,5 @@
 """The driver's applier skips the log thread for a Ready with nothing durable in it
-(AgreementLog.writes): most statuses a peer answers with only move the counter below the
+(SqliteStorage.writes): most statuses a peer answers with only move the counter below the
 persisted mark, and each such Ready used to take a round trip through the log thread
 that the next one (on the commit path, the ADD) queued behind.
 
@@ -17,10 +17,11 @@ import pytest
 from master_service.cluster.pool import LogThread
 from master_service.sync.driver import SyncDriver, now_ms
 from master_service.sync.messages import Mode, Status, TxMeta
-from master_service.sync.protocol import Incoming, SyncNode, Timing
+from master_service.sync.protocol import SyncNode
+from master_service.sync.ready import Incoming, Timing
+from master_service.sync.sqlite_storage import COUNTER_LEASE, SqliteStorage
 from master_service.sync.wire import status_to_json
 from master_service.txlog import TxLog
-from master_service.txlog.agreement import COUNTER_LEASE, AgreementLog
 
 TX = TxMeta("t1", 1_000, "m2", 2, "sha:x")
 
@@ -41,7 +42,7 @@ CASES = {
 def test_writes_says_exactly_whether_persist_commits(tmp_path, case):
     path = str(tmp_path / "txlog.db")
     with TxLog.open(path) as log:
-        ag = AgreementLog(log)
+        ag = SqliteStorage(log)
         ag.enable()
         ag.persist(counter=1_000, incoming=[], synchronised=[])  # the mark: 1,000 + lease
         args = {"counter": None, "incoming": [], "synchronised": [], **CASES[case]}
@@ -75,7 +76,7 @@ def test_a_status_that_moves_nothing_durable_is_acted_on_without_the_log_thread(
         db = _CountingLog()
         log = TxLog.open(tmp_path / "txlog.db")
         try:
-            ag = AgreementLog(log)
+            ag = SqliteStorage(log)
             ag.enable()
             now = now_ms()
             ag.persist(counter=now, incoming=[], synchronised=[])

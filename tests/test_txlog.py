@@ -191,13 +191,13 @@ def test_a_log_rolled_back_to_the_empty_state_is_not_new(path):
     # A split recovery to agreed position 0 leaves the log at seq 0 with the empty
     # fingerprint, like a new one; a worker not restored yet must not become its base
     # (Molecule two_dc, where the log adopted such a worker mid-rollback).
-    from master_service.txlog.agreement import AgreementLog
+    from master_service.sync.sqlite_storage import SqliteStorage
 
     with TxLog.open(path) as log:
         assert not log.has_history()
         append(log, 1, 2)
         assert log.has_history()
-        AgreementLog(log).forget_executed_after(0)
+        SqliteStorage(log).forget_executed_after(0)
         assert log.head() == State(0, ZERO, 0)
         assert log.has_history()
         with pytest.raises(TxLogError, match="never committed"):
@@ -550,9 +550,10 @@ def test_a_peer_payload_that_arrives_twice_in_one_group_is_logged_once(log):
     # of the peering driver. A CRITICAL "same transaction id twice" stopped peering
     # (tests/test_partitions.py, one link lost).
     from master_service.sync import Incoming, TxMeta
-    from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
+    from master_service.sync.sqlite_storage import SqliteStorage
+    from master_service.sync.wire import canonical_payload, payload_digest
 
-    agreement = AgreementLog(log)
+    agreement = SqliteStorage(log)
     agreement.enable()
     payload = ops(1)
     tx = TxMeta("t1", 1_000, "us1", len(canonical_payload(payload)),

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
-from master_service.sync.protocol import UnknownPeer
+from master_service.sync.ready import UnknownPeer
 from master_service.sync.transport import TAKES_HEADER, TAKES_TAILS
 from rdf4j_protocol.routes import HotRoutes, answered
 from txcluster import jsonbody

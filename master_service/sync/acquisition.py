@@ -1,6 +1,11 @@
 """Acquisition (spec: a transaction is used only once its payload is held): from which
-source a payload is asked, and when, as a part of the pure core (protocol.py; ``Fetches``
-holds its own state, the core tells it what it wants and what came back).
+source a payload is asked, and when — a part of the pure core (protocol.py) with its own
+state: the asks under way (``Fetches``), when each payload was last requested, and the
+payloads pushed with the input in hand. The core tells it what it lacks and what came
+back; it writes the requests and asks into the core's output (``Out``, the next Ready).
+
+Requested: an entry whose payload we lack is requested (``Ready.acquire``) when the core
+takes it, and again every ``Timing.acquire_retry`` until it is held.
 
 Hedged: a source asked first can hang (the origin on the other side of a cut that is not
 detected yet); waiting for its request timeout would hold the agreement of the whole side
@@ -8,17 +13,17 @@ for that long. So when an ask has not been answered within ``Timing.fetch_hedge`
 next source is asked too, and the first valid answer wins; a source that fails is
 followed by the next one at once. Sources the core names later (a retried ``Acquire``:
 peers that posted it since) are asked too. When every source asked has failed the plan
-ends: the core's acquire retry (``Timing.acquire_retry``) asks again.
+ends: the acquire retry asks again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from master_service.sync.messages import TxMeta
-from master_service.sync.ready import Acquire, Entry, Fetch, Ready, check_time
+from master_service.sync.ready import Acquire, Entry, Fetch, Out
 
-__all__ = ["AcquisitionSteps", "Fetches"]
+__all__ = ["Acquisition", "Fetches", "lost_at_origin"]
 
 
 class _Plan:
@@ -85,61 +90,67 @@ class Fetches:
         return [Fetch(plan.tx, nxt)]
 
 
-class AcquisitionSteps:
-    """The acquisition steps of ``SyncNode``: an entry whose payload we lack is requested
-    (``Ready.acquire``, and asked of its sources through ``Fetches``), and requested
-    again every ``acquire_retry`` until it is held."""
+class Acquisition:
+    """The payloads the core lacks (module docstring): requested, asked of their sources,
+    requested again until held."""
 
-    @property
-    def next_fetch_at(self) -> int | None:
-        """When a payload ask is to be hedged next (tick then); None: none is."""
-        return self._fetching.next_at(self._timing.fetch_hedge, self._peers)
+    def __init__(self) -> None:
+        self._fetches = Fetches()
+        # txid -> when its payload was last requested; only entries not acquired count
+        # (an entry the core takes without its payload is requested at once: ``request``)
+        self._requested: dict[str, int] = {}
+        self.arriving: frozenset[str] = frozenset()  # pushed with the input in hand
 
-    def fetch_failed(self, txid: str, source: str, now: int) -> Ready:
+    def request(self, entry: Entry, now: int, peers: Collection[str], out: Out) -> None:
+        """Ask for the payload of ``entry`` (its sources in order of preference) now."""
+        self._requested[entry.tx.txid] = now
+        out.acquire.append(Acquire(entry.tx, tuple(entry.sources)))
+        if entry.tx.txid not in self.arriving:
+            out.fetches += self._fetches.want(entry.tx, tuple(entry.sources), now, peers)
+
+    def retry(self, entries: Iterable[Entry], now: int, retry: int, peers: Collection[str],
+              out: Out) -> None:
+        """Request again what is still lacking ``retry`` after it was requested."""
+        lacking: dict[str, int] = {}
+        for entry in entries:
+            if entry.acquired:
+                continue
+            at = self._requested.get(entry.tx.txid)
+            if at is None or now - at >= retry:
+                self.request(entry, now, peers, out)
+                at = now
+            lacking[entry.tx.txid] = at
+        self._requested = lacking  # forget entries that left or were acquired
+
+    def failed(self, txid: str, source: str, now: int, peers: Collection[str],
+               out: Out) -> None:
         """``source`` could not give the payload of ``txid``: the next one is asked."""
-        check_time(now)
-        self._out.fetches += self._fetching.failed(txid, source, now, self._peers)
-        return self._finish(now)
+        out.fetches += self._fetches.failed(txid, source, now, peers)
 
-    def _request(self, entry: Entry, now: int) -> None:
-        entry.requested_at = now
-        self._out.acquire.append(Acquire(entry.tx, tuple(entry.sources)))
-        if entry.tx.txid not in self._arriving:
-            self._out.fetches += self._fetching.want(entry.tx, tuple(entry.sources), now,
-                                                     self._peers)
+    def due(self, now: int, hedge: int, peers: Collection[str], out: Out) -> None:
+        """The asks not answered within ``hedge``: their next sources are asked too."""
+        out.fetches += self._fetches.due(now, hedge, peers)
 
-    @staticmethod
-    def _lost_at_origin(entry: Entry, required: Collection[str],
-                        collected: list[tuple[TxMeta, ...]]) -> bool:
-        """Is the unacquired incoming ``entry`` lost at its origin (wiped, or restored
-        from an older backup, before anyone fetched it)? ADD (``_add``) asks when the
-        entry sorts at or below the least counter of this round: then its origin, a
-        waited-for peer, posted at our merge base with a counter past it; if that
-        status no longer lists it, and no waited-for peer does (statuses list acquired
-        transactions only), nobody holds its payload. It was never agreed (ADD needs it
-        in every waited-for queue) and never can be; its client was never answered (the
-        driver answers a write once it is agreed and applied). Kept, it would stop
-        agreement for good (chaos round 203, wipe-dc, found it)."""
-        txid = entry.tx.txid
-        return entry.tx.origin in required and not any(
-            t.txid == txid for queue in collected for t in queue)
+    def arrived(self, txid: str) -> None:
+        """The payload of ``txid`` is held, or no longer wanted: no more asks for it."""
+        self._fetches.arrived(txid)
+        self._requested.pop(txid, None)
 
-    def _drop_lost(self, txids: list[str]) -> None:
-        """Forget incoming transactions lost at their origin. Only acquired entries are
-        persisted, so this changes memory only."""
-        gone = set(txids)
-        self._order = [k for k in self._order if k[1] not in gone]
-        for txid in txids:
-            entry = self._incoming.pop(txid)
-            self._fetching.arrived(txid)  # no more asks for it
-            self._report(entry.tx.origin, "lost-at-origin",
-                         f"{txid} is no longer held by its origin nor by any peer; it was "
-                         f"never agreed and is dropped")
+    def next_at(self, hedge: int, peers: Collection[str]) -> int | None:
+        """When a payload ask is to be hedged next (None: none is)."""
+        return self._fetches.next_at(hedge, peers)
 
-    def _retry_acquires(self, now: int) -> None:
-        retry = self._timing.acquire_retry
-        for entries in (self._incoming.values(), self._missing.values()):
-            for entry in entries:
-                if not entry.acquired and (entry.requested_at is None
-                                           or now - entry.requested_at >= retry):
-                    self._request(entry, now)
+
+def lost_at_origin(tx: TxMeta, required: Collection[str],
+                   collected: list[tuple[TxMeta, ...]]) -> bool:
+    """Is the unacquired incoming ``tx`` lost at its origin (wiped, or restored from an
+    older backup, before anyone fetched it)? ADD (protocol.py, ``_add``) asks when the
+    entry sorts at or below the least counter of this round: then its origin, a
+    waited-for peer, posted at our merge base with a counter past it; if that status no
+    longer lists it, and no waited-for peer does (statuses list acquired transactions
+    only), nobody holds its payload. It was never agreed (ADD needs it in every
+    waited-for queue) and never can be; its client was never answered (the driver
+    answers a write once it is agreed and applied). Kept, it would stop agreement for
+    good (chaos round 203, wipe-dc, found it)."""
+    return tx.origin in required and not any(
+        t.txid == tx.txid for queue in collected for t in queue)

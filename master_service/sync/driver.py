@@ -7,7 +7,8 @@ Every input (a client write, a peer's message, a payload that arrived, the round
 deadline) is a synchronous call on the one ``SyncNode``, on the master's asyncio loop; each
 returns a ``Ready``. Readies queue up for one *applier* task which follows the Ready
 contract (ready.py): it persists everything queued in ONE SQLite transaction (the
-Readies merged in order, with the payloads of new transactions), in the txlog's thread,
+Readies merged in order, with the payloads of new transactions: applier.py, shared with
+the simulator), in the txlog's thread,
 and only then acts on each Ready in order — posts and tail segments to the transport
 (transport.py), payload asks, the executor woken, the next round scheduled. Concurrent
 clients and messages are thereby group-committed, the same way the single data-centre
@@ -43,6 +44,7 @@ from typing import Any
 
 from master_service.errors import NotWritable, WriteFailed
 from master_service.sync import wire
+from master_service.sync.applier import Applier
 from master_service.sync.execution import Execution
 from master_service.sync.messages import InvalidMessage, Mode, TxMeta, applies_agreed
 from master_service.sync.ordering import AgreedOrdering
@@ -56,11 +58,10 @@ from master_service.sync.ready import (
     SplitRecovery,
     Timing,
     UnknownPeer,
-    group_commits,
 )
+from master_service.sync.sqlite_storage import SqliteStorage
 from master_service.sync.status import Health, PeerInfo, driver_status
 from master_service.sync.transport import Transport, pushed_payloads, relayed_statuses
-from master_service.txlog.agreement import AgreementLog, canonical_payload, payload_digest
 from master_service.txlog.txids import new_txid
 
 log = logging.getLogger("txcluster.sync")
@@ -79,7 +80,7 @@ class SyncDriver:
     """Runs one master's side of the TxLog sync protocol (module docstring)."""
 
     def __init__(self, *, node_id: str, mode: Mode, peers: Mapping[str, str], secret: bytes,
-                 agreement: AgreementLog, cluster: Any, scheduler: Any, timing: Timing,
+                 agreement: SqliteStorage, cluster: Any, scheduler: Any, timing: Timing,
                  request_timeout: float = 30.0, data_centre: str | None = None,
                  on_round: Callable[[float], None] | None = None,
                  on_needs_seeding: Callable[[], None] | None = None,
@@ -90,6 +91,7 @@ class SyncDriver:
         self.data_centre = data_centre or node_id
         self.mode = mode
         self.agreement = agreement
+        self.applier = Applier(agreement)  # the Readies' durable part, through the storage
         self.cluster = cluster
         self.scheduler = scheduler
         self.timing = timing
@@ -201,14 +203,14 @@ class SyncDriver:
 
     async def submit(self, operations: list[dict]) -> dict:
         """A client write at this master: agreed with the peers, executed here, answered."""
-        payload = canonical_payload(operations)
+        payload = wire.canonical_payload(operations)
         txid = new_txid()
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters[txid] = fut
         pays: list[tuple[TxMeta, list]] = []
         try:
             ready = self._step(lambda now: self.node.submit(
-                txid, size=len(payload), digest=payload_digest(payload), now=now), pays)
+                txid, size=len(payload), digest=wire.payload_digest(payload), now=now), pays)
         except BaseException as exc:
             self._waiters.pop(txid, None)
             if isinstance(exc, Refused):
@@ -487,11 +489,9 @@ class SyncDriver:
         return True
 
     async def _persist(self, batch: list[tuple[Ready, list[tuple[TxMeta, list]]]]) -> None:
-        """Persist the queued Readies in as few SQLite transactions as their order allows
-        (ready.py, ``merged``), in the txlog's thread."""
-        for merged in group_commits(batch):
-            if self.agreement.writes(**merged):  # else acted on without the thread's hop
-                await self.cluster.db(lambda m=merged: self.agreement.persist(**m))
+        """Persist the queued Readies (applier.py), each write in the txlog's thread."""
+        for commit in self.applier.commits(batch):
+            await self.cluster.db(self.applier.write, commit)
 
     def _act(self, ready: Ready) -> None:
         for tail in ready.tails:  # before the status: it finds the lagger caught up

@@ -33,7 +33,7 @@ from master_service.cluster.statuses import WorkerStatus
 from master_service.errors import NotWritable
 from master_service.sync.messages import TxMeta
 from master_service.sync.ordering import AgreedOrdering
-from master_service.txlog.agreement import Agreed, AgreementLog
+from master_service.sync.storage import Agreed, ExecutionStorage
 
 log = logging.getLogger("txcluster.sync")
 
@@ -57,7 +57,7 @@ class Execution:
     executed group, ``on_answers({txid: answer})`` for its clients, ``on_rolled_back(pos)``
     once the data centre is back at agreed position ``pos``."""
 
-    def __init__(self, *, node_id: str, agreement: AgreementLog, ordering: AgreedOrdering,
+    def __init__(self, *, node_id: str, agreement: ExecutionStorage, ordering: AgreedOrdering,
                  cluster: Cluster, may_execute: Callable[[], bool],
                  backs_up: Callable[[], bool], on_executed: Callable[[int], None],
                  on_answers: Callable[[dict[str, Any]], None],

@@ -20,13 +20,13 @@ from master_service.cluster import rollforward
 from master_service.cluster.core import Cluster
 from master_service.cluster.write_path import Outcome
 from master_service.errors import NotWritable, WriteFailed
-from master_service.txlog.agreement import Agreed, AgreementLog
+from master_service.sync.storage import Agreed, ExecutionStorage
 
 
 class AgreedOrdering:
     """The cluster's ordering for a peered master (module docstring)."""
 
-    def __init__(self, cluster: Cluster, agreement: AgreementLog) -> None:
+    def __init__(self, cluster: Cluster, agreement: ExecutionStorage) -> None:
         self.cluster, self.agreement = cluster, agreement
         # The driver's submit, once it runs (app.py wires it).
         self.submit_to: Callable[[list[dict]], Awaitable[dict]] | None = None
@@ -87,7 +87,7 @@ class AgreedOrdering:
                       answer_now: Callable[[dict[str, Any]], None] | None = None
                       ) -> dict[str, Any]:
         """Execute agreed transactions in their agreed order and record them executed
-        (AgreementLog.record_executed), in one SQLite transaction with their changesets.
+        (SqliteStorage.record_executed), in one SQLite transaction with their changesets.
         Returns txid -> the client's answer: a dict like a local write's with the agreed
         ``position``, or a WriteFailed. NotWritable when no worker can execute now: the
         transactions stay agreed and the caller retries.

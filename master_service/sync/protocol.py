@@ -86,14 +86,14 @@ Compaction (bounded state): compaction.py.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from master_service.sync.acquisition import AcquisitionSteps, Fetches
+from master_service.sync.acquisition import Acquisition, lost_at_origin
 from master_service.sync.compaction import CompactionSteps
 from master_service.sync.fingerprints import FingerprintCheck
 from master_service.sync.hlc import HybridLogicalClock
+from master_service.sync.incoming import IncomingQueue
 from master_service.sync.messages import (
     InvalidMessage,
     Message,
@@ -110,7 +110,6 @@ from master_service.sync.ready import FORGOTTEN as _FORGOTTEN
 from master_service.sync.ready import SAME as _SAME
 from master_service.sync.ready import (
     Activity,
-    Compaction,
     ExecutedAt,
     Incoming,
     Inconsistency,
@@ -131,13 +130,10 @@ from master_service.sync.ready import check_time as _check_time
 from master_service.sync.relaying import Relaying
 from master_service.sync.split_recovery import SplitRecoverySteps
 
-# SyncNode; the values it takes and gives are in ready.py (re-exported here for the
-# modules that import them from the core: txlog/agreement.py, api/peer.py, app.py)
-__all__ = ["Compaction", "Incoming", "PersistentState", "SplitRecovery", "SyncNode", "Timing",
-           "UnknownPeer"]
+__all__ = ["SyncNode"]  # the values it takes and gives: ready.py
 
 
-class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
+class SyncNode(SplitRecoverySteps, CompactionSteps):
     """One master's side of the TxLog sync protocol (module docstring)."""
 
     # Post a status at once on a client transaction (when busy), on a payload acquired and
@@ -194,12 +190,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         self._beyond: set[str] = set()  # peers whose statuses are behind our floor
         self._seed_holds: dict[str, tuple[int, int]] = {}  # compaction.py: hold_for_seeding
         self._seeding = False  # needs_seeding, as last reported
-        self._incoming: dict[str, _Entry] = {}
-        self._order: list[tuple[int, str]] = []  # keys of _incoming, sorted
-        for item in state.incoming:
-            self._incoming[item.tx.txid] = _Entry(item.tx, item.acquired,
-                                                  self._sources(item.tx.origin))
-            self._order.append(item.tx.key)
+        self._incoming = IncomingQueue(_Entry(item.tx, item.acquired,
+                                              self._sources(item.tx.origin))
+                                       for item in state.incoming)
         self._peers: dict[str, _Peer] = {}
         items = peers.items() if isinstance(peers, Mapping) else ((p, Mode.READ_WRITE)
                                                                   for p in peers)
@@ -232,9 +225,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         # what goes with statuses, payload asks, fingerprints (their modules' docstrings);
         # ``pushable``: own transactions whose payloads the driver holds to push
         self._relaying = Relaying(node_id, pushable)
-        self._fetching = Fetches()
+        self._acquisition = Acquisition()
         self._fingerprints = FingerprintCheck()
-        self._arriving: frozenset[str] = frozenset()  # pushed with the status in hand
 
     @classmethod
     def restore(cls, node_id: str, persisted: PersistentState, *, now: int,
@@ -299,8 +291,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
 
     @property
     def incoming(self) -> tuple[Incoming, ...]:
-        return tuple(Incoming(self._incoming[t].tx, self._incoming[t].acquired)
-                     for _, t in self._order)
+        return tuple(Incoming(e.tx, e.acquired) for e in self._incoming.sorted())
 
     @property
     def activity(self) -> Activity:
@@ -335,6 +326,11 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def pushable(self) -> tuple[str, ...]:
         """Own transactions, not agreed yet, whose payloads go with our statuses."""
         return self._relaying.own
+
+    @property
+    def next_fetch_at(self) -> int | None:
+        """When a payload ask is to be hedged next (tick then); None: none is."""
+        return self._acquisition.next_at(self._timing.fetch_hedge, self._peers)
 
     @property
     def missing_payloads(self) -> frozenset[str]:
@@ -405,14 +401,14 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         peer = self._peers[message.sender]
         peer.heard_at = now
         self._left_behind.discard(message.sender)  # it talks to us: wait for it again
-        self._arriving = frozenset(pushed)
+        self._acquisition.arriving = frozenset(pushed)
         try:
             if isinstance(message, Status):
                 self._on_status(peer, message, now, relayed=relayed_by is not None)
             else:
                 self._on_tail(message, now)
         finally:
-            self._arriving = frozenset()
+            self._acquisition.arriving = frozenset()
         if isinstance(message, Status) and relayed_by is None:
             self._relaying.heard(message, now, silent)
             if executed is not None:
@@ -446,7 +442,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             self._complete_round(now)
         else:
             self._retry_acquires(now)
-        self._out.fetches += self._fetching.due(now, self._timing.fetch_hedge, self._peers)
+        self._acquisition.due(now, self._timing.fetch_hedge, self._peers, self._out)
         return self._finish(now)
 
     def acquired(self, txid: str, now: int) -> Ready:
@@ -461,7 +457,13 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             if self.EAGER_POSTS:
                 self._post(now)
         self._missing.pop(txid, None)
-        self._fetching.arrived(txid)
+        self._acquisition.arrived(txid)
+        return self._finish(now)
+
+    def fetch_failed(self, txid: str, source: str, now: int) -> Ready:
+        """``source`` could not give the payload of ``txid``: the next one is asked."""
+        _check_time(now)
+        self._acquisition.failed(txid, source, now, self._peers, self._out)
         return self._finish(now)
 
     def add_peer(self, peer: str, mode: Mode = Mode.READ_WRITE, *, now: int) -> Ready:
@@ -644,10 +646,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             return
         for tx in new:
             self._clock.observe(tx.timestamp)
-            entry = self._incoming.pop(tx.txid, None)
-            if entry is not None:
-                self._order.remove(tx.key)
-            self._append_synced(tx, entry, seg.sender, now)
+            self._append_synced(tx, self._incoming.pop(tx.txid), seg.sender, now)
         self._base_advanced(now, progressed=True)
         self._complete_round(now)  # a new merge base: post it
 
@@ -685,7 +684,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         """ADD: the common prefix, up to the least counter, if every waited-for peer
         posted at our merge base this round (module docstring)."""
         required = self._required()
-        if not self._order or not self._posted_here(required, allow_none=True):
+        if not self._incoming or not self._posted_here(required, allow_none=True):
             return 0  # a status missing this round: an empty round
         least = self._clock.counter
         collected = []
@@ -695,10 +694,10 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             collected.append(st.queue)
         chosen: list[str] = []
         lost: list[str] = []
-        for ts, txid in self._order:
+        for entry in self._incoming.sorted():
+            ts, txid = entry.tx.key
             if ts > least:
                 break
-            entry = self._incoming[txid]
             if not entry.acquired:
                 if entry.tx.origin in self._excluded:
                     # A transaction of the other side of a split that we heard of but
@@ -708,7 +707,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
                     # other agree" holds for queues without such entries, and what we add
                     # past it is post-split, which split recovery settles.
                     continue
-                if self._lost_at_origin(entry, required, collected):
+                if lost_at_origin(entry.tx, required, collected):
                     lost.append(txid)  # never agreed, and never can be (acquisition.py)
                     continue
                 break
@@ -716,15 +715,18 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             if any(len(q) <= n or q[n].txid != txid for q in collected):
                 break
             chosen.append(txid)
-        if lost:
-            self._drop_lost(lost)
-        if chosen:
-            taken = set(chosen)
-            self._order = [k for k in self._order if k[1] not in taken]
-            for txid in chosen:
-                entry = self._incoming.pop(txid)
-                self._append_synced(entry.tx, entry, self._id, now)
+        for entry in self._incoming.take(lost):  # only in memory: it was not acquired
+            self._acquisition.arrived(entry.tx.txid)  # no more asks for it
+            self._report(entry.tx.origin, "lost-at-origin",
+                         f"{entry.tx.txid} is no longer held by its origin nor by any peer; "
+                         "it was never agreed and is dropped")
+        for entry in self._incoming.take(chosen):
+            self._append_synced(entry.tx, entry, self._id, now)
         return len(chosen)
+
+    def _retry_acquires(self, now: int) -> None:
+        self._acquisition.retry((*self._incoming.values(), *self._missing.values()), now,
+                                self._timing.acquire_retry, self._peers, self._out)
 
     def _peers_can_add(self, base: tuple[int, str | None], added: int) -> bool:
         """Can our peers ADD what we just ``added`` at ``base`` from our last status? Not
@@ -739,10 +741,11 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
     def _post(self, now: int, only: list[str] | None = None) -> None:
         """POST our status (to ``only`` those peers): a cumulative snapshot, so any number."""
         if not self._peers or only == [] or (self.EAGER_POSTS and any(
-                t in self._incoming and not self._incoming[t].acquired for t in self._arriving)):
+                t in self._incoming and not self._incoming[t].acquired
+                for t in self._acquisition.arriving)):
             return  # payloads pushed with the status in hand: ``acquired`` posts next
         counter = self._clock.tick(now)
-        queue = tuple(self._incoming[t].tx for _, t in self._order if self._incoming[t].acquired)
+        queue = tuple(e.tx for e in self._incoming.sorted() if e.acquired)
         if only is None:
             self._posted = (self.seq, self.merge_base, counter, frozenset(t.txid for t in queue))
         point = self._split_point if self._split() else None
@@ -800,8 +803,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
         return out
 
     def _insert(self, entry: _Entry) -> None:
-        self._incoming[entry.tx.txid] = entry
-        bisect.insort(self._order, entry.tx.key)
+        self._incoming.add(entry)
         self._out.incoming[entry.tx.txid] = None
 
     def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int,
@@ -834,7 +836,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             self._clock.observe(tx.timestamp)
             entry = _Entry(tx, False, self._sources(tx.origin, poster))
             self._insert(entry)
-            self._request(entry, now)
+            self._acquisition.request(entry, now, self._peers, self._out)
 
     def _append_synced(self, tx: TxMeta, entry: _Entry | None, source: str, now: int) -> None:
         self._synced_pos[tx.txid] = self.seq
@@ -846,7 +848,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps, AcquisitionSteps):
             missing = _Entry(tx, False, self._sources(source, tx.origin,
                                                       *(entry.sources if entry else ())))
             self._missing[tx.txid] = missing
-            self._request(missing, now)
+            self._acquisition.request(missing, now, self._peers, self._out)
 
     def _base_advanced(self, now: int, progressed: bool) -> None:
         if progressed:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
 
@@ -48,7 +47,6 @@ __all__ = [
     "Timing",
     "Truncation",
     "UnknownPeer",
-    "group_commits",
 ]
 
 
@@ -288,7 +286,7 @@ class Inconsistency:
     ``mode-mismatch`` (a peer posts with another mode than we have configured for it).
     Two are reports, not divergences: ``beyond-horizon`` (a peer behind our floor needs
     seeding) and ``lost-at-origin`` (an incoming transaction nobody holds any more was
-    dropped: acquisition.py, ``_lost_at_origin``).
+    dropped: acquisition.py, ``lost_at_origin``).
     """
 
     peer: str
@@ -339,13 +337,12 @@ class Ready:
 class Entry:
     """An incoming transaction, or a synchronised one whose payload we still lack."""
 
-    __slots__ = ("acquired", "requested_at", "sources", "tx")
+    __slots__ = ("acquired", "sources", "tx")
 
     def __init__(self, tx: TxMeta, acquired: bool, sources: list[str]) -> None:
         self.tx = tx
         self.acquired = acquired
         self.sources = sources
-        self.requested_at: int | None = None
 
 
 class PeerState:
@@ -387,51 +384,3 @@ FORGOTTEN = "forgotten"  # a position before our floor: we can't compare nor ser
 def check_time(now: object) -> None:
     if not isinstance(now, int) or isinstance(now, bool) or now < 0:
         raise ValueError(f"now must be an integer >= 0, got {now!r}")
-
-
-def group_commits(batch: list[tuple[Ready, list]]) -> list[dict[str, Any]]:
-    """Queued Readies (each with the payloads stored with it) merged, in order, into as
-    few durable transactions as their order allows — one, unless a split recovery
-    truncated the agreed queue (the truncation must come after the appends of the
-    Readies before it and before those of its own). Each is the arguments of
-    ``AgreementLog.persist``; Readies with nothing to persist give none."""
-    starts = [i for i, (ready, _) in enumerate(batch) if ready.truncated is not None and i]
-    bounds = list(zip([0, *starts], [*starts, len(batch)], strict=True))
-    merged = (_merged(batch[a:b]) for a, b in bounds)
-    return [m for m in merged if m is not None]
-
-
-def _merged(batch: list[tuple[Ready, list]]) -> dict[str, Any] | None:
-    truncated = batch[0][0].truncated if batch else None
-    split_point: tuple[int | None] | None = None
-    compacted: Compaction | None = None
-    counter = None
-    incoming: dict[str, Incoming] = {}
-    synchronised: list[TxMeta] = []
-    payloads: list = []
-    for ready, pays in batch:
-        if ready.counter is not None:
-            counter = max(counter or 0, ready.counter)
-        for item in ready.incoming:
-            incoming.pop(item.tx.txid, None)
-            # A transaction merged from a peer but not acquired is not persisted (one
-            # fsync less on the commit path): no status of ours lists it until its
-            # payload is stored, which persists it; after a crash the peers' next
-            # statuses bring it back. The safety argument only needs what we posted.
-            if item.acquired:
-                incoming[item.tx.txid] = item
-        for tx in ready.synchronised:
-            incoming.pop(tx.txid, None)  # agreed in this batch: never incoming on disk
-        synchronised.extend(ready.synchronised)
-        payloads.extend(pays)
-        if ready.split_point_changed:
-            split_point = (ready.split_point,)
-        if ready.compacted is not None:
-            compacted = ready.compacted  # floors only rise: the last one covers all
-    if (counter is None and not incoming and not synchronised and not payloads
-            and truncated is None and split_point is None and compacted is None):
-        return None
-    return {"counter": counter, "incoming": list(incoming.values()),
-            "synchronised": synchronised, "payloads": payloads, "split_point": split_point,
-            "truncate_after": None if truncated is None else truncated.after_seq,
-            "compacted": compacted}

@@ -9,10 +9,10 @@ replaying the agreed queue. Both sides are here; the HTTP routes are in
 *The donor* (``SeedImages``). ``POST /peer/seed``: one of its in-sync workers (not the
 probe, when another can) writes a named image ``seed-<requester>``; the image pairs the
 store with the worker's exact state, which is the state after some agreed position P of
-the data centre's agreed queue (``AgreementLog.position_of``: in a peered data centre
+the data centre's agreed queue (``SqliteStorage.position_of``: in a peered data centre
 every transaction is an agreed one). With the core's seed point at P (the id of the entry
 there, the hash chain up to it, the newest timestamp up to it) and the ids of the
-entries agreed up to P that it still knows (``AgreementLog.known_ids``) that makes the
+entries agreed up to P that it still knows (``SqliteStorage.known_ids``) that makes the
 ``SeedPoint``. ``GET /peer/seed/<name>`` streams the image (a Range request resumes it).
 
 *The recipient* (``Seeding``). With its sync driver stopped (writes are refused
@@ -26,7 +26,7 @@ is adopted before the download is complete and checked too; if none could instal
 they try one at a time with the complete image — and checks that the workers now hold
 the point's state; then, in one SQLite transaction, the agreed queue is forgotten up to P
 as a compaction would (the floor) and the data centre's log starts over at the image's
-state (``AgreementLog.seeded``). A worker that could not install it is replicated from
+state (``SqliteStorage.seeded``). A worker that could not install it is replicated from
 one that did by the usual recovery, and peering resumes from P: peers send what was
 agreed after it. Progress (phase, bytes, total) is on the
 status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
@@ -34,7 +34,7 @@ status page (``GET /admin/sync``: ``seeding``) and in ``/metrics``.
 Transactions of the incoming queue that the donor agreed at or before the seed point are
 in the image (their ids are in the point, and kept: ``sync_forgotten``), so they leave
 the queue; the others are negotiated as before
-(``AgreementLog.seeded``, ``compaction.leaves_incoming``: by timestamp alone only where
+(``SqliteStorage.seeded``, ``compaction.leaves_incoming``: by timestamp alone only where
 the donor forgot the ids that would tell). A cut download resumes where it was cut,
 within one seeding and across a restart of this master: the seed point is kept beside
 the partial download (``<name>.part.point``), and a seeding from the same peer within
@@ -64,7 +64,7 @@ from master_service.cluster.statuses import WorkerStatus
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, SeedPoint
-from master_service.txlog.agreement import AgreementLog
+from master_service.sync.storage import SeedingStorage
 from master_service.txlog.log import State, TxLogError
 from txcluster import growing_file
 from txcluster.signed_session import SignedSession
@@ -94,7 +94,7 @@ def image_name(requester: str) -> str:
 class SeedImages:
     """The donor's side (module docstring)."""
 
-    def __init__(self, cluster: Any, agreement: AgreementLog,
+    def __init__(self, cluster: Any, agreement: SeedingStorage,
                  driver: Callable[[], Any | None], compression: Callable[[], bool]) -> None:
         self.cluster, self.agreement = cluster, agreement
         self._driver = driver  # the running SyncDriver, None when this master does not peer
@@ -196,7 +196,7 @@ class Seeding:
     """The recipient's side (module docstring). ``progress`` is what the status page,
     ``GET /admin/sync`` and /metrics show; None before the first seeding."""
 
-    def __init__(self, *, cluster: Any, agreement: AgreementLog, secret: bytes,
+    def __init__(self, *, cluster: Any, agreement: SeedingStorage, secret: bytes,
                  node_id: str, master_url: str, data_dir: Path, request_timeout: float,
                  tls: Any = None) -> None:
         self.cluster, self.agreement = cluster, agreement

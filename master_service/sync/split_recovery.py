@@ -427,7 +427,7 @@ class SplitRecoverySteps:
                 entry = _Entry(tx, False, self._sources(tx.origin, *missing.sources,
                                                         *sorted(self._peers)))
                 self._insert(entry)
-                self._request(entry, now)
+                self._acquisition.request(entry, now, self._peers, self._out)
         self._out.truncated = Truncation(point, tuple(removed))
         self._split_point = None
         self._out.split_point_changed = True

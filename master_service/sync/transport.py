@@ -34,7 +34,7 @@ import aiohttp
 from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, Status, TailSegment, TxMeta
 from master_service.sync.ready import Post
-from master_service.txlog.agreement import payload_digest
+from master_service.sync.wire import payload_digest
 from txcluster import jsonbody
 from txcluster.signed_session import SignedSession
 

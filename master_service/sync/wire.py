@@ -7,6 +7,9 @@ machine only ever sees well-formed values.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from master_service.sync.messages import (
@@ -17,6 +20,16 @@ from master_service.sync.messages import (
     TailSegment,
     TxMeta,
 )
+
+
+def canonical_payload(operations: Sequence[dict[str, Any]]) -> bytes:
+    """The bytes that travel between masters and that a transaction's digest covers."""
+    return json.dumps(list(operations), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+
+
+def payload_digest(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
 
 
 def tx_to_json(tx: TxMeta) -> dict[str, Any]:

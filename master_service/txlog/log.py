@@ -207,7 +207,7 @@ class TxLog:
     @contextlib.contextmanager
     def atomic(self) -> Iterator[Database]:
         """The connection under the lock, in one SQLite transaction: for the tables other
-        modules keep in this file (``agreement.py``: the sync protocol's queues)."""
+        modules keep in this file (``sync/sqlite_storage.py``: the sync protocol's queues)."""
         with self._lock, self._db.atomic():
             yield self._db
 
@@ -487,7 +487,7 @@ class TxLog:
         transaction rows; the base moves to the state after the last dropped entry, so
         ``head()`` is unchanged. Failed transactions older than the depth are dropped too.
         On a peered master the payloads of agreed transactions that the agreed queue still
-        holds are kept (peers may fetch them; agreement.py forgets them with the entry).
+        holds are kept (peers may fetch them; sync/sqlite_storage.py forgets them with the entry).
         """
         if max_size < 0 or max_depth_hours < 0:
             raise ValueError("prune limits must be >= 0")
@@ -501,7 +501,7 @@ class TxLog:
             if row["seq"] is not None:
                 last = max(last, row["seq"])
             # A peered master: the payloads of agreed transactions stay until the agreed
-            # queue forgets them (agreement.py): peers may still fetch them. Pruning used
+            # queue forgets them (sync/sqlite_storage.py): peers may still fetch them. Pruning used
             # to take them, and a restarted master then asked its peers for them for ever.
             keep = (" and txid not in (select txid from sync_agreed)"
                     if "sync_agreed" in self._db.table_names() else "")

@@ -1,8 +1,9 @@
-"""The sync protocol's durable state, in the master's transaction log file.
+"""The sync protocol's durable state in the master's transaction log file: the SQLite
+implementation of the storage interfaces (storage.py).
 
 The TxLog sync protocol (docs/design/sync-protocol.md) agrees on one order of transactions
-among peer masters; ``master_service/sync/protocol.py`` is its pure core and this module
-keeps what its Readies ask to persist, next to the data centre's own log:
+among peer masters; ``protocol.py`` is its pure core and this module keeps what its
+Readies ask to persist (applier.py), next to the data centre's own log (txlog/log.py):
 
 - ``sync_incoming``: the incoming queue (transaction metadata; ``acquired`` when we hold
   the payload);
@@ -36,42 +37,23 @@ which is at least every counter ever posted; timestamps only move forward, so th
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from master_service.sync.compaction import leaves_incoming
 from master_service.sync.messages import SeedPoint, TxMeta
-from master_service.sync.protocol import Compaction, Incoming, PersistentState
+from master_service.sync.ready import Compaction, Incoming, PersistentState
+from master_service.sync.storage import Agreed
+from master_service.sync.wire import canonical_payload
 from master_service.txlog.log import State, TxLog, TxLogError
 
 COUNTER_LEASE = 10_000  # persist the counter this far ahead (driver units: ms)
 
 
-def canonical_payload(operations: Sequence[dict[str, Any]]) -> bytes:
-    """The bytes that travel between masters and that a transaction's digest covers."""
-    return json.dumps(list(operations), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode()
-
-
-def payload_digest(payload: bytes) -> str:
-    return hashlib.sha256(payload).hexdigest()
-
-
-@dataclass(frozen=True)
-class Agreed:
-    """An agreed transaction waiting to be executed in this data centre."""
-
-    pos: int
-    txid: str
-    operations: list[dict[str, Any]]
-    timestamp: int  # the agreed one (ms, TxMeta.timestamp): NOW() in every data centre
-
-
-class AgreementLog:
-    """The sync protocol's tables in one master's TxLog (module docstring)."""
+class SqliteStorage:
+    """The sync protocol's tables in one master's TxLog (module docstring): ``CoreStorage``,
+    ``ExecutionStorage`` and ``SeedingStorage`` (storage.py)."""
 
     def __init__(self, txlog: TxLog) -> None:
         self.txlog = txlog
