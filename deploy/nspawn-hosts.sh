@@ -7,89 +7,209 @@
 #   nspawn-hosts.sh up STATE ROOTFS BRIDGE HOST_CIDR PUBKEY NAME=ADDR...
 #   nspawn-hosts.sh down STATE
 #
-# STATE is a directory recording what `up` made (bridge name, each instance's nspawn PID,
-# overlay mount); `down` undoes exactly that and nothing else: it kills only the PIDs it
-# recorded (after checking they are still that machine's systemd-nspawn), unmounts only its
-# overlays, deletes only its bridge. `down` is safe to run on a half-made or absent STATE,
-# so create.yml runs it first to clear what an interrupted run left.
+# STATE is a directory recording what `up` made (bridge, guard route, each instance's
+# nspawn PID and init, overlay mount). `down` undoes that, from any half-made state, and
+# also whatever processes of this STATE a killed run left unrecorded; `up` runs `down`
+# first. What is ours is decided by STATE's path, never by a bare name:
+#  - a systemd-nspawn process whose arguments are `-D STATE/instances/NAME/root`
+#    (its forked helpers carry the same arguments until they exec);
+#  - a container init: the first process of a PID namespace whose root is the overlay
+#    with `upperdir=STATE/instances/NAME/upper` (found even when its nspawn was killed
+#    and it was reparented to PID 1, or `down` of an older run forgot it);
+#  - the bridge and guard route recorded in STATE, and a veth `vb-txm-NAME` that is
+#    still enslaved to that bridge after its container is gone.
+# Each PID is checked again right before it is signalled. STATE is removed only when
+# nothing of it is left, so a `down` that could not finish says why and can be rerun.
 #
 # Network: the bridge gets HOST_CIDR (a /24 that must be unused on this machine), the
 # instances static addresses in it and no default route, so they can reach nothing but
 # each other and the controller's bridge address. /etc/hosts is written in each instance
 # (fact gathering otherwise stalls on DNS).
 set -Eeuo pipefail
-# A command that fails under set -e says which one, in functions too (-E): a create once
-# failed with rc 1 and nothing on stderr, 0.14 s in, beside the suite (2026-12-03; not
-# reproduced).
+# A command that fails under set -e says which one, in functions too (-E).
 trap 'echo "nspawn-hosts: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 
 die() { echo "nspawn-hosts: $*" >&2; exit 1; }
+say() { echo "nspawn-hosts: $*" >&2; }
 
 machine_name() { echo "txm-$1"; }  # short: nspawn's host-side veth is vb-<name>
+veth_name() { echo "vb-$(machine_name "$1")"; }
 
-nspawn_pid_ok() {  # PID still the systemd-nspawn of machine $2?
-  local pid=$1 machine=$2
-  [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q "systemd-nspawn .*-M $machine "
+# The helpers below only test and print; they are called in conditions, where bash
+# ignores set -e, so every step that can fail returns explicitly. A process can exit
+# between any two reads of /proc: each read that fails means "not (or no longer) ours".
+
+SELF_PIDNS=$(readlink /proc/self/ns/pid)
+
+nspawn_instance() {  # print NAME if PID $1 is a systemd-nspawn of STATE $2, else fail
+  local pid=$1 state=$2 argv=() i
+  mapfile -d '' argv 2>/dev/null < "/proc/$pid/cmdline" || return 1
+  [ "${#argv[@]}" -gt 2 ] && [ "${argv[0]##*/}" = systemd-nspawn ] || return 1
+  for ((i = 1; i < ${#argv[@]} - 1; i++)); do
+    if [ "${argv[i]}" = -D ]; then
+      case ${argv[i+1]} in
+        "$state"/instances/*/root)
+          local name=${argv[i+1]#"$state"/instances/}
+          name=${name%/root}
+          case $name in */*|'') return 1;; esac
+          echo "$name"; return 0;;
+      esac
+      return 1
+    fi
+  done
+  return 1
 }
 
-# The instance's init, by the PID and PID namespace recorded at boot: killing it ends
-# every process of the instance (a PID namespace dies with its init), which killing
-# systemd-nspawn alone does not do.
-leader_ok() {  # $1 = instance dir: its recorded init still alive, same namespace?
-  local dir=$1 pid ns
-  read -r pid ns < "$dir/leader" 2>/dev/null || return 1
-  [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "$ns" ]
+init_instance() {  # print NAME if PID $1 is the init of a container of STATE $2, else fail
+  local pid=$1 state=$2 nspid line mp rest upper
+  # The first process of a PID namespace below ours: NSpid ends in 1, with more than one.
+  nspid=$(grep -s '^NSpid:' "/proc/$pid/status") || return 1
+  set -- $nspid
+  [ $# -ge 3 ] && [ "${!#}" = 1 ] || return 1
+  # Its root is an instance's overlay, which names STATE in its upperdir option.
+  while read -r _ _ _ _ mp rest; do
+    [ "$mp" = / ] || continue
+    case $rest in *" - overlay "*upperdir=*) ;; *) continue;; esac
+    upper=${rest#*upperdir=}
+    upper=${upper%%,*}
+    case $upper in
+      "$state"/instances/*/upper)
+        local name=${upper#"$state"/instances/}
+        name=${name%/upper}
+        case $name in */*|'') continue;; esac
+        echo "$name"; return 0;;
+    esac
+  done 2>/dev/null < "/proc/$pid/mountinfo"
+  return 1
 }
 
-kill_leader() {
-  local dir=$1 pid ns
-  leader_ok "$dir" || return 0
-  read -r pid ns < "$dir/leader"
-  kill -KILL "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do leader_ok "$dir" || return 0; sleep 0.1; done
+our_processes() {  # print "nspawn|init PID NAME" for every live process of STATE $1
+  local state=$1 f pid name
+  # Cheap prefilters first: the arguments hold STATE's path, the status a nested NSpid.
+  for f in $(grep -lsaF -- "$state/instances/" /proc/[0-9]*/cmdline || true); do
+    pid=${f#/proc/}; pid=${pid%/cmdline}
+    name=$(nspawn_instance "$pid" "$state") && echo "nspawn $pid $name"
+  done
+  for f in $(grep -sE '^NSpid:.*[[:space:]]1$' /proc/[0-9]*/status | cut -d: -f1 || true); do
+    pid=${f#/proc/}; pid=${pid%/status}
+    name=$(init_instance "$pid" "$state") && echo "init $pid $name"
+  done
+  return 0
+}
+
+running() {  # PID $1 exists and is not a zombie
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ -n "$stat" ] && [ "${stat%% *}" != Z ]
+}
+
+signal_ours() {  # $1 signal, $2 kind, $3 PID, $4 STATE, $5 NAME: only if still that process
+  local sig=$1 kind=$2 pid=$3 state=$4 name=$5 now
+  now=$("${kind}_instance" "$pid" "$state") || return 0
+  [ "$now" = "$name" ] || return 0
+  kill "-$sig" "$pid" 2>/dev/null || true
+}
+
+find_init() {  # print "PID PIDNS" of the init under systemd-nspawn $1, else fail
+  local nspawn=$1 child ns
+  # nspawn's first child only sets the namespaces up and exits; the init is the child
+  # in a new PID namespace (nspawn is its subreaper).
+  for child in $(pgrep -P "$nspawn" || true); do
+    ns=$(readlink "/proc/$child/ns/pid" 2>/dev/null) || continue
+    if [ -n "$ns" ] && [ "$ns" != "$SELF_PIDNS" ]; then echo "$child $ns"; return 0; fi
+  done
+  return 1
+}
+
+stop_processes() {  # end every process of STATE $1; fail if any is left
+  local state=$1 kind pid name left deadline
+  # Ask each nspawn to power its container off (nspawn forwards SIGTERM as a poweroff
+  # request); a test instance being thrown away gets 10 s, then its init is killed:
+  # killing an init ends every process of its PID namespace, which killing nspawn alone
+  # does not (its init would be reparented to PID 1 and keep the veth).
+  left=$(our_processes "$state")
+  [ -n "$left" ] || return 0
+  if grep -q '^nspawn ' <<< "$left"; then
+    while read -r kind pid name; do
+      if [ "$kind" = nspawn ]; then signal_ours TERM nspawn "$pid" "$state" "$name"; fi
+    done <<< "$left"
+    deadline=$((SECONDS + 10))
+    while [ $SECONDS -lt $deadline ]; do
+      left=$(our_processes "$state")
+      [ -n "$left" ] || return 0
+      sleep 0.2
+    done
+  fi
+  # Inits first, then the nspawns (which exit by themselves once their init is gone),
+  # again until none is left: an nspawn still starting may fork an init meanwhile.
+  say "$(wc -l <<< "$left") processes of $state did not end on power-off: killing them"
+  local round
+  for round in $(seq 1 50); do
+    left=$(our_processes "$state")
+    [ -n "$left" ] || return 0
+    while read -r kind pid name; do
+      if [ "$kind" = init ]; then signal_ours KILL init "$pid" "$state" "$name"; fi
+    done <<< "$left"
+    if [ "$round" -gt 2 ]; then
+      while read -r kind pid name; do
+        if [ "$kind" = nspawn ]; then signal_ours KILL nspawn "$pid" "$state" "$name"; fi
+      done <<< "$left"
+    fi
+    sleep 0.2
+  done
+  left=$(our_processes "$state")
+  [ -z "$left" ] && return 0
+  say "still running after SIGKILL: $(tr '\n' ';' <<< "$left")"
+  return 1
+}
+
+remove_veth() {  # veth $1 of a container that is gone; $2 our bridge (may be empty)
+  local veth=$1 bridge=$2 master
+  # The kernel deletes a veth with the network namespace of its peer, a moment after
+  # the namespace's last process.
+  for _ in $(seq 1 50); do
+    ip link show "$veth" >/dev/null 2>&1 || return 0
+    sleep 0.2
+  done
+  master=$(ip -o link show "$veth" 2>/dev/null | grep -o ' master [^ ]*' | cut -d' ' -f3)
+  if [ -n "$bridge" ] && [ "$master" = "$bridge" ]; then
+    ip link delete "$veth" 2>/dev/null || true
+    ip link show "$veth" >/dev/null 2>&1 || return 0
+  fi
+  say "$veth still exists (master ${master:-none}) with no process of this STATE behind it"
+  return 1
 }
 
 cmd_down() {
-  local state=$1
-  [ -d "$state" ] || return 0
-  local dir name machine pid
-  # Ask every instance to power off first (in parallel: each shuts down on its own).
+  local state=$1 ok=0 dir name bridge=""
+  if [ -f "$state/bridge" ]; then bridge=$(cat "$state/bridge"); fi
+  # The instances: those recorded, and any whose processes are still running.
+  local -A names=()
   for dir in "$state"/instances/*/; do
-    [ -d "$dir" ] || continue
-    name=$(basename "$dir")
-    machine=$(machine_name "$name")
-    pid=$(cat "$dir/pid" 2>/dev/null || true)
-    if [ -n "$pid" ] && nspawn_pid_ok "$pid" "$machine"; then
-      kill -TERM "$pid" 2>/dev/null || true  # nspawn asks the container to power off
-    fi
+    [ -d "$dir" ] && names[$(basename "$dir")]=1
   done
-  # A test instance being thrown away needs no long goodbye: whatever is still running
-  # after 10 s (a service waiting on peers that are already gone) is killed with its init.
-  for dir in "$state"/instances/*/; do
-    [ -d "$dir" ] || continue
-    name=$(basename "$dir")
-    machine=$(machine_name "$name")
-    pid=$(cat "$dir/pid" 2>/dev/null || true)
-    if [ -n "$pid" ]; then
-      for _ in $(seq 1 50); do nspawn_pid_ok "$pid" "$machine" || break; sleep 0.2; done
-    fi
-    if leader_ok "$dir" || { [ -n "$pid" ] && nspawn_pid_ok "$pid" "$machine"; }; then
-      echo "nspawn-hosts: $machine did not power off: killing its init; console ends:" >&2
-      tail -5 "$dir/console.log" >&2 || true
-      kill_leader "$dir"
-      if [ -n "$pid" ]; then
-        for _ in $(seq 1 50); do nspawn_pid_ok "$pid" "$machine" || break; sleep 0.1; done
-        nspawn_pid_ok "$pid" "$machine" && kill -KILL "$pid" 2>/dev/null
-      fi
-    fi
-    if mountpoint -q "$dir/root"; then
-      umount "$dir/root" 2>/dev/null || umount -l "$dir/root"
-    fi
+  local kind pid
+  while read -r kind pid name; do
+    if [ -n "$name" ]; then names[$name]=1; fi
+  done <<< "$(our_processes "$state")"
+
+  if ! stop_processes "$state"; then
+    # A container still running keeps its veth, overlay and network: nothing else goes.
+    say "down: $state is kept: the processes above are left (run down again)"
+    return 1
+  fi
+  for name in "${!names[@]}"; do
+    dir="$state/instances/$name"
+    remove_veth "$(veth_name "$name")" "$bridge" || ok=1
+    while mountpoint -q "$dir/root" 2>/dev/null; do
+      umount "$dir/root" 2>/dev/null || umount -l "$dir/root" || { ok=1; break; }
+    done
   done
   # Each upper dir holds an installed virtualenv: delete them side by side.
-  for dir in "$state"/instances/*/; do
-    [ -d "$dir" ] && ! mountpoint -q "$dir/root" && rm -rf "$dir" &
+  for name in "${!names[@]}"; do
+    dir="$state/instances/$name"
+    if [ -d "$dir" ] && ! mountpoint -q "$dir/root"; then rm -rf "$dir" & fi
   done
   wait
   # SSH connection masters (ControlPersist) that Ansible and testinfra left to our hosts.
@@ -97,13 +217,20 @@ cmd_down() {
   for sock in "$state"/cp/*; do
     [ -S "$sock" ] && ssh -o ControlPath="$sock" -O exit dummy >/dev/null 2>&1 || true
   done
-  if [ -f "$state/bridge" ]; then
-    local bridge
-    bridge=$(cat "$state/bridge")
-    if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge" type bridge; fi
+  if [ -n "$bridge" ] && ip link show "$bridge" >/dev/null 2>&1; then
+    ip link delete "$bridge" type bridge || ok=1
   fi
-  if [ -f "$state/guard-route" ]; then
-    ip route del $(cat "$state/guard-route") 2>/dev/null || true
+  if [ -f "$state/guard-route" ]; then  # "unreachable PREFIX metric 4242"
+    local route
+    route=$(cat "$state/guard-route")
+    ip route del $route 2>/dev/null || true
+    if grep -qF "${route#unreachable }" <<< "$(ip -4 route show type unreachable)"; then
+      say "the route '$route' is still there"; ok=1
+    fi
+  fi
+  if [ "$ok" != 0 ]; then
+    say "down: $state is kept: what is listed above is left (run down again)"
+    return 1
   fi
   rm -rf "$state"
 }
@@ -115,9 +242,22 @@ cmd_up() {
   command -v systemd-nspawn >/dev/null || die "systemd-nspawn missing (Debian systemd-container)"
   [ -f "$rootfs/.complete" ] || die "$rootfs is not a finished root filesystem (deploy/rootfs.sh)"
   [ -f "$pubkey" ] || die "no public key $pubkey"
-  [ -e "$state" ] && die "$state exists: run '$0 down $state' first"
   local prefix=${host_cidr%.*}  # 10.213.77.1/24 -> 10.213.77
   case "$host_cidr" in */24) ;; *) die "HOST_CIDR must be a /24 (got $host_cidr)";; esac
+  local spec name addr
+  for spec in "$@"; do
+    name=${spec%%=*}
+    case $name in ''|*/*|*[!A-Za-z0-9-]*) die "bad instance name '$name'";; esac
+  done
+
+  # Whatever an earlier run of this STATE left (recorded or not) goes first.
+  cmd_down "$state" || die "could not remove what an earlier run of $state left"
+  for spec in "$@"; do
+    name=${spec%%=*}
+    if ip link show "$(veth_name "$name")" >/dev/null 2>&1; then
+      die "interface $(veth_name "$name") exists and no container of $state holds it"
+    fi
+  done
   # The subnet must be unused here: no address in it, no route to it but the default one.
   if ip -o -4 addr show | grep -q " inet ${prefix//./\\.}\."; then
     die "an interface already has an address in ${prefix}.0/24"
@@ -130,17 +270,16 @@ cmd_up() {
   mkdir -p "$state/instances" "$state/cp"
   # Guard: while the scenario exists, nothing sent to its subnet can leave by the default
   # route (the bridge's own route wins while the bridge is up; this one catches a packet
-  # sent after the bridge is gone). Removed last by `down`.
+  # sent after the bridge is gone). Recorded before it exists: down removes it either way.
   echo "unreachable ${prefix}.0/24 metric 4242" > "$state/guard-route"
   ip route add $(cat "$state/guard-route")
-  echo "$bridge" > "$state/bridge"  # recorded before it exists: down removes it either way
+  echo "$bridge" > "$state/bridge"
   ip link add "$bridge" type bridge
   ip addr add "$host_cidr" dev "$bridge"
   ip link set "$bridge" up
 
   local hosts_file="$state/hosts"
   { echo "127.0.0.1 localhost"; echo "${host_cidr%/*} controller"; } > "$hosts_file"
-  local spec name addr
   for spec in "$@"; do echo "${spec#*=} ${spec%%=*}" >> "$hosts_file"; done
 
   for spec in "$@"; do
@@ -156,7 +295,7 @@ cmd_up() {
     cp "$hosts_file" "$root/etc/hosts"
     : > "$root/etc/resolv.conf"  # no DNS at all: every name is in /etc/hosts
     mkdir -p "$root/etc/systemd/network"
-    cat > "$root/etc/systemd/network/10-host0.network" <<EOF
+    cat > "$root/etc/systemd/network/10-host0.network" <<NET
 [Match]
 Name=host0
 
@@ -164,7 +303,7 @@ Name=host0
 Address=$addr/24
 LinkLocalAddressing=no
 IPv6AcceptRA=no
-EOF
+NET
     install -m 600 "$pubkey" "$root/root/.ssh/authorized_keys"
     # At normal CPU priority whatever the caller's (make test runs Molecule's controller
     # niced): the hosts' services are what the scenario measures.
@@ -175,33 +314,36 @@ EOF
     echo $! > "$dir/pid"
   done
 
-  # Record each instance's init (nspawn's child) with its PID namespace, for `down`.
-  local pid leader
+  # Record each instance's init (nspawn's child in a new PID namespace) with its PID
+  # namespace: the test reads the journals through it, and `down` checks it before
+  # killing. nspawn may not have forked yet, or its first child may exit between two
+  # reads: each miss is retried until nspawn is gone or 60 s have passed ($! is
+  # nspawn once the exec chain above has run).
+  local pid leader deadline
   for spec in "$@"; do
     name=${spec%%=*}
-    pid=$(cat "$state/instances/$name/pid")
-    leader=""
-    for _ in $(seq 1 100); do
-      leader=$(ps -o pid= --ppid "$pid" | head -1 | tr -d ' ')
-      # nspawn's first child only sets the namespaces up; the init is the one in a new
-      # PID namespace.
-      if [ -n "$leader" ] && [ "$(readlink "/proc/$leader/ns/pid" 2>/dev/null)" != \
-           "$(readlink /proc/self/ns/pid)" ]; then break; fi
-      leader=""
+    dir="$state/instances/$name"
+    pid=$(cat "$dir/pid")
+    deadline=$((SECONDS + 60))
+    until leader=$(find_init "$pid"); do
+      if ! running "$pid"; then
+        tail -20 "$dir/console.log" >&2 || true
+        die "instance $name: systemd-nspawn $pid exited before starting its init"
+      fi
+      [ $SECONDS -lt $deadline ] || die "instance $name: no init under systemd-nspawn $pid"
       sleep 0.05
     done
-    [ -n "$leader" ] || die "instance $name: no init process under systemd-nspawn $pid"
-    echo "$leader $(readlink "/proc/$leader/ns/pid")" > "$state/instances/$name/leader"
+    echo "$leader" > "$dir/leader"
   done
 
   # Ready when sshd answers on every instance.
-  local deadline=$((SECONDS + 90))
+  deadline=$((SECONDS + 90))
   for spec in "$@"; do
     name=${spec%%=*}
     addr=${spec#*=}
     until timeout 1 bash -c "exec 3<>/dev/tcp/$addr/22" 2>/dev/null; do
-      if ! nspawn_pid_ok "$(cat "$state/instances/$name/pid")" "$(machine_name "$name")"; then
-        tail -20 "$state/instances/$name/console.log" >&2
+      if ! nspawn_instance "$(cat "$state/instances/$name/pid")" "$state" >/dev/null; then
+        tail -20 "$state/instances/$name/console.log" >&2 || true
         die "instance $name exited during boot"
       fi
       [ $SECONDS -lt $deadline ] || die "instance $name: no SSH on $addr:22 after 90 s"
@@ -211,9 +353,15 @@ EOF
   echo "up: $* on $bridge ($host_cidr)"
 }
 
+# STATE by its canonical absolute path: processes are recognised by that string.
+state_path() {
+  case $1 in /*) ;; *) die "STATE must be an absolute path (got $1)";; esac
+  realpath -m -- "$1"
+}
+
 case "${1:-}" in
   up) shift; [ $# -ge 6 ] || die "usage: $0 up STATE ROOTFS BRIDGE HOST_CIDR PUBKEY NAME=ADDR..."
-      cmd_up "$@" ;;
-  down) shift; [ $# -eq 1 ] || die "usage: $0 down STATE"; cmd_down "$1" ;;
+      state=$(state_path "$1"); shift; cmd_up "$state" "$@" ;;
+  down) shift; [ $# -eq 1 ] || die "usage: $0 down STATE"; cmd_down "$(state_path "$1")" ;;
   *) die "usage: $0 up STATE ROOTFS BRIDGE HOST_CIDR PUBKEY NAME=ADDR... | down STATE" ;;
 esac
