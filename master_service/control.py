@@ -11,7 +11,7 @@ one order:
    split);
 2. persist: ``update_properties`` checks the whole resulting file as a restart would,
    then writes it atomically;
-3. apply: the running cluster and the sync driver take the change.
+3. apply: the running cluster and the peering (its sync driver) take the change.
 
 A refused request raises a ``ControlError`` before step 2 and changes nothing
 (ARCHITECTURE.md: every bad input gets a clear error and changes nothing). The admin
@@ -27,18 +27,17 @@ import dataclasses
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from master_service.cluster.core import Cluster
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
-from master_service.config import SCHEMA, parse_node_id, update_properties
+from master_service.config import SCHEMA, MasterConfig, parse_node_id, update_properties
 from master_service.errors import NoWorkerAvailable
 from master_service.sync.messages import mode_of
+from master_service.sync.peering import Peering
 from master_service.sync.ready import SplitRecovery
+from master_service.sync.seeding import SeedingFailed
 from txcluster.properties import BACKUP_NAME_RULE, ConfigError, is_backup_name, parse_url
-
-if TYPE_CHECKING:
-    from master_service.app import MasterService
-    from master_service.cluster.core import Cluster
 
 log = logging.getLogger("txcluster.master.control")
 
@@ -133,24 +132,29 @@ def unknown_worker(url: str, workers: Mapping[str, Any]) -> NotFound:
 
 
 class Control:
-    """The control plane of one master process, over its ``MasterService``: the config
-    it reloads after each persisted change, its cluster and its sync driver."""
+    """The control plane of one master process: it owns the configuration (reloaded
+    after each persisted change) and acts on the cluster (``cluster()``: None while the
+    master starts) and the peering."""
 
-    def __init__(self, service: MasterService) -> None:
-        self.service = service
+    def __init__(self, config: MasterConfig, cluster: Callable[[], Cluster | None],
+                 peering: Peering) -> None:
+        self.config = config
+        self._cluster = cluster
+        self.peering = peering
         # Sync driver changes that run after the answer (a core restart waits for the
         # round in progress); held here so that they are not collected while they run.
         self._follow_ups: set[asyncio.Task] = set()
 
     @property
     def cluster(self) -> Cluster:
-        if self.service.cluster is None:
+        cluster = self._cluster()
+        if cluster is None:
             raise Unavailable("the master is still starting: its cluster is not up yet")
-        return self.service.cluster
+        return cluster
 
     def _persist(self, changes: Mapping[str, str | None], label: str | None = None) -> None:
         try:
-            self.service.config = update_properties(self.service.config.path, changes)
+            self.config = update_properties(self.config.path, changes)
         except ConfigError as exc:
             raise Invalid(f"{label}: {exc}" if label else str(exc)) from None
 
@@ -192,8 +196,8 @@ class Control:
         # Refused here, before anything is persisted, in every state in which the sync
         # driver would refuse it (SyncDriver.set_split_recovery): split, or recovering
         # from a split (the data centre going back to the split backup).
-        current = self.service.config.split_recovery
-        state = (self.service.sync_status() or {}).get("state")
+        current = self.config.split_recovery
+        state = (self.peering.status() or {}).get("state")
         if strategy == current or state not in ("split", "recovering"):
             return
         if state == "split":
@@ -207,7 +211,7 @@ class Control:
 
     def _tell_sync(self, what: str) -> None:
         """The sync driver follows a persisted change (the reloaded config has it)."""
-        sync, config = self.service.sync, self.service.config
+        sync, config = self.peering.driver, self.config
         if sync is None:
             return  # not peered: the driver takes the config when it starts
         if what == "max-peer-lag":
@@ -243,13 +247,13 @@ class Control:
         url = url.strip().rstrip("/")
         if url in cluster.workers:
             raise Conflict(f"worker {url} is already part of the cluster")
-        self._persist(self.service.config.add_worker_changes(url))
+        self._persist(self.config.add_worker_changes(url))
         await cluster.add_worker(url, readable)
 
     async def remove_worker(self, url: str) -> None:
         """removeClusterNode: its worker.<n>.url goes, then the worker."""
         url = self.worker_url(url)
-        self._persist(self.service.config.remove_worker_changes(url))
+        self._persist(self.config.remove_worker_changes(url))
         await self.cluster.remove_worker(url)
 
     async def set_readable(self, url: str, readable: bool) -> None:
@@ -291,7 +295,7 @@ class Control:
     async def add_peer(self, peer_id: str, url: str) -> None:
         """Peer with another master; persisted as peer.<n>.id / peer.<n>.url. The first
         peer starts the sync driver: from then on every write is agreed among peers."""
-        config = self.service.config
+        config = self.config
         try:
             peer_id, url = parse_node_id(peer_id), parse_url(url)
         except ValueError as exc:  # the parsers' messages name what is wrong
@@ -301,29 +305,23 @@ class Control:
         if any(known == peer_id for known, _ in config.peers):
             raise Conflict(f"'{peer_id}' is already a sync peer")
         self._persist(config.add_peer_changes(peer_id, url))
-        if self.service.sync is not None:
-            await self.service.sync.add_peer(peer_id, url)
-        elif self.service.cluster is not None:
-            await self.service._start_sync()  # the write path now agrees (app.py)
+        await self.peering.add_peer(peer_id, url)
 
     async def remove_peer(self, peer_id: str) -> None:
         """Stop peering with a master."""
-        config = self.service.config
+        config = self.config
         if not any(known == peer_id for known, _ in config.peers):
             raise NotFound(f"'{peer_id}' is not a sync peer of {config.node_id}")
         self._persist(config.remove_peer_changes(peer_id))
-        if self.service.sync is not None:
-            await self.service.sync.remove_peer(peer_id)
+        await self.peering.remove_peer(peer_id)
 
     async def seed(self, peer_id: str) -> dict:
         """Seed this data centre from a peer's worker image (master_service/sync/seeding.py):
         started in the background; the progress it returns goes on in GET /admin/sync."""
-        from master_service.sync.seeding import SeedingFailed
-
-        if self.service.seeding is None:
+        if self.peering.seeding is None:
             raise Unavailable("the master is still starting")
         try:
-            return await self.service.seed_from(peer_id)
+            return await self.peering.seed_from(peer_id)
         except KeyError as exc:
             raise NotFound(str(exc.args[0])) from None
         except SeedingFailed as exc:

@@ -176,7 +176,7 @@ def peered_master(tmp_path, sync_state: str) -> tuple[MasterService, Path]:
     path = master_config(tmp_path, **{"peer.1.id": "master2",
                                        "peer.1.url": "http://127.0.0.1:7210"})
     service = MasterService(MasterConfig.load(path))
-    service.sync_status = lambda: {"state": sync_state}  # type: ignore[method-assign]
+    service.peering.status = lambda: {"state": sync_state}  # type: ignore[method-assign]
     return service, path
 
 
@@ -187,7 +187,7 @@ def test_split_recovery_cannot_change_during_a_split(tmp_path):
                        "cluster split: the strategy 'None' stays"):
         run(service.cluster_info.write("SplitRecovery", "Smart"))
     assert path.read_bytes() == before
-    service.sync_status = lambda: {"state": "connected"}  # type: ignore[method-assign]
+    service.peering.status = lambda: {"state": "connected"}  # type: ignore[method-assign]
     assert run(service.cluster_info.write("SplitRecovery", "smart")) == "None"
     assert run(service.cluster_info.read("SplitRecovery")) == "Smart"
     text = path.read_text()
@@ -411,7 +411,7 @@ def test_jolokia_uses_the_admin_api_authentication(tmp_path):
     denied = client.get(f"/jolokia/write/{ESCAPED}/SplitRecovery/Simple",
                         auth=("reader", "pw")).json()
     assert (denied["status"], denied["error_type"]) == (403, "java.lang.SecurityException")
-    assert service.config.split_recovery == "None"
+    assert service.control.config.split_recovery == "None"
     ok = client.post("/jolokia", auth=("admin", "pw"), json={
         "type": "write", "mbean": NAME, "attribute": "SplitRecovery", "value": "Simple"})
-    assert ok.json()["status"] == 200 and service.config.split_recovery == "Simple"
+    assert ok.json()["status"] == 200 and service.control.config.split_recovery == "Simple"

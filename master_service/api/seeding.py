@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
@@ -31,7 +31,8 @@ from fastapi.responses import (
 )
 
 from master_service.sync import wire
-from master_service.sync.seeding import CHUNK, SeedImages, Seeding, SeedingFailed
+from master_service.sync.peering import Peering
+from master_service.sync.seeding import CHUNK, SeedImages, SeedingFailed
 from txcluster import jsonbody
 from txcluster.auth import Verifier
 from txcluster.http_auth import require_credential
@@ -44,14 +45,14 @@ PASSED_ON = ("content-length", "content-range", "x-image-sha256", "x-image-seq",
              "x-image-fingerprint", "x-image-quads", "x-image-offset")
 
 
-def seeding_router(images: Callable[[], SeedImages | None],
-                   seeding: Callable[[], Seeding | None], peer_verifier: Verifier,
-                   cluster_verifier: Verifier,
-                   start_peering: Callable[[], Awaitable[None]]) -> APIRouter:
+def seeding_router(peering: Peering, peer_verifier: Verifier,
+                   cluster_verifier: Verifier) -> APIRouter:
+    """The donor's routes over ``peering.images`` (while it peers), the recipient's over
+    ``peering.seeding``."""
     router = APIRouter(tags=["peer"])
 
     def donor() -> SeedImages:
-        d = images()
+        d = peering.images if peering.driver is not None else None
         if d is None:
             raise HTTPException(404, "this master has no sync peers (peer.<n>.id)")
         return d
@@ -67,12 +68,12 @@ def seeding_router(images: Callable[[], SeedImages | None],
         if not isinstance(requester, str) or not _NODE_ID.fullmatch(requester):
             raise HTTPException(400, "the body must be {\"peer\": <node id of the "
                                      "requesting master>}")
-        s = seeding()
+        s = peering.seeding
         if s is not None and s.running:
             raise HTTPException(503, "this data centre is being seeded itself")
         # A master that never peered starts peering (with no peer yet: its writes are
         # agreed alone) so that its state is an agreed position a joiner can start from.
-        await start_peering()
+        await peering.start_if_needed()
         try:
             point = await donor().make(requester)
         except SeedingFailed as exc:
@@ -134,7 +135,7 @@ def seeding_router(images: Callable[[], SeedImages | None],
         """The downloaded image, for the worker that installs it (its pull is signed with
         the cluster credential, as between workers)."""
         await require_credential(request, cluster_verifier, "seed image pull")
-        s = seeding()
+        s = peering.seeding
         path = s.image_path(name) if s is not None and _NODE_ID.fullmatch(name) else None
         if path is None and s is not None and (live := s.following(name)) is not None:
             # Still downloading: served as it arrives (the worker checks the SHA-256).
@@ -157,7 +158,7 @@ def seeding_router(images: Callable[[], SeedImages | None],
         """The SHA-256 of the image ``name`` once its download is complete and checked
         (text; the worker that pulled it while it downloaded compares)."""
         await require_credential(request, cluster_verifier, "seed image checksum")
-        s = seeding()
+        s = peering.seeding
         if s is not None and _NODE_ID.fullmatch(name) and \
                 (path := s.image_path(name)) is not None:
             return PlainTextResponse((path.parent / f"{name}.image.sha256").read_text())

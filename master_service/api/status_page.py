@@ -5,7 +5,7 @@ step), which polls `GET /status/data` every second. Polling rather than server-s
 events: a never-ending response would hold up the master's graceful shutdown, and a
 one-second poll is as live as an operator can read.
 
-The data is the admin status (`status_of`), the peering state (`sync_status()`, None when
+The data is the admin status (`status_of`), the peering state (`Peering.status()`, None when
 the master has no peers), each peer master's own view (its workers: the page draws every
 data centre) and the operations in progress, derived here from the worker
 statuses: a full replication (REPLICATION_CLIENT, with an estimate of its progress from

@@ -1,6 +1,6 @@
 """Admin API of the peering (TxLog sync protocol): status, the agreed queue, sync peers.
 
-    GET    /admin/sync                      the peering state (MasterService.sync_status)
+    GET    /admin/sync                      the peering state (Peering.status)
     GET    /admin/sync/agreed?after=&limit= agreed transactions (position, id, origin, ...)
                                             held: those after the floor (GET /admin/sync)
     POST   /admin/sync/peers                addSyncPeer {id, url}: persisted, at once
@@ -16,12 +16,11 @@ and nothing changes.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
 from master_service.api.guard import AdminGuard, refusal_as_http
+from master_service.control import Control
 
 
 class PeerIn(BaseModel):
@@ -37,13 +36,16 @@ class SeedIn(BaseModel):
 NOT_PEERED = "this master has no sync peers (peer.<n>.id)"
 
 
-def sync_admin_router(service: Any, guard: AdminGuard) -> APIRouter:
+def sync_admin_router(control: Control, guard: AdminGuard) -> APIRouter:
+    """Routes over the control plane (peers added, removed, seeding) and its peering
+    (the state shown)."""
+    peering = control.peering
     router = APIRouter(prefix="/admin/sync", tags=["admin", "peering"])
 
     @router.get("", summary="Peering state: agreed position, peers, divergences")
     async def status(request: Request) -> dict:
         guard.require(request, write=False)
-        st = service.sync_status()
+        st = peering.status()
         if st is None:
             raise HTTPException(404, NOT_PEERED)
         return st
@@ -52,9 +54,9 @@ def sync_admin_router(service: Any, guard: AdminGuard) -> APIRouter:
     async def agreed(request: Request, after: int = Query(0, ge=0),
                      limit: int = Query(1000, ge=1, le=10_000)) -> list[dict]:
         guard.require(request, write=False)
-        if service.sync is None:
+        if peering.driver is None:
             raise HTTPException(404, NOT_PEERED)
-        node = service.sync.node
+        node = peering.driver.node
         # Entries up to the floor are forgotten (protocol.py, "Compaction"): the list
         # starts after max(after, floor); positions stay absolute.
         start = max(after, node.floor)
@@ -67,22 +69,22 @@ def sync_admin_router(service: Any, guard: AdminGuard) -> APIRouter:
     async def add_peer(body: PeerIn, request: Request) -> dict:
         guard.require(request, write=True)
         with refusal_as_http(Conflict=400):  # a known peer is a bad request here
-            await service.control.add_peer(body.id, body.url)
-        return service.sync_status()
+            await control.add_peer(body.id, body.url)
+        return peering.status()
 
     @router.delete("/peers/{peer_id}", summary="removeSyncPeer: stop peering with a master")
     async def remove_peer(peer_id: str, request: Request) -> dict:
         guard.require(request, write=True)
         with refusal_as_http():
-            await service.control.remove_peer(peer_id)
-        return service.sync_status() or {}
+            await control.remove_peer(peer_id)
+        return peering.status() or {}
 
     @router.post("/seed", status_code=202,
                  summary="Seed this data centre from a peer's worker image")
     async def seed(body: SeedIn, request: Request) -> dict:
         guard.require(request, write=True)
         with refusal_as_http():
-            progress = await service.control.seed(body.peer)
+            progress = await control.seed(body.peer)
         return {"seeding": progress}
 
     return router

@@ -58,7 +58,7 @@ class Cluster(WorkerPool):
     # ---- lifecycle ----
 
     async def order_by(self, ordering: Ordering) -> None:
-        """Client writes go through ``ordering`` from now on (chosen at start, app.py)."""
+        """Client writes go through ``ordering`` from now on (chosen once, at start)."""
         self._ordering = ordering
         if self.writes.ordering is not None:  # started: the write path switches now
             await self.writes.order_by(ordering)

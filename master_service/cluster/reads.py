@@ -15,14 +15,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from master_service.cluster.pool import Worker, WorkerPool
+from master_service.cluster.pool import Counters, Worker, WorkerPool
+from master_service.cluster.routing import Router
 from master_service.cluster.worker_client import WorkerUnavailable
 from txcluster import query_limits
-
-if TYPE_CHECKING:
-    from master_service.cluster.core import Cluster
 
 log = logging.getLogger("txcluster.master.api")
 
@@ -35,6 +33,19 @@ PASS_HEADERS = ("content-type", "content-disposition", "vary")
 ReadAnswer = tuple[int, dict[str, str], bytes]
 # A client that went away: the status of an answer nobody reads (nothing is sent).
 CLIENT_GONE = 499
+
+
+class ReadTargets(Protocol):
+    """What ``route_read`` sends a read through: the pool's routing and counters, and
+    ``Reads.reader_for`` (core.Cluster is one; this module does not import it)."""
+
+    counters: Counters
+    router: Router
+    request_timeout: float
+
+    def readable(self) -> list[Worker]: ...
+
+    async def reader_for(self, tried: set[str], floor: int | None) -> Worker | None: ...
 
 
 class Reads:
@@ -138,7 +149,7 @@ async def read_unless_gone(client_gone: Callable[[], Awaitable], read: Awaitable
             gone.cancel()
 
 
-async def route_read(client_gone: Callable[[], Awaitable], cluster: Cluster,
+async def route_read(client_gone: Callable[[], Awaitable], cluster: ReadTargets,
                      floor: int | None, send: Callable[[Worker], Awaitable],
                      timeout_s: float | None) -> ReadAnswer:
     """Send a read (``send(worker)``) to a worker at ``floor`` or past it; on a lost

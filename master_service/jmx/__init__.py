@@ -1,8 +1,8 @@
 """The master's management interface: the ReplicationCluster ClusterInfo MBean.
 
 - ``attributes``: the MBean's attributes and operations as a plain table (names, Java
-  types, descriptions, which cluster.properties key) over ``MasterService``; importable
-  without jpype (the docs' JMX reference is generated from it).
+  types, descriptions, which cluster.properties key) over the control plane (``Control``);
+  importable without jpype (the docs' JMX reference is generated from it).
 - ``clusterinfo``: the one Python object serving that table on the master's asyncio loop;
   both the JVM bridge and the Jolokia handler call it.
 - ``bridge``: the in-process JVM (jpype), the DynamicMBean and remote JMX (extra ``jmx``).

@@ -1,13 +1,14 @@
 """The ReplicationCluster ClusterInfo MBean as a table: attributes and operations.
 
 Names and Java types are the documented ones
-(docs/design/cluster-basics.md#the-clusterinfo-mbean-jolokia-and-the-admin-api); each entry has the
-description shown in MBeanInfo and by Jolokia's ``list``. Getters and setters work on a running
-``MasterService`` and are called on the master's asyncio loop only (the JVM bridge hops there from
-its RMI threads). Setters and operations are the control plane's (master_service/control.py:
-validate, persist to cluster.properties, take effect), as for the admin API; its refusal becomes a
-``ManagementError`` and nothing changed (ARCHITECTURE.md: every bad input gets an error saying what
-is wrong and changes nothing).
+(docs/design/cluster-basics.md#the-clusterinfo-mbean-jolokia-and-the-admin-api); each entry has
+the description shown in MBeanInfo and by Jolokia's ``list``. Getters and setters work on the
+master's control plane (``Control``: its configuration, cluster and peering) and are called on
+the master's asyncio loop only (the JVM bridge hops there from its RMI threads). Setters and
+operations are the control plane's (master_service/control.py: validate, persist to
+cluster.properties, take effect), as for the admin API; its refusal becomes a
+``ManagementError`` and nothing changed (ARCHITECTURE.md: every bad input gets an error saying
+what is wrong and changes nothing).
 
 This module does not import jpype: the documentation's JMX reference is generated from
 ``ATTRIBUTES`` and ``OPERATIONS``.
@@ -19,22 +20,20 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from master_service.cluster.core import Cluster
 from master_service.config import key_for_attribute
 from master_service.control import (
     SETTINGS,
+    Control,
     ControlError,
     Failed,
     Invalid,
     Unavailable,
 )
 from txcluster.properties import parse_url
-
-if TYPE_CHECKING:
-    from master_service.app import MasterService
-    from master_service.cluster.core import Cluster
 
 DOMAIN = "ReplicationCluster"
 
@@ -166,10 +165,10 @@ class Attribute:
     java_type: str
     description: str
     writable: bool
-    get: Callable[[MasterService], Any] = field(repr=False, compare=False)
+    get: Callable[[Control], Any] = field(repr=False, compare=False)
     # The control plane's: validates, persists, takes effect; a refusal (ControlError,
     # as a ManagementError through ClusterInfo.write) changed nothing.
-    set: Callable[[MasterService, Any], Awaitable[None]] | None = field(
+    set: Callable[[Control, Any], Awaitable[None]] | None = field(
         default=None, repr=False, compare=False)
     config_key: str | None = None  # the cluster.properties key a write persists to
 
@@ -197,9 +196,9 @@ class Operation:
         return tuple(p.java_type for p in self.params)
 
 
-def cluster_of(service: MasterService) -> Cluster:
+def cluster_of(control: Control) -> Cluster:
     with refusal_as_management():
-        return service.control.cluster
+        return control.cluster
 
 
 @contextmanager
@@ -217,14 +216,14 @@ def refusal_as_management(invalid: type[ManagementError] = InvalidArgument) -> I
         raise InvalidArgument(str(exc)) from None
 
 
-def _counter(name: str) -> Callable[[MasterService], int]:
+def _counter(name: str) -> Callable[[Control], int]:
     return lambda s: int(getattr(cluster_of(s).counters, name))
 
 
 _STATUS_WORDS = {0: "available", 1: "needs attention", 2: "no worker available"}
 
 
-def _summary(s: MasterService) -> str:
+def _summary(s: Control) -> str:
     c = cluster_of(s)
     reason = c.writable_reason()
     in_sync = len(c.in_sync())
@@ -233,15 +232,15 @@ def _summary(s: MasterService) -> str:
             f"log head seq {c.head_seq} ({c.head_quads} statements)")
 
 
-def _per_worker(value: Callable[[Any], str]) -> Callable[[MasterService], list[str]]:
+def _per_worker(value: Callable[[Any], str]) -> Callable[[Control], list[str]]:
     return lambda s: [f"{w.url} {value(w)}" for w in cluster_of(s).workers.values()]
 
 
-def _setter(name: str, key: str) -> Callable[[MasterService, Any], Awaitable[None]]:
-    return lambda s, value: s.control.set({key: value}, labels={key: name})
+def _setter(name: str, key: str) -> Callable[[Control, Any], Awaitable[None]]:
+    return lambda s, value: s.set({key: value}, labels={key: name})
 
 
-def _attr(name: str, java_type: str, description: str, get: Callable[[MasterService], Any],
+def _attr(name: str, java_type: str, description: str, get: Callable[[Control], Any],
           writable: bool = False, key: str | None = None) -> Attribute:
     """A writable attribute persists to its name in hyphens (key_for_attribute), or to
     ``key`` (MaxPeerLag is max-peer-lag-s: seconds, like the key's other users)."""
@@ -373,31 +372,31 @@ def _worker_url(url: str, port: int) -> str:
     return url
 
 
-async def add_cluster_node(s: MasterService, url: str, port: int, readable: bool) -> None:
+async def add_cluster_node(s: Control, url: str, port: int, readable: bool) -> None:
     url = _worker_url(url, port)
-    await s.control.add_worker(url, readable)
+    await s.add_worker(url, readable)
 
 
-async def remove_cluster_node(s: MasterService, url: str) -> None:
-    await s.control.remove_worker(url)
+async def remove_cluster_node(s: Control, url: str) -> None:
+    await s.remove_worker(url)
 
 
-async def add_sync_peer(s: MasterService, peer_id: str, url: str) -> None:
-    await s.control.add_peer(peer_id, url)
+async def add_sync_peer(s: Control, peer_id: str, url: str) -> None:
+    await s.add_peer(peer_id, url)
 
 
-async def remove_sync_peer(s: MasterService, peer_id: str) -> None:
-    await s.control.remove_peer(peer_id)
+async def remove_sync_peer(s: Control, peer_id: str) -> None:
+    await s.remove_peer(peer_id)
 
 
-async def backup(s: MasterService, name: str) -> str:
-    record = await s.control.backup(name)
+async def backup(s: Control, name: str) -> str:
+    record = await s.backup(name)
     return (f"backup '{name}' written by {record['worker']} at seq {record['seq']} "
             f"({record['quads']} statements)")
 
 
-async def restore_from_image(s: MasterService, name: str) -> str:
-    result = await s.control.restore(name)
+async def restore_from_image(s: Control, name: str) -> str:
+    result = await s.restore(name)
     workers = result["workers"]
     return (f"restoring from image '{name}' (seq {result['backup']['seq']}): "
             + "; ".join(f"{url} {state}" for url, state in workers.items()))

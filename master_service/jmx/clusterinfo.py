@@ -10,8 +10,9 @@ refusals are translated here, master_service/control.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from master_service.control import Control
 from master_service.jmx.attributes import (
     ATTRIBUTES,
     ATTRIBUTES_BY_NAME,
@@ -28,17 +29,16 @@ from master_service.jmx.attributes import (
     refusal_as_management,
 )
 
-if TYPE_CHECKING:
-    from master_service.app import MasterService
-
 
 class ClusterInfo:
-    def __init__(self, service: MasterService) -> None:
-        self.service = service
+    """The MBean over the master's control plane (its configuration, cluster, peering)."""
+
+    def __init__(self, control: Control) -> None:
+        self.control = control
 
     @property
     def object_name(self) -> str:
-        return object_name(self.service.config.node_id)
+        return object_name(self.control.config.node_id)
 
     # ---- lookups (no loop needed: the table is constant) ----
 
@@ -62,7 +62,7 @@ class ClusterInfo:
     # ---- calls, on the loop ----
 
     async def read(self, name: str) -> Any:
-        return self.attribute(name).get(self.service)
+        return self.attribute(name).get(self.control)
 
     async def read_many(self, names: Sequence[str] | None = None) -> dict[str, Any]:
         return {n: await self.read(n) for n in (names or [a.name for a in ATTRIBUTES])}
@@ -78,9 +78,9 @@ class ClusterInfo:
             typed = coerce(attribute.java_type, value)
         except ValueError as exc:
             raise InvalidAttributeValue(f"{name}: {exc}; nothing changed") from None
-        old = attribute.get(self.service)
+        old = attribute.get(self.control)
         with refusal_as_management(InvalidAttributeValue):
-            await attribute.set(self.service, typed)
+            await attribute.set(self.control, typed)
         return old
 
     async def invoke(self, name: str, args: Sequence[Any],
@@ -97,4 +97,4 @@ class ClusterInfo:
             except ValueError as exc:
                 raise InvalidArgument(f"{name}: argument {param.name}: {exc}") from None
         with refusal_as_management():
-            return await op.run(self.service, *typed)
+            return await op.run(self.control, *typed)

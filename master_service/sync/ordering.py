@@ -28,7 +28,7 @@ class AgreedOrdering:
 
     def __init__(self, cluster: Cluster, agreement: ExecutionStorage) -> None:
         self.cluster, self.agreement = cluster, agreement
-        # The driver's submit, once it runs (app.py wires it).
+        # The driver's submit, once it runs (sync/peering.py wires it).
         self.submit_to: Callable[[list[dict]], Awaitable[dict]] | None = None
         # Agreed positions rolled forward while the driver runs: pos -> (txid, answer),
         # handed to the next ``execute`` instead of executing them again.
@@ -46,7 +46,7 @@ class AgreedOrdering:
         lost by a crash: nothing to fail."""
 
     async def stop(self) -> None:
-        """The driver stops on its own (app.py)."""
+        """The driver stops on its own (sync/peering.py)."""
 
     async def submit(self, operations: list[dict]) -> dict:
         if self.submit_to is None:
