@@ -45,7 +45,7 @@ def test_shipped_inventories_describe_consistent_clusters(inventory):
     every master, unique node ids and URLs (inventories are parsed by Ansible itself)."""
     if not (BIN / "ansible-inventory").exists():
         pytest.skip("ansible-core is not installed (pip install -e '.[deploy]')")
-    from tests.test_deploy_plugins import problems, topology
+    from tests.ansible_plugins import problems, topology
 
     result = subprocess.run(
         [str(BIN / "ansible-inventory"), "-i", f"inventory/{inventory}", "--list"],

@@ -19,7 +19,7 @@ import pytest
 
 from master_service.api.client import ClientAuth, MasterBackend
 from master_service.config import ClientUser
-from tests.test_metrics import scrape, value
+from tests.scrape import scrape, value
 
 EX = "http://example.org/lane/"
 JSON = "application/sparql-results+json"

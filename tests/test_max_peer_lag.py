@@ -9,7 +9,7 @@ import httpx
 
 from master_service.config import DEFAULT_MAX_PEER_LAG_S
 from master_service.sync import Mode, Status, SyncNode, Timing
-from tests.test_sync_peering import DataCentres, insert
+from tests.clusters import DataCentres, insert
 
 
 def test_the_core_takes_a_new_max_peer_lag_at_once():

@@ -7,24 +7,10 @@ import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from master_service.api.metrics import request_kind
-from tests.conftest import LocalCluster
-from tests.test_status_page import two_data_centres  # noqa: F401 - a fixture
-
-
-def scrape(url: str, auth: tuple[str, str] | None = None) -> dict[tuple, float]:
-    """{(sample name, sorted labels): value} of one scrape."""
-    r = httpx.get(f"{url}/metrics", auth=auth, timeout=10)
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith("text/plain; version=")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(r.text) for s in family.samples}
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    return samples[(name, tuple(sorted(labels.items())))]
+from tests.clusters import LocalCluster
+from tests.scrape import scrape, value
 
 
 def test_counters_latencies_workers_and_a_replication(cluster_factory):

@@ -24,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import LocalCluster
+from tests.clusters import LocalCluster
 from tests.procs import make_secret, signed_client, worker_node
 from txcluster.auth import (
     ACCEPTS_KEPT,

@@ -656,7 +656,7 @@ def test_peered_masters_keep_a_bounded_agreed_queue_and_a_master_killed_after_pr
 
     import httpx
 
-    from tests.test_sync_peering import DataCentres, Writers, insert
+    from tests.clusters import DataCentres, Writers, insert
 
     name = "ReplicationCluster:name=ClusterInfo"
     dcs = DataCentres(tmp_path, n=3, workers=1)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.test_sync_peering import DataCentres
+from tests.clusters import DataCentres
 
 TRIGGER = """create trigger txc_test_fail before insert on sync_incoming
              begin select raise(abort, 'disk says no (test)'); end"""
