@@ -1,9 +1,91 @@
+"""Fixtures every test module may use, and the two tiers of the suite.
+
+``make check`` runs the tests not marked ``processes``; ``make test`` runs them all. A test
+is marked ``processes`` when it starts a program: a node (a worker or a master, by the CLI),
+javac or java, Spark's JVM, Chromium, nspawn, ``ip netns``, ansible... A fork of the test
+process itself (the worker's query processes) does not count: it is cheap and runs no
+other program. Tests using the fixtures of ``PROCESS_FIXTURES`` are marked here; the others
+carry the mark themselves (``pytestmark`` of the module, or a decorator). While a test
+without the mark runs, starting a program fails it (``_refuse_programs``): a test that
+starts one cannot slip into the fast tier.
+"""
+
 from __future__ import annotations
+
+import sys
 
 import pytest
 
 from tests.clusters import LocalCluster
 from tests.procs import make_secret, worker_node
+
+# Fixtures (this file's) whose every use starts processes.
+PROCESS_FIXTURES = frozenset({"worker_factory", "cluster_factory", "module_cluster_factory",
+                              "two_data_centres", "spark"})
+# The audit events (sys.addaudithook) of starting a program: subprocess (asyncio's too),
+# os.posix_spawn, the os.exec* family, os.system.
+_PROGRAM_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.exec", "os.system"})
+
+
+class _Unmarked:
+    """The test without the ``processes`` mark running now (None between such tests), the
+    programs it tried to start, and whether a JVM ran in this process before it."""
+
+    test: str | None = None
+    programs: list[str] = []
+    jvm_before = False
+
+
+def _jvm_started() -> bool:
+    """A JVM in this process (JPype's, as the master's JMX bridge starts): no subprocess."""
+    jpype = sys.modules.get("jpype")
+    return bool(jpype and jpype.isJVMStarted())
+
+
+def _refuse_programs(event: str, args: tuple) -> None:
+    if _Unmarked.test is not None and event in _PROGRAM_EVENTS:
+        program = f"{event} {args[1] if event == 'subprocess.Popen' else args[0]!r}"
+        _Unmarked.programs.append(program)
+        pytest.fail(f"{_Unmarked.test} starts a program ({program}): mark it "
+                    "`processes` (tests/conftest.py)", pytrace=False)
+
+
+sys.addaudithook(_refuse_programs)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    marked = item.get_closest_marker("processes") is not None
+    _Unmarked.test, _Unmarked.programs = (None if marked else item.nodeid), []
+    _Unmarked.jvm_before = _jvm_started()
+    try:
+        return (yield)
+    finally:
+        _Unmarked.test = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A test without the mark that started a program fails even when the refusal was
+    caught on the way (a fallback taken instead), or that started a JVM in-process."""
+    report = yield
+    programs, _Unmarked.programs = _Unmarked.programs, []  # each refusal reported once
+    if _Unmarked.test is None or not report.passed:
+        return report
+    why = (f"tried to start a program ({programs[0]})" if programs
+           else "started a JVM in this process"
+           if call.when == "teardown" and _jvm_started() and not _Unmarked.jvm_before
+           else None)
+    if why:
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid} {why}: mark it `processes` (tests/conftest.py)"
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -120,6 +120,7 @@ COMMENTS = ["a comment", "with a newline\nand 😀", ""]
 
 
 @pytest.mark.parametrize("dataset", ["rich", "many"])
+@pytest.mark.processes
 def test_rio_written_binary_rdf_is_read_to_the_same_quads(rio, dataset):
     quads = rich_quads() if dataset == "rich" else many_quads()
     data = rio.write_brdf(quads, NAMESPACES, COMMENTS)
@@ -134,6 +135,7 @@ def test_rio_written_binary_rdf_is_read_to_the_same_quads(rio, dataset):
 
 
 @pytest.mark.parametrize("dataset", ["rich", "many"])
+@pytest.mark.processes
 def test_binary_rdf_we_write_is_read_by_rio_to_the_same_quads(rio, dataset):
     quads = rich_quads() if dataset == "rich" else many_quads()
     data = binary_rdf.write_rdf(quads, NAMESPACES, COMMENTS)
@@ -143,6 +145,7 @@ def test_binary_rdf_we_write_is_read_by_rio_to_the_same_quads(rio, dataset):
     assert comments == COMMENTS
 
 
+@pytest.mark.processes
 def test_triples_and_strings_lengths_in_utf16_code_units(rio):
     """Triples (from a CONSTRUCT) have no context; a non-BMP character counts two code
     units in a version 1 string length, as Java's String.length() does."""
@@ -175,6 +178,7 @@ def result_rows() -> list[tuple]:
     return rows
 
 
+@pytest.mark.processes
 def test_rio_written_results_table_is_read_to_the_same_rows(rio):
     rows = result_rows()
     data = rio.write_brtr(VARIABLES, rows)
@@ -184,12 +188,14 @@ def test_rio_written_results_table_is_read_to_the_same_rows(rio):
     assert result.rows == rows
 
 
+@pytest.mark.processes
 def test_results_table_we_write_is_read_by_rio_to_the_same_rows(rio):
     rows = result_rows()
     data = binary_results.write_results(VARIABLES, rows)
     assert rio.read_brtr(data) == (VARIABLES, rows)
 
 
+@pytest.mark.processes
 def test_results_table_without_rows_or_columns(rio):
     for variables, rows in [(["a", "b"], []), ([], [()]), ([], [])]:
         data = binary_results.write_results(variables, rows)

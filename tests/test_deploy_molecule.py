@@ -103,6 +103,7 @@ def _molecule(step: str, log, env: dict) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 def test_molecule_two_datacentres(capsys):
     reason = _cannot_run()
     if reason:

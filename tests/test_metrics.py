@@ -72,6 +72,7 @@ def test_counters_latencies_workers_and_a_replication(cluster_factory):
     assert ("txcluster_sync_state", (("state", "connected"),)) not in down  # not peered
 
 
+@pytest.mark.processes
 def test_operator_pages_take_the_read_credential(tmp_path, secret):
     """With client-auth-file, /metrics, /status and /status/data answer 401 (asking for
     basic auth) without a user, 401 with a wrong password, 200 for a reader."""
@@ -116,6 +117,7 @@ def test_request_kinds(method, path, kind):
     assert request_kind(method, path) == kind
 
 
+@pytest.mark.processes
 def test_peering_metrics(request):
     """Two peered masters: the sync series appear, and a peer's death shows."""
     uk, us = request.getfixturevalue("two_data_centres")

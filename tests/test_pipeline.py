@@ -911,6 +911,7 @@ def _answer_json(handler: http.server.BaseHTTPRequestHandler, status: int,
     handler.wfile.write(data)
 
 
+@pytest.mark.processes
 def test_the_master_forwards_at_most_two_parts_at_once(tmp_path, secret):
     """Each Spark task sends its own parts through the master: it reads and forwards
     BULK_PARTS_AT_ONCE of them at a time, the others wait unread. Its worker here is a

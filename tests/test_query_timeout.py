@@ -21,6 +21,8 @@ import pytest
 from tests.procs import make_secret, signed_client, worker_node
 from txcluster.query_limits import TIMED_OUT_HEADER, TOO_LONG
 
+pytestmark = pytest.mark.processes
+
 EX = "http://example.org/qt/"
 N_TRIPLES = 3000
 CROSS_JOIN = "SELECT * WHERE { ?a ?b ?c . ?d ?e ?f . ?g ?h ?i . ?j ?k ?l }"

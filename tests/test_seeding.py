@@ -24,7 +24,7 @@ import pytest
 from tests.clusters import DataCentres, LocalCluster, Writers, insert
 from tests.procs import free_port, make_secret
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 
 class CuttingRelay:

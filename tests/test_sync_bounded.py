@@ -645,6 +645,7 @@ def test_from_a_donor_that_names_no_ids_the_timestamp_rule_decides():
 # ---------------------------------------------------------------- real processes
 
 
+@pytest.mark.processes
 def test_peered_masters_keep_a_bounded_agreed_queue_and_a_master_killed_after_pruning_rejoins(
         tmp_path):
     """Three data centres; LogMaxSize written over Jolokia on every master; hundreds of

@@ -11,6 +11,8 @@ import pytest
 
 from tests.clusters import DataCentres
 
+pytestmark = pytest.mark.processes
+
 TRIGGER = """create trigger txc_test_fail before insert on sync_incoming
              begin select raise(abort, 'disk says no (test)'); end"""
 

@@ -29,6 +29,8 @@ from tests.clusters import DataCentres, LocalCluster, P, Writers, insert
 from tests.procs import same_agreed, signed_client
 from txcluster.auth import sign
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def three_dcs(tmp_path_factory):

@@ -35,6 +35,7 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     return make_ca_and_cert(tmp_path_factory.mktemp("tls"))
 
 
+@pytest.mark.processes
 def test_cluster_over_https(tmp_path, certs):
     c = TlsCluster(tmp_path / "c", make_secret(tmp_path / "secrets"), 2, certs)
     try:
@@ -86,6 +87,7 @@ def test_cluster_over_https(tmp_path, certs):
         c.stop_all()
 
 
+@pytest.mark.processes
 def test_master_without_the_ca_does_not_trust_workers(tmp_path, certs):
     """Verification is never off: a master that does not know the workers' CA refuses
     them (its workers stay OFF, the reason names the certificate)."""
@@ -172,6 +174,7 @@ class TlsDataCentres:
         raise AssertionError(f"not converged after {timeout}s: {last}\n{logs}")
 
 
+@pytest.mark.processes
 def test_peered_masters_agree_over_https(tmp_path, certs):
     """The peer API is served by the master's one HTTPS server (tls-cert-file), and the
     sync driver verifies its peers with tls-ca-file: a write through each master is
@@ -200,6 +203,7 @@ def test_peered_masters_agree_over_https(tmp_path, certs):
         dcs.stop_all()
 
 
+@pytest.mark.processes
 def test_a_peer_with_a_certificate_of_another_ca_is_refused(tmp_path, certs):
     """m2 serves a certificate of a CA that m1 does not trust (m2 trusts both, so its
     own calls to m1 go through): m1 refuses to talk to m2 and logs why, so nothing m1

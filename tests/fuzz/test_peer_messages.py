@@ -58,6 +58,8 @@ from tests.fuzz.settings import fuzz_settings
 from tests.procs import agreed_queue
 from txcluster.auth import sign, sign_for, signed_target
 
+pytestmark = pytest.mark.processes
+
 AGREED = 4  # transactions agreed before the fuzzing: merge bases and tails to aim at
 TX_FIELDS = ("txid", "timestamp", "origin", "size", "digest")
 STATUS_FIELDS = ("sender", "mode", "merge_base", "seq", "counter", "chain", "queue")
