@@ -27,7 +27,7 @@ W3C_STAMP := $(W3C_DIR)/.installed-rdflib-$(W3C_RDFLIB)
 # strace: bench/bench_fsyncs.py counts each process's fsyncs per write with it.
 DEBIAN_PACKAGES ?= systemd-container debootstrap nftables iproute2 openssh-client openssl openjdk-17-jre-headless openjdk-17-jdk-headless chromium librdf4j-java libapache-jena-java nodejs wrk strace
 
-.PHONY: venv deps-debian test-deps test test-deploy lint run stop bench bench-anchor bench-pipeline docs clean sync-soak \
+.PHONY: venv deps-debian test-deps check test test-deploy lint run stop bench bench-anchor bench-pipeline docs clean sync-soak \
 	fuzz chaos
 
 $(STAMP): setup.cfg pyproject.toml Makefile
@@ -50,6 +50,13 @@ deps-debian:
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The fast tier, to run before every commit: ruff, then every test that starts no program
+# (no node, JVM, Spark, Chromium, nspawn or network namespace: those are marked `processes`,
+# tests/conftest.py says how, and run by `make test` only). Spread over the cores (pytest-xdist).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -p no:cacheprovider -n auto -m "not processes"
 
 # The Molecule scenario (~12 minutes alone, 18-20 beside the suite; mostly Ansible's round
 # trips to the nspawn hosts) runs beside the rest of the suite, in its own pytest; its

@@ -1,13 +1,91 @@
+"""Fixtures every test module may use, and the two tiers of the suite.
+
+``make check`` runs the tests not marked ``processes``; ``make test`` runs them all. A test
+is marked ``processes`` when it starts a program: a node (a worker or a master, by the CLI),
+javac or java, Spark's JVM, Chromium, nspawn, ``ip netns``, ansible... A fork of the test
+process itself (the worker's query processes) does not count: it is cheap and runs no
+other program. Tests using the fixtures of ``PROCESS_FIXTURES`` are marked here; the others
+carry the mark themselves (``pytestmark`` of the module, or a decorator). While a test
+without the mark runs, starting a program fails it (``_refuse_programs``): a test that
+starts one cannot slip into the fast tier.
+"""
+
 from __future__ import annotations
 
-import json
-import time
+import sys
 
-import httpx
 import pytest
 
+from tests.clusters import LocalCluster
 from tests.procs import make_secret, worker_node
-from txcluster.local import master_node
+
+# Fixtures (this file's) whose every use starts processes.
+PROCESS_FIXTURES = frozenset({"worker_factory", "cluster_factory", "module_cluster_factory",
+                              "two_data_centres", "spark"})
+# The audit events (sys.addaudithook) of starting a program: subprocess (asyncio's too),
+# os.posix_spawn, the os.exec* family, os.system.
+_PROGRAM_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.exec", "os.system"})
+
+
+class _Unmarked:
+    """The test without the ``processes`` mark running now (None between such tests), the
+    programs it tried to start, and whether a JVM ran in this process before it."""
+
+    test: str | None = None
+    programs: list[str] = []
+    jvm_before = False
+
+
+def _jvm_started() -> bool:
+    """A JVM in this process (JPype's, as the master's JMX bridge starts): no subprocess."""
+    jpype = sys.modules.get("jpype")
+    return bool(jpype and jpype.isJVMStarted())
+
+
+def _refuse_programs(event: str, args: tuple) -> None:
+    if _Unmarked.test is not None and event in _PROGRAM_EVENTS:
+        program = f"{event} {args[1] if event == 'subprocess.Popen' else args[0]!r}"
+        _Unmarked.programs.append(program)
+        pytest.fail(f"{_Unmarked.test} starts a program ({program}): mark it "
+                    "`processes` (tests/conftest.py)", pytrace=False)
+
+
+sys.addaudithook(_refuse_programs)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    marked = item.get_closest_marker("processes") is not None
+    _Unmarked.test, _Unmarked.programs = (None if marked else item.nodeid), []
+    _Unmarked.jvm_before = _jvm_started()
+    try:
+        return (yield)
+    finally:
+        _Unmarked.test = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A test without the mark that started a program fails even when the refusal was
+    caught on the way (a fallback taken instead), or that started a JVM in-process."""
+    report = yield
+    programs, _Unmarked.programs = _Unmarked.programs, []  # each refusal reported once
+    if _Unmarked.test is None or not report.passed:
+        return report
+    why = (f"tried to start a program ({programs[0]})" if programs
+           else "started a JVM in this process"
+           if call.when == "teardown" and _jvm_started() and not _Unmarked.jvm_before
+           else None)
+    if why:
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid} {why}: mark it `processes` (tests/conftest.py)"
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -48,117 +126,6 @@ def worker_factory(tmp_path, secret):
         node.stop()
 
 
-# ---- real clusters: one master and its workers, each a process started by its CLI ----
-
-
-class LocalCluster:
-    """A master and its workers on loopback, started as users start them (txcluster.local).
-
-    Helpers poll with deadlines; every process made here is stopped by ``stop_all``.
-    """
-
-    def __init__(self, root, secret: tuple, workers: int, repository_id: str = "repo",
-                 master_port: int | None = None, node_id: str = "master1",
-                 **master_extra: str) -> None:
-        self.root = root
-        self.secret_file, self.secret = secret
-        self.repository_id = repository_id
-        self.nodes: list = []  # every process this cluster made, for teardown
-        self.workers = [self.new_worker(f"worker{i + 1}") for i in range(workers)]
-        props = {"health-interval-s": "0.2", "request-timeout-s": "10", **master_extra}
-        self.master = master_node(root / "master", self.secret_file, node_id,
-                                  [w.url for w in self.workers], repository_id,
-                                  port=master_port, **props)
-        self.nodes.append(self.master)
-
-    def start(self) -> LocalCluster:
-        for w in self.workers:
-            w.start(wait=False)
-        for w in self.workers:
-            w.wait_ready()
-        self.master.start()
-        self.wait_in_sync()
-        return self
-
-    # ---- processes ----
-
-    def new_worker(self, name: str):
-        node = worker_node(self.root / name, self.secret_file, self.repository_id)
-        self.nodes.append(node)
-        return node
-
-    def stop_all(self) -> None:
-        for node in reversed(self.nodes):  # the master first
-            node.stop()
-
-    # ---- client calls through the master ----
-
-    @property
-    def repo_url(self) -> str:
-        return f"{self.master.url}/repositories/{self.repository_id}"
-
-    def update(self, text: str, timeout: float = 30, **headers: str) -> httpx.Response:
-        return httpx.post(f"{self.repo_url}/statements", content=text.encode(),
-                          headers={"content-type": "application/sparql-update", **headers},
-                          timeout=timeout)
-
-    def select(self, query: str, base: str | None = None, **headers: str) -> list[dict]:
-        """Rows of a SELECT (through the master unless ``base`` is a worker URL), each
-        {variable: value as text}."""
-        url = f"{base or self.master.url}/repositories/{self.repository_id}"
-        r = httpx.get(url, params={"query": query}, timeout=30,
-                      headers={"accept": "application/sparql-results+json", **headers})
-        assert r.status_code == 200, f"{url}: {r.status_code} {r.text}"
-        return [{k: v["value"] for k, v in b.items()} for b in r.json()["results"]["bindings"]]
-
-    # ---- status ----
-
-    def status(self) -> dict:
-        r = httpx.get(f"{self.master.url}/admin/status", timeout=10)
-        r.raise_for_status()
-        return r.json()
-
-    def worker_status(self, status: dict, node) -> dict:
-        [w] = [w for w in status["workers"] if w["url"] == node.url]
-        return w
-
-    def wait_for(self, condition, what: str, timeout: float = 60.0) -> dict:
-        """Poll /admin/status until ``condition(status)`` holds; returns that status."""
-        deadline = time.monotonic() + timeout
-        last: dict | None = None
-        while True:
-            try:
-                last = self.status()
-                if condition(last):
-                    return last
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"not {what} after {timeout}s; last status:\n"
-                    f"{json.dumps(last, indent=1)}\nmaster log:\n{self.master.log_tail()}")
-            time.sleep(0.05)
-
-    @staticmethod
-    def in_sync(status: dict) -> bool:
-        head = status["head"]
-        return status["writable"] and all(
-            w["status"] == "ON" and w["seq"] == head["seq"]
-            and w["fingerprint"] == head["fingerprint"] and w["pending_forwards"] == 0
-            for w in status["workers"])
-
-    def wait_in_sync(self, timeout: float = 60.0) -> dict:
-        """Every worker ON at the head of the log, and the cluster writable."""
-        return self.wait_for(self.in_sync, "in sync", timeout)
-
-    def worker_states(self) -> dict[str, dict]:
-        """Each worker's own state ({seq, fingerprint, quads, ...}) from its /health."""
-        return {w.url: httpx.get(f"{w.url}/health", timeout=10).json() for w in self.workers}
-
-    def fingerprints(self) -> dict[str, str]:
-        return {url: st["fingerprint"] for url, st in self.worker_states().items()}
-
-
 @pytest.fixture
 def cluster_factory(tmp_path, secret):
     """Start a LocalCluster: ``make(workers=3, **master_properties)``; every process it
@@ -191,3 +158,22 @@ def module_cluster_factory(tmp_path_factory):
     yield make
     for cluster in made:
         cluster.stop_all()
+
+
+@pytest.fixture
+def two_data_centres(tmp_path, secret):
+    """Two clusters (uk: 3 workers, us: 2), their masters peered to each other."""
+    uk = LocalCluster(tmp_path / "uk", secret, 3, **{"data-centre": "uk"})
+    us = LocalCluster(tmp_path / "us", secret, 2, **{"data-centre": "us"})
+    uk.master.properties["node-id"] = "master-uk"
+    us.master.properties["node-id"] = "master-us"
+    for a, b in ((uk, us), (us, uk)):
+        a.master.properties.update({"peer.1.id": b.master.properties["node-id"],
+                                    "peer.1.url": b.master.url})
+    try:
+        uk.start()
+        us.start()
+        yield uk, us
+    finally:
+        uk.stop_all()
+        us.stop_all()

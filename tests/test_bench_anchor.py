@@ -73,6 +73,7 @@ class Quiet(ThreadingHTTPServer):
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="no wrk (apt-get install wrk)")
+@pytest.mark.processes
 def test_the_lua_script_counts_2xx_and_writes_unique_subjects():
     server = Quiet(("127.0.0.1", 0), Stub)
     threading.Thread(target=server.serve_forever, daemon=True).start()

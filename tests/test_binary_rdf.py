@@ -16,10 +16,8 @@ raising BinaryRdfError with a message saying what is wrong.
 
 from __future__ import annotations
 
-import shutil
 import struct
 import subprocess
-from pathlib import Path
 
 import pyoxigraph as ox
 import pytest
@@ -30,45 +28,8 @@ from rdf4j_protocol import binary_rdf, binary_results
 from rdf4j_protocol.binary_rdf import BinaryRdfError
 from rdf4j_protocol.binary_results import BinaryResultsQueryError
 from rdf4j_protocol.results import serialize_table
-
-JAVA_DIR = Path(__file__).parent / "java"
-JAVA_LIB = Path("/usr/share/java")
-# Rio and what it needs at run time, all from Debian's packages (librdf4j-java and its
-# dependencies); the ones not installed are left out of the classpath.
-RDF4J_JARS = (
-    "rdf4j-rio-binary", "rdf4j-rio-api", "rdf4j-model", "rdf4j-model-api",
-    "rdf4j-model-vocabulary", "rdf4j-util", "rdf4j-rio-nquads", "rdf4j-rio-ntriples",
-    "rdf4j-rio-datatypes", "rdf4j-rio-languages", "rdf4j-queryresultio-binary",
-    "rdf4j-queryresultio-api", "rdf4j-query", "rdf4j-queryresultio-sparqljson",
-    "rdf4j-queryresultio-sparqlxml", "rdf4j-rio-turtle", "rdf4j-rio-trig",
-    "slf4j-api", "slf4j-nop", "commons-text", "commons-lang3", "commons-io", "guava",
-    "jackson-core", "jackson-databind", "jackson-annotations",
-)
-
-
-def rio_missing() -> str | None:
-    """Why the Rio interop tests cannot run here, or None."""
-    if not (shutil.which("javac") and shutil.which("java")):
-        return "needs a JDK (javac, java; Debian openjdk-17-jdk-headless)"
-    if not (JAVA_LIB / "rdf4j-rio-binary.jar").exists():
-        return "needs RDF4J's Rio (/usr/share/java/rdf4j-rio-binary.jar; Debian librdf4j-java)"
-    return None
-
-
-def rdf4j_classpath() -> list[str]:
-    return [str(JAVA_LIB / f"{name}.jar") for name in RDF4J_JARS
-            if (JAVA_LIB / f"{name}.jar").exists()]
-
-
-def compile_java(source: Path, out: Path) -> str:
-    """Compile ``source`` against Rio into ``out``; the classpath to run it with."""
-    reason = rio_missing()
-    if reason:
-        pytest.skip(f"RDF4J interop test skipped: {reason}")
-    jars = rdf4j_classpath()
-    subprocess.run(["javac", "-cp", ":".join(jars), "-d", str(out), str(source)], check=True,
-                   timeout=180)
-    return ":".join([str(out), *jars])
+from tests.rdf4j_java import JAVA_DIR, compile_java
+from tests.rdf_samples import rich_quads
 
 
 def unescape(text: str) -> str:
@@ -142,40 +103,6 @@ def ex(local: str) -> ox.NamedNode:
     return N(EX + local)
 
 
-AWKWARD_TEXTS = [
-    "", "plain", "line one\nline two\r\nline three", "tab\there", 'a "quoted" word',
-    "back\\slash \\n not a newline", "accents: àéîõü ÇÑ ß", "CJK: 漢字かなカナ한국어",
-    "emoji outside the BMP: 😀🎉 𝄞 𠜎", "family ZWJ: 👨‍👩‍👧‍👦", "control \x01\x1f and \x7f",
-    "mixed 😀\n\t\"\\é",
-    "long " + "😀é漢 quite a long string, " * 4000,  # ~100k UTF-16 code units
-]
-
-
-def rich_quads() -> list[ox.Quad]:
-    """Every kind of term, in named graphs (IRI and blank node) and the default graph."""
-    g1, g2, bg = ex("graph/1"), N("http://example.org/graphé/😀"), B("graphnode")
-    s1, s2, b1, b2 = ex("s1"), N("http://example.org/ĉu/漢字/😀#frag"), B("b1"), B("node2")
-    quads = []
-    for i, text in enumerate(AWKWARD_TEXTS):
-        quads.append(ox.Quad(s1, ex(f"text{i}"), L(text), g1))
-        quads.append(ox.Quad(b1, ex("label"), L(text, language="en"), ox.DefaultGraph()))
-    quads += [
-        ox.Quad(s1, ex("lang"), L("colour", language="en-GB"), g1),
-        ox.Quad(s1, ex("lang"), L("中文", language="zh-Hant-TW"), g2),
-        ox.Quad(s2, ex("int"), L("01", datatype=N(XSD + "integer")), g2),
-        ox.Quad(s2, ex("double"), L("1.5E3", datatype=N(XSD + "double")), bg),
-        ox.Quad(s2, ex("custom"), L("x y", datatype=ex("datatype/😀")), bg),
-        ox.Quad(s2, ex("string"), L("typed string", datatype=N(XSD + "string")),
-                ox.DefaultGraph()),
-        ox.Quad(b1, ex("knows"), b2, g1),
-        ox.Quad(b2, ex("knows"), b1, bg),
-        ox.Quad(b2, ex("self"), b2, ox.DefaultGraph()),
-        ox.Quad(bg, ex("about"), s2, ox.DefaultGraph()),
-        ox.Quad(s1, ex("iri"), s2, g1),
-    ]
-    return quads
-
-
 def many_quads(n: int = 20_000) -> list[ox.Quad]:
     """More statements than Rio's writer buffers (8192), with values repeated near and far
     (its value table), in several graphs."""
@@ -193,6 +120,7 @@ COMMENTS = ["a comment", "with a newline\nand 😀", ""]
 
 
 @pytest.mark.parametrize("dataset", ["rich", "many"])
+@pytest.mark.processes
 def test_rio_written_binary_rdf_is_read_to_the_same_quads(rio, dataset):
     quads = rich_quads() if dataset == "rich" else many_quads()
     data = rio.write_brdf(quads, NAMESPACES, COMMENTS)
@@ -207,6 +135,7 @@ def test_rio_written_binary_rdf_is_read_to_the_same_quads(rio, dataset):
 
 
 @pytest.mark.parametrize("dataset", ["rich", "many"])
+@pytest.mark.processes
 def test_binary_rdf_we_write_is_read_by_rio_to_the_same_quads(rio, dataset):
     quads = rich_quads() if dataset == "rich" else many_quads()
     data = binary_rdf.write_rdf(quads, NAMESPACES, COMMENTS)
@@ -216,6 +145,7 @@ def test_binary_rdf_we_write_is_read_by_rio_to_the_same_quads(rio, dataset):
     assert comments == COMMENTS
 
 
+@pytest.mark.processes
 def test_triples_and_strings_lengths_in_utf16_code_units(rio):
     """Triples (from a CONSTRUCT) have no context; a non-BMP character counts two code
     units in a version 1 string length, as Java's String.length() does."""
@@ -248,6 +178,7 @@ def result_rows() -> list[tuple]:
     return rows
 
 
+@pytest.mark.processes
 def test_rio_written_results_table_is_read_to_the_same_rows(rio):
     rows = result_rows()
     data = rio.write_brtr(VARIABLES, rows)
@@ -257,12 +188,14 @@ def test_rio_written_results_table_is_read_to_the_same_rows(rio):
     assert result.rows == rows
 
 
+@pytest.mark.processes
 def test_results_table_we_write_is_read_by_rio_to_the_same_rows(rio):
     rows = result_rows()
     data = binary_results.write_results(VARIABLES, rows)
     assert rio.read_brtr(data) == (VARIABLES, rows)
 
 
+@pytest.mark.processes
 def test_results_table_without_rows_or_columns(rio):
     for variables, rows in [(["a", "b"], []), ([], [()]), ([], [])]:
         data = binary_results.write_results(variables, rows)

@@ -27,7 +27,8 @@ import pytest
 
 from rdf4j_protocol import binary_rdf, binary_results, negotiation, results, transactions, writes
 from rdf4j_protocol.parameters import ProtocolError
-from tests.test_binary_rdf import JAVA_DIR, compile_java, rich_quads
+from tests.rdf4j_java import JAVA_DIR, compile_java
+from tests.rdf_samples import rich_quads
 
 EX = "http://example.org/"
 N, B, L = ox.NamedNode, ox.BlankNode, ox.Literal
@@ -56,7 +57,7 @@ def ex(local: str) -> ox.NamedNode:
 
 
 def stored_quads() -> list[ox.Quad]:
-    """tests/test_binary_rdf's rich data without its non-canonical numbers (the store
+    """tests/rdf_samples.py's rich data without its non-canonical numbers (the store
     keeps "01"^^xsd:integer as "1", whatever the format it came in)."""
     return [q for q in rich_quads() if not (
         isinstance(q.object, ox.Literal) and q.object.datatype.value.endswith(("integer",

@@ -22,6 +22,7 @@ from hypothesis import strategies as hs
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, apply_to
+from tests.rdf_samples import MALFORMED_UPDATES
 from worker_service.operations import AddOperation
 from worker_service.steps import ModifyStep
 from worker_service.transaction import (
@@ -555,32 +556,9 @@ def test_where_is_evaluated_once() -> None:
 # Errors
 # ---------------------------------------------------------------------------------------
 
-MALFORMED = [
-    "INSERT DATA { <http://a> <http://b> \"x }",
-    "INSERT DATA { <a> <b> <c> }",  # relative IRI without base
-    P + "INSERT DATA { ex:a ex:b ?x }",
-    P + "DELETE DATA { _:a ex:p ex:o }",
-    P + "DELETE { _:a ex:p ?o } WHERE { ?s ex:p ?o }",
-    P + "DELETE WHERE { _:a ex:p ?o }",
-    P + "INSERT DATA { _:a ex:p 1 } ; INSERT DATA { _:a ex:p 2 }",
-    P + "INSERT DATA { ex:a ex:b ex:c } ; PREFIX ex2: <http://x/> INSERT DATA { ex2:a ex:b 1 }",
-    P + "INSERT { ?s ex:p ?o } WHERE { ?s ex:p ?o ",
-    P + "INSERT { ?s ex:p ?o } { ?s ex:p ?o }",
-    P + "WITH ex:g DELETE WHERE { ?s ?p ?o }",
-    "garbage",
-    P + "\n\nINSERT DATA {\n ex:a ex:b ex:c ,\n }",
-    P + "CLEAR GRAPH",
-    P + "ADD ex:g1 ex:g2",
-    P + "INSERT DATA { ex:a ex:b und:c }",
-    P + "INSERT { ?s ex:p ?o } WHERE { SERVICE <http://127.0.0.1:9/sparql> { ?s ex:p ?o } ",
-    # mentions "load"/"service": the message comes from the probe, positions mapped back
-    P + "INSERT DATA { ex:a ex:b 'download' } ; INSERT DATA { ex:a ex:b ex:c } garbage",
-    "INSERT DATA { <http://a> <http://b> 'service' } oops",
-    P + "DELETE { ?s ?p 'load' } WHERE { ?s ?p ?o FILTER(?o = ) }",
-]
 
 
-@pytest.mark.parametrize("text", MALFORMED)
+@pytest.mark.parametrize("text", MALFORMED_UPDATES)
 def test_malformed_update_reports_pyoxigraphs_message(text: str) -> None:
     with pytest.raises(SyntaxError) as oracle:
         ox.Store().update(text)

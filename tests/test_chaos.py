@@ -40,6 +40,7 @@ def test_ci_rounds_cover_every_fault_kind():
 
 
 @pytest.mark.parametrize("seed", sorted(ROUNDS))
+@pytest.mark.processes
 def test_chaos_round(seed, tmp_path):
     result = run_round(seed, ROUNDS[seed], root=tmp_path)
     print(table([result]))
@@ -50,6 +51,7 @@ def test_chaos_round(seed, tmp_path):
 @pytest.mark.skipif(unavailable("multi-dc") is not None,
                     reason=f"multi-DC chaos rounds: {unavailable('multi-dc')}")
 @pytest.mark.parametrize("seed", sorted(MULTI_DC_ROUNDS))
+@pytest.mark.processes
 def test_multi_dc_chaos_round(seed, tmp_path):
     result = run_round(seed, MULTI_DC_ROUNDS[seed], root=tmp_path, topology="multi-dc")
     print(table([result]))

@@ -22,7 +22,7 @@ import httpx
 import pyoxigraph as ox
 import pytest
 
-from tests.test_clients_jdk import namespaces, nq, stored
+from tests.clientlab import namespaces, nq, stored
 
 SCRIPT = Path(__file__).parent / "js" / "graphdb_client.js"
 # `make test` installs graphdb.js here (the venv's own folder: .venv/node/node_modules).

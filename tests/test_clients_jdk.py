@@ -21,7 +21,6 @@ import select
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ import h11
 import httpx
 import pyoxigraph as ox
 import pytest
+
+from tests.clientlab import Relay, namespaces, nq, stored
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "JdkHttpClientWrites.java"
 
@@ -57,10 +58,6 @@ TWO_RDFXML = f"""<?xml version="1.0"?>
   <rdf:Description rdf:about="{X}new"><x:p>one</x:p><x:p>two</x:p></rdf:Description>
 </rdf:RDF>
 """
-
-
-def nq(text: str) -> set[ox.Quad]:
-    return set(ox.parse(text, format=ox.RdfFormat.N_QUADS))
 
 
 def two(graph: str | None = None) -> set[ox.Quad]:
@@ -173,35 +170,6 @@ def cluster(module_cluster_factory):
 
 # ---- reading the stored content back (Python, httpx) ----
 
-ALL_QUADS = "SELECT ?s ?p ?o ?g { { ?s ?p ?o } UNION { GRAPH ?g { ?s ?p ?o } } }"
-
-
-def _term(b: dict) -> ox.NamedNode | ox.BlankNode | ox.Literal:
-    if b["type"] == "uri":
-        return ox.NamedNode(b["value"])
-    if b["type"] == "bnode":
-        return ox.BlankNode(b["value"])
-    if "xml:lang" in b:
-        return ox.Literal(b["value"], language=b["xml:lang"])
-    if "datatype" in b:
-        return ox.Literal(b["value"], datatype=ox.NamedNode(b["datatype"]))
-    return ox.Literal(b["value"])
-
-
-def stored(cluster) -> set[ox.Quad]:
-    """Every quad of the repository, by a SPARQL SELECT through the master once every
-    worker has applied every write."""
-    cluster.wait_in_sync()
-    r = httpx.post(cluster.repo_url, data={"query": ALL_QUADS}, timeout=60,
-                   headers={"accept": "application/sparql-results+json"})
-    assert r.status_code == 200, r.text
-    out = set()
-    for row in r.json()["results"]["bindings"]:
-        g = _term(row["g"]) if "g" in row else ox.DefaultGraph()
-        out.add(ox.Quad(_term(row["s"]), _term(row["p"]), _term(row["o"]), g))
-    return out
-
-
 def stored_default_graph(cluster) -> set[ox.Quad]:
     """The default graph, by a SPARQL CONSTRUCT (N-Triples) through the master: for big
     contents, quicker than the SELECT of ``stored``."""
@@ -210,15 +178,6 @@ def stored_default_graph(cluster) -> set[ox.Quad]:
                    headers={"accept": "application/n-triples"}, timeout=120)
     assert r.status_code == 200, r.text
     return set(ox.parse(r.content, format=ox.RdfFormat.N_TRIPLES))
-
-
-def namespaces(cluster) -> dict[str, str]:
-    cluster.wait_in_sync()
-    r = httpx.get(f"{cluster.repo_url}/namespaces", timeout=30,
-                  headers={"accept": "application/sparql-results+json"})
-    assert r.status_code == 200, r.text
-    return {b["prefix"]["value"]: b["namespace"]["value"]
-            for b in r.json()["results"]["bindings"]}
 
 
 def reset(cluster, quads: str = PRE) -> set[ox.Quad]:
@@ -446,57 +405,6 @@ def test_large_body(cluster, jdk, mode):
 
 
 # ---- one kept-alive connection after an h2c-offered first request ----
-
-
-class Relay:
-    """A TCP relay on loopback in front of a node: counts the connections made through it
-    and keeps the bytes each one sent (to see the h2c offer and the requests)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.sent: list[bytearray] = []  # per connection, what the client sent
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        self.server.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                client, _ = self.server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            record = bytearray()
-            self.sent.append(record)
-            threading.Thread(target=self._pump, args=(client, upstream, record),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, None),
-                             daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, record: bytearray | None) -> None:
-        try:
-            while data := src.recv(65536):
-                if record is not None:
-                    record += data
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._stop.set()
-        self.server.close()
-        self._thread.join(timeout=5)
 
 
 def test_keep_alive_after_h2c_offer(cluster, jdk):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyoxigraph as ox
 import pytest
 
-from tests.test_clients_jdk import Relay, nq, stored
+from tests.clientlab import Relay, nq, stored
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "JenaClient.java"
 JENA_PACKAGE = "libapache-jena-java"

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+@pytest.mark.processes
 def test_ansible_lint_production_profile():
     if not (BIN / "ansible-lint").exists():
         pytest.skip("ansible-lint is not installed (pip install -e '.[deploy]')")
@@ -40,12 +41,13 @@ def test_ansible_lint_production_profile():
 
 
 @pytest.mark.parametrize("inventory", ["two-dc-example", "local"])
+@pytest.mark.processes
 def test_shipped_inventories_describe_consistent_clusters(inventory):
     """What the roles' preflight checks first: one master per data centre, a worker for
     every master, unique node ids and URLs (inventories are parsed by Ansible itself)."""
     if not (BIN / "ansible-inventory").exists():
         pytest.skip("ansible-core is not installed (pip install -e '.[deploy]')")
-    from tests.test_deploy_plugins import problems, topology
+    from tests.ansible_plugins import problems, topology
 
     result = subprocess.run(
         [str(BIN / "ansible-inventory"), "-i", f"inventory/{inventory}", "--list"],
@@ -66,6 +68,7 @@ VAULT = {"vault_txcluster_cluster_secret": "cluster-secret-0123456789",
          "vault_txcluster_jmx_password": "jmx-password-0123"}
 
 
+@pytest.mark.processes
 def test_vault_layout_of_the_example_inventory_works_as_documented(tmp_path):
     """group_vars/all/ is a directory: the encrypted vault.yml made as its main.yml says
     (ansible-vault) is read together with main.yml, whose variables refer to it."""
@@ -135,6 +138,7 @@ def test_master_configuration_covers_auth_tls_and_jmx():
     assert all(k in worker for k in ("tls-cert-file=", "tls-key-file=", "tls-ca-file="))
 
 
+@pytest.mark.processes
 def test_collection_builds_and_installs_from_its_tarball(tmp_path):
     """galaxy.yml: `ansible-galaxy collection build` then `install` from the tarball; the
     roles, playbooks and plugins are there and the playbooks use fully qualified names."""

@@ -230,6 +230,7 @@ def _molecule(step: str, log, env: dict) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 def test_molecule_two_datacentres(capsys):
     _skip_or_fail(_cannot_run(), f"Molecule scenario {SCENARIO}")
     steps = _sequence()

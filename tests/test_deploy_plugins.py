@@ -4,29 +4,12 @@ master's runtime changes (module txcluster_properties). Plain Python, no Ansible
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from master_service.config import MasterConfig, check_config, update_properties
-
-ROOT = Path(__file__).resolve().parent.parent
-ROLES = ROOT / "roles"
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-topology_plugin = _load(ROOT / "plugins/filter/txcluster_topology.py")
-properties_module = _load(ROOT / "plugins/modules/txcluster_properties.py")
-topology = topology_plugin.txcluster_topology
-problems = topology_plugin.txcluster_topology_problems
-merge = properties_module.merge
+from tests.ansible_plugins import merge, problems, properties_module, topology
 
 
 def _inventory(**hosts: dict) -> tuple[dict, dict]:

@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.processes
+
 CHILD = textwrap.dedent("""
     import gc, sys
     import pyoxigraph as ox

@@ -270,6 +270,7 @@ def _start_refused(directory: Path, secret_file: Path, **props: str) -> tuple[in
     return code, node.log_tail()
 
 
+@pytest.mark.processes
 def test_agent_problems_are_refused_before_the_jvm_starts(tmp_path, secret):
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
@@ -290,6 +291,7 @@ def test_agent_problems_are_refused_before_the_jvm_starts(tmp_path, secret):
     assert "is accessible by group or others (mode 644); the JVM refuses it: chmod 600" in log
 
 
+@pytest.mark.processes
 def test_txcluster_up_jmx(tmp_path, java_client):
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "txcluster.cli"]

@@ -19,9 +19,8 @@ import pyoxigraph as ox
 import pytest
 
 from rdf4j_protocol import binary_rdf
-from tests.conftest import LocalCluster
+from tests.clusters import DataCentres, LocalCluster
 from tests.procs import agreed_queue, make_secret
-from tests.test_sync_peering import DataCentres
 
 UPDATE = "application/sparql-update"
 # The update of the issue: three of these were agreed with the peer and failed on its probe.

@@ -25,7 +25,7 @@ import pyoxigraph as ox
 import pytest
 
 from master_service.txlog.log import TxLog
-from tests.conftest import LocalCluster
+from tests.clusters import LocalCluster
 from tests.procs import signed_client
 from txcluster.properties import read_properties
 

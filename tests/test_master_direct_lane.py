@@ -14,7 +14,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 
-from tests.test_metrics import scrape, value
+from tests.scrape import scrape, value
 
 EX = "http://example.org/lane/"
 JSON = "application/sparql-results+json"

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
 from master_service.config import DEFAULT_MAX_PEER_LAG_S
 from master_service.sync import Mode, Status, SyncNode, Timing
-from tests.test_sync_peering import DataCentres, insert
+from tests.clusters import DataCentres, insert
 
 
 def test_the_core_takes_a_new_max_peer_lag_at_once():
@@ -25,6 +26,7 @@ def test_the_core_takes_a_new_max_peer_lag_at_once():
     assert node.split_suspected == {"n2"}
 
 
+@pytest.mark.processes
 def test_max_peer_lag_written_over_jolokia_lets_writes_go_on_without_a_dead_peer(tmp_path):
     dcs = DataCentres(tmp_path, n=3, workers=1)
     try:

@@ -7,24 +7,10 @@ import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from master_service.api.metrics import request_kind
-from tests.conftest import LocalCluster
-from tests.test_status_page import two_data_centres  # noqa: F401 - a fixture
-
-
-def scrape(url: str, auth: tuple[str, str] | None = None) -> dict[tuple, float]:
-    """{(sample name, sorted labels): value} of one scrape."""
-    r = httpx.get(f"{url}/metrics", auth=auth, timeout=10)
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith("text/plain; version=")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(r.text) for s in family.samples}
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    return samples[(name, tuple(sorted(labels.items())))]
+from tests.clusters import LocalCluster
+from tests.scrape import scrape, value
 
 
 def test_counters_latencies_workers_and_a_replication(cluster_factory):
@@ -86,6 +72,7 @@ def test_counters_latencies_workers_and_a_replication(cluster_factory):
     assert ("txcluster_sync_state", (("state", "connected"),)) not in down  # not peered
 
 
+@pytest.mark.processes
 def test_operator_pages_take_the_read_credential(tmp_path, secret):
     """With client-auth-file, /metrics, /status and /status/data answer 401 (asking for
     basic auth) without a user, 401 with a wrong password, 200 for a reader."""
@@ -130,6 +117,7 @@ def test_request_kinds(method, path, kind):
     assert request_kind(method, path) == kind
 
 
+@pytest.mark.processes
 def test_peering_metrics(request):
     """Two peered masters: the sync series appear, and a peer's death shows."""
     uk, us = request.getfixturevalue("two_data_centres")

@@ -41,7 +41,8 @@ from tests.dclab import LAYOUT, MAX_PEER_LAG_S, P, UkUs
 from tests.procs import same_agreed
 
 _why = netlab.unavailable()
-pytestmark = pytest.mark.skipif(_why is not None, reason=f"real network partitions: {_why}")
+pytestmark = [pytest.mark.processes,
+              pytest.mark.skipif(_why is not None, reason=f"real network partitions: {_why}")]
 
 # Behaviour the spec asks for that the code does not have yet. While a name is listed,
 # a failure of its assertions is recorded (with what holds today, printed) and the test

@@ -35,8 +35,8 @@ from spark_pipeline import audit, extract, jobs, load, part_push, rdf, transform
 from spark_pipeline.part_push import PartPush, PartRefused
 from spark_pipeline.progress import Progress
 from tests.procs import make_secret, signed_client
-from tests.test_pipeline_rdf import HARD
-from tests.test_tls import TlsCluster, make_ca_and_cert
+from tests.rdf_samples import HARD
+from tests.tlslab import TlsCluster, make_ca_and_cert
 from txcluster.cli import main
 from txcluster.local import master_node
 
@@ -911,6 +911,7 @@ def _answer_json(handler: http.server.BaseHTTPRequestHandler, status: int,
     handler.wfile.write(data)
 
 
+@pytest.mark.processes
 def test_the_master_forwards_at_most_two_parts_at_once(tmp_path, secret):
     """Each Spark task sends its own parts through the master: it reads and forwards
     BULK_PARTS_AT_ONCE of them at a time, the others wait unread. Its worker here is a

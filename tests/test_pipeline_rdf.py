@@ -15,29 +15,11 @@ from hypothesis import strategies as st
 from rdfcore.canonical import canonical_lines, canonical_quad
 from rdfcore.fingerprint import MOD, line_hash
 from spark_pipeline import rdf
+from tests.rdf_samples import HARD
 
 NT = ox.RdfFormat.N_TRIPLES
 NQ = ox.RdfFormat.N_QUADS
 XSD = "http://www.w3.org/2001/XMLSchema#"
-
-# Line, and whether it is good: each bad one is a classic way a chunk parse blames the
-# wrong line (docs/design/dependencies.md#pyspark-43-in-local-mode-the-pipeline): the error of a
-# missing dot is reported on the next line, an unterminated string swallows the next line.
-HARD = [
-    (b'<http://e/a> <http://e/p> "one" .', True),
-    (b"<http://e/a> <http://e/p> <http://e/b>", False),  # missing dot
-    (b"<http://e/a> <http://e/p> <http://e/after-missing-dot> .", True),
-    (b'<http://e/a> <http://e/p> "unterminated', False),
-    (b"<http://e/a> <http://e/p> <http://e/after-unterminated> .", True),
-    (b'<http://e/a> <http://e/p> "bad \\q escape" .', False),
-    (b"<relative> <http://e/p> <http://e/c> .", False),
-    (b'<http://e/a> <http://e/p> "caf\xe9" .', False),  # latin-1, not UTF-8
-    (b'"literal" <http://e/p> <http://e/c> .', False),  # literal as subject
-    (b"", True),
-    (b"# a comment", True),
-    (b'<http://e/a> <http://e/p> "last" .', True),
-]
-
 
 def _parse(lines, fmt=NT, scope=None, graph=None):
     return rdf.parse_lines(lines, fmt, scope, rdf.Canonicaliser(graph))

@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.conftest import LocalCluster
-from tests.test_query_timeout import (
+from tests.clusters import LocalCluster
+from tests.querylab import (
     COUNT_JOIN,
     CROSS_JOIN,
     EX,
@@ -28,6 +29,8 @@ from tests.test_query_timeout import (
     wait_until,
 )
 from txcluster.query_limits import TIMED_OUT_HEADER, busy_message
+
+pytestmark = pytest.mark.processes
 
 # An engine-bound query that ends: 600 x 600 join rows, counted (~0.2 s alone).
 HEAVY = f"SELECT (COUNT(*) AS ?n) WHERE {{ ?a <{EX}p0> ?c . ?d <{EX}p1> ?f }}"

@@ -24,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import LocalCluster
+from tests.clusters import LocalCluster
 from tests.procs import make_secret, signed_client, worker_node
 from txcluster.auth import (
     ACCEPTS_KEPT,
@@ -120,6 +120,7 @@ def _bad_credentials(secret: bytes, method: str, base: str, target: str,
     ("PUT", STATEMENTS, "text/turtle"),
     ("DELETE", STATEMENTS, None),
 ])
+@pytest.mark.processes
 def test_worker_refuses_every_bad_credential_and_changes_nothing(worker, method, target,
                                                                   ctype):
     node, secret = worker
@@ -155,6 +156,7 @@ def test_worker_refuses_every_bad_credential_and_changes_nothing(worker, method,
     assert any("wrong cluster credential" in line for line in refusals)
 
 
+@pytest.mark.processes
 def test_worker_refuses_a_replayed_request(worker):
     """A captured, valid request (here an apply that did change the worker) cannot be
     sent again: not as it was, not within the time window, not to another path."""
@@ -177,6 +179,7 @@ def test_worker_refuses_a_replayed_request(worker):
     assert "replayed cluster credential" in node.log_tail(20_000)
 
 
+@pytest.mark.processes
 def test_both_signers_sign_the_host_and_the_path_the_worker_decodes(worker):
     """The master's signed session (txcluster.signed_session, aiohttp) and HmacAuth
     (httpx: tests, image pulls between workers) sign the Host they send and the path as
@@ -199,6 +202,7 @@ def test_both_signers_sign_the_host_and_the_path_the_worker_decodes(worker):
     assert r.status_code == 400 and "'no such%name' is not a valid backup name" in r.text
 
 
+@pytest.mark.processes
 def test_worker_refuses_a_world_readable_secret_file(tmp_path):
     """Secrets are read from files of mode 600 only: the worker does not start."""
     secret_file, _ = make_secret(tmp_path / "secrets")
@@ -248,6 +252,7 @@ def secured(tmp_path_factory):
         c.stop_all()
 
 
+@pytest.mark.processes
 def test_client_auth_refuses_missing_wrong_and_read_role_writes(secured):
     c = secured
     repo = c.repo_url
@@ -308,6 +313,7 @@ def test_client_auth_refuses_missing_wrong_and_read_role_writes(secured):
     assert c.wait_in_sync()["head"]["seq"] == head["seq"] + 1
 
 
+@pytest.mark.processes
 def test_secrets_are_never_logged_nor_in_urls_or_status(secured):
     c = secured
     # Traffic on every channel: writes (probe + forwards), reads, a backup, status.
@@ -345,6 +351,7 @@ def test_secrets_are_never_logged_nor_in_urls_or_status(secured):
 # ---- the credential names the node it is for (the Host it was sent to) ----
 
 
+@pytest.mark.processes
 def test_a_request_for_one_worker_cannot_be_replayed_to_another(tmp_path):
     """Each worker keeps its own nonce cache, so the credential signs the Host: a request
     captured on its way to worker A and sent to worker B within the time window is
@@ -402,6 +409,7 @@ def _ipv6_loopback() -> bool:
     return True
 
 
+@pytest.mark.processes
 def test_a_worker_on_a_wildcard_takes_its_addresses_names_and_advertised_hosts_only(
         tmp_path):
     """listen-address 0.0.0.0 (what the Ansible role configures): every local address,

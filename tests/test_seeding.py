@@ -21,11 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import LocalCluster
+from tests.clusters import DataCentres, LocalCluster, Writers, insert
 from tests.procs import free_port, make_secret
-from tests.test_sync_peering import DataCentres, Writers, insert
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 
 class CuttingRelay:
@@ -446,7 +445,7 @@ def sync_of_url(url: str) -> dict:
 def _seed_from(dcs, donor) -> int:
     """Five writes agreed everywhere, then a seed asked of ``donor`` for a data centre
     'joiner': the agreed position its image stands for."""
-    from tests.test_sync_peering import insert
+    from tests.clusters import insert
     from txcluster.auth import sign
 
     for i in range(5):
@@ -466,7 +465,7 @@ def test_a_donor_restarted_after_making_a_seed_still_holds_what_follows_it(tmp_p
     restarted right after it answered a seed, it still keeps its agreed entries after
     that point for the data centre it seeded, while its peer, which made no seed,
     forgets what both executed."""
-    from tests.test_sync_peering import DataCentres, insert
+    from tests.clusters import DataCentres, insert
 
     dcs = DataCentres(tmp_path, n=2, workers=1)
     try:
@@ -494,7 +493,7 @@ def test_a_donor_whose_horizon_passed_its_seed_hold_still_restarts(tmp_path):
     hold is persisted; restarted (kill -9), the donor cannot keep it any more and starts
     without it, instead of refusing to start on it ('position .. is before our floor',
     multi-DC chaos seed 4319), and goes on agreeing writes."""
-    from tests.test_sync_peering import DataCentres, insert
+    from tests.clusters import DataCentres, insert
 
     dcs = DataCentres(tmp_path, n=2, workers=1, extra={0: {"log-max-size": "10"}})
     try:

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from master_service.api.status_page import OperationTracker
-from tests.conftest import LocalCluster
+from tests.clusters import LocalCluster
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BUILD = Path(__file__).resolve().parent.parent / "build"
@@ -113,25 +113,6 @@ def png_colours(path: Path) -> set[tuple[int, int, int]]:
         colours.update(zip(line[0::bpp], line[1::bpp], line[2::bpp], strict=True))
         prev = line
     return colours
-
-
-@pytest.fixture
-def two_data_centres(tmp_path, secret):
-    """Two clusters (uk: 3 workers, us: 2), their masters peered to each other."""
-    uk = LocalCluster(tmp_path / "uk", secret, 3, **{"data-centre": "uk"})
-    us = LocalCluster(tmp_path / "us", secret, 2, **{"data-centre": "us"})
-    uk.master.properties["node-id"] = "master-uk"
-    us.master.properties["node-id"] = "master-us"
-    for a, b in ((uk, us), (us, uk)):
-        a.master.properties.update({"peer.1.id": b.master.properties["node-id"],
-                                    "peer.1.url": b.master.url})
-    try:
-        uk.start()
-        us.start()
-        yield uk, us
-    finally:
-        uk.stop_all()
-        us.stop_all()
 
 
 def page_data(cluster: LocalCluster) -> dict:

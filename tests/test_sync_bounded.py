@@ -650,6 +650,7 @@ def test_from_a_donor_that_names_no_ids_the_timestamp_rule_decides():
 # ---------------------------------------------------------------- real processes
 
 
+@pytest.mark.processes
 def test_peered_masters_keep_a_bounded_agreed_queue_and_a_master_killed_after_pruning_rejoins(
         tmp_path):
     """Three data centres; LogMaxSize written over Jolokia on every master; hundreds of
@@ -661,7 +662,7 @@ def test_peered_masters_keep_a_bounded_agreed_queue_and_a_master_killed_after_pr
 
     import httpx
 
-    from tests.test_sync_peering import DataCentres, Writers, insert
+    from tests.clusters import DataCentres, Writers, insert
 
     name = "ReplicationCluster:name=ClusterInfo"
     dcs = DataCentres(tmp_path, n=3, workers=1)

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from tests.test_sync_peering import DataCentres
+from tests.clusters import DataCentres
+
+pytestmark = pytest.mark.processes
 
 TRIGGER = """create trigger txc_test_fail before insert on sync_incoming
              begin select raise(abort, 'disk says no (test)'); end"""

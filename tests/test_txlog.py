@@ -318,6 +318,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.processes
 def test_every_acknowledged_seq_survives_sigkill(path):
     acked: list[int] = []
     for _round in range(3):

@@ -18,7 +18,7 @@ import pytest
 from rdf4j_protocol.parameters import ProtocolError
 from rdf4j_protocol.writes import check_update, statements_write
 from rdfcore.update_syntax import one_line
-from tests.test_changeset import MALFORMED
+from tests.rdf_samples import MALFORMED_UPDATES
 from worker_service.transaction import OperationRefused, UpdateSyntaxError
 from worker_service.update_parsing import parse_update
 
@@ -43,7 +43,7 @@ MORE = [
 
 
 def texts() -> list[str]:
-    out = list(MALFORMED) + MORE
+    out = list(MALFORMED_UPDATES) + MORE
     for path in REQUESTS:
         text = path.read_text(encoding="utf-8")
         out += [text, text[:len(text) // 3], text[:2 * len(text) // 3]]

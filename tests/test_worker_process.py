@@ -373,6 +373,7 @@ def test_control_api_refuses_missing_wrong_and_replayed_credentials(worker_facto
         assert c.get("/cluster/state").json()["seq"] == 0
 
 
+@pytest.mark.processes
 def test_worker_refuses_a_bad_config_naming_the_key(tmp_path, secret):
     import subprocess
     import sys

@@ -1,6 +1,6 @@
 """What a chaos round runs on: its topology.
 
-* ``single-dc``: 1 master and 3 workers on loopback (tests/conftest.LocalCluster).
+* ``single-dc``: 1 master and 3 workers on loopback (tests/clusters.LocalCluster).
 * ``multi-dc``: the spec's UK/US case in a network lab (tests/dclab.py on tests/netlab.py,
   root only): masters uk1 (2 workers) and uk2 (1 worker) in data centre uk, us1
   (2 workers) in us, each master a sync peer of the others, split-recovery Smart,
@@ -24,7 +24,7 @@ import httpx
 from tests import netlab
 from tests.chaos.checker import Verdict, check, check_peered
 from tests.chaos.workload import History
-from tests.conftest import LocalCluster
+from tests.clusters import LocalCluster
 from tests.dclab import LAYOUT, MAX_PEER_LAG_S, Site, UkUs
 from tests.procs import make_secret
 

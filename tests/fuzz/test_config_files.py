@@ -157,6 +157,7 @@ def test_worker_properties(folder, data, raw_prefix):
 
 @fuzz_settings(0.05)
 @given(data=st.data())
+@pytest.mark.processes
 def test_check_config_command(folder, data):
     """The command operators run: exit 0 (OK) or 1 with one message per problem, never a
     traceback. A process per example, so only a few of them."""

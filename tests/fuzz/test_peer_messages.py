@@ -1,7 +1,7 @@
 """Fuzzing the peer API of a real master: POST /peer/status, POST /peer/tail and
 GET /peer/transactions/<txid>?peer=, what the masters of other data centres call.
 
-Two data centres (DataCentres of tests/test_sync_peering.py): masters m1 and m2 with one
+Two data centres (DataCentres of tests/clusters.py): masters m1 and m2 with one
 worker each and a few agreed transactions; the fuzz talks to m1. Every message is signed
 with the peer secret by ``txcluster.auth.sign``, the function SyncDriver signs with, so
 that the fuzzed content passes the credential and reaches the parser (sync/wire.py into
@@ -52,11 +52,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from master_service.sync.messages import chain_hash
+from tests.clusters import DataCentres, insert
 from tests.fuzz.checks import assert_clear_answer, master_head
 from tests.fuzz.settings import fuzz_settings
 from tests.procs import agreed_queue
-from tests.test_sync_peering import DataCentres, insert
 from txcluster.auth import sign, sign_for, signed_target
+
+pytestmark = pytest.mark.processes
 
 AGREED = 4  # transactions agreed before the fuzzing: merge bases and tails to aim at
 TX_FIELDS = ("txid", "timestamp", "origin", "size", "digest")

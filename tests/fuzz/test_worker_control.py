@@ -31,6 +31,8 @@ from tests.fuzz.strategies import (
 )
 from tests.procs import make_secret, signed_client, worker_node
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
