@@ -153,6 +153,7 @@ def _container_init(nspawn: int) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 def test_nspawn_hosts_clear_what_a_killed_run_left(tmp_path):
     """The failure that poisoned a machine for good: a run killed in `up` (the script and
     every systemd-nspawn SIGKILLed while the containers boot) leaves container inits

@@ -22,6 +22,8 @@ from rdf4j_protocol import binary_rdf
 from tests.clusters import DataCentres, LocalCluster
 from tests.procs import agreed_queue, make_secret
 
+pytestmark = pytest.mark.processes
+
 UPDATE = "application/sparql-update"
 # The update of the issue: three of these were agreed with the peer and failed on its probe.
 MISSING_BRACE = 'INSERT DATA { <urn:a> <urn:b> "x"'
