@@ -300,7 +300,7 @@ def auth_headers(info: dict) -> list[str]:
     """An Authorization header when the masters have client auth (a write user: it may
     read too); `txcluster up` configures none, so normally no header."""
     from master_service.config import read_client_auth
-    from txcluster.properties import read_properties
+    from txinfra.properties import read_properties
 
     path = read_properties(info["masters"][0]["config"]).get("client-auth-file")
     if not path:

@@ -24,7 +24,7 @@ from typing import Any
 
 from master_service.sync import wire
 from master_service.sync.messages import Mode, Status, TxMeta
-from txcluster import jsonbody
+from txinfra import jsonbody
 
 OPERATIONS = [{"type": "update", "update": 'INSERT DATA { <http://example.org/bench/w1-1-123> '
                '<http://example.org/bench/p> "value 123" }'}]

@@ -1,6 +1,6 @@
 """Client CPU per node-to-node call: what one call from a master to a worker costs the
 master's event loop (issue 18: that loop's CPU bounds the read-proxy ratio and agreed
-throughput), for txcluster.http_pool against aiohttp (what the master used before) and
+throughput), for txinfra.http_pool against aiohttp (what the master used before) and
 httpx's AsyncClient (what the CLI and tests use).
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.bench_node_calls [--calls 3000] [--rounds 3]
@@ -25,9 +25,9 @@ from yarl import URL
 
 from bench._common import EX, quads, show, statistics, workdir
 from rdfcore.changeset import Changeset
-from txcluster.auth import HmacAuth, load_secret
-from txcluster.http_pool import ConnectionPool
 from txcluster.local import new_secret, worker_node
+from txinfra.auth import HmacAuth, load_secret
+from txinfra.http_pool import ConnectionPool
 
 HEADERS = {"accept": "application/sparql-results+json"}
 
@@ -54,7 +54,7 @@ async def one_round(url: str, calls: int) -> dict[str, float]:
         assert status == 200, body
         return body
 
-    out["txcluster.http_pool"] = await cpu_per_call(by_pool, calls)
+    out["txinfra.http_pool"] = await cpu_per_call(by_pool, calls)
     await pool.close()
 
     async with aiohttp.ClientSession(auto_decompress=False) as session:
@@ -92,7 +92,7 @@ def main() -> None:
             rounds = [asyncio.run(one_round(node.url, args.calls)) for _ in range(args.rounds)]
         finally:
             node.stop()
-    pool = statistics.median(r["txcluster.http_pool"] for r in rounds)
+    pool = statistics.median(r["txinfra.http_pool"] for r in rounds)
     rows = []
     for name in rounds[0]:
         each = [r[name] for r in rounds]

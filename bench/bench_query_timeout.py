@@ -1,4 +1,4 @@
-"""Query timeouts (txcluster/query_limits.py, worker_service/query_isolation.py,
+"""Query timeouts (txinfra/query_limits.py, worker_service/query_isolation.py,
 worker_service/query_process.py).
 
 Printed, from one run against real worker processes on loopback:
@@ -53,8 +53,8 @@ from bench._common import EX, quads, show, workdir
 from bench.bench_master import Conn
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset
-from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, new_secret, worker_node
+from txinfra.auth import HmacAuth, load_secret
 
 N_TRIPLES = 100_000
 N_SUBJECTS = N_TRIPLES // 8  # bench._common.quads: 8 predicates per subject
@@ -71,8 +71,8 @@ def serve(config_path: str, machinery: str) -> None:
     """A worker as worker_service.app.serve runs it; ``machinery`` "off" runs it with
     QueryLimits(isolate=False). Both measured workers start here, so that they differ in
     nothing else."""
-    from txcluster import http_server
-    from txcluster.auth import NodeAuthorities
+    from txinfra import http_server
+    from txinfra.auth import NodeAuthorities
     from worker_service.app import create_app
     from worker_service.config import WorkerConfig
     from worker_service.repository import Repository

@@ -51,9 +51,9 @@ from bench._common import EX, rate, show, workdir
 from rdfcore import fingerprint
 from tests import netlab
 from txcluster import local
-from txcluster.auth import load_secret
 from txcluster.local import NodeProcess, master_node, worker_node
-from txcluster.signed_session import SignedSession
+from txinfra.auth import load_secret
+from txinfra.signed_session import SignedSession
 
 PHASE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*sync: seeding from \S+: (\w+)$")
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")

@@ -22,8 +22,8 @@ import pyoxigraph as ox
 from bench._common import EX, Timer, quads, rate, show, workdir
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset
-from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import new_secret, worker_node
+from txinfra.auth import HmacAuth, load_secret
 
 BATCH = 10_000
 

@@ -34,9 +34,9 @@ from master_service.sync.sqlite_storage import SqliteStorage
 from master_service.txlog.log import TxLog
 from rdf4j_protocol.routes import HotPaths, HotRoutes
 from rdf4j_protocol.transactions import TransactionRegistry
-from txcluster import http_server, tls
-from txcluster.auth import NodeAuthorities, Verifier, load_secret, url_authority
-from txcluster.properties import ConfigError
+from txinfra import http_server, tls
+from txinfra.auth import NodeAuthorities, Verifier, load_secret, url_authority
+from txinfra.properties import ConfigError
 
 log = logging.getLogger("txcluster.master")
 

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import pyoxigraph as ox
 
-from txcluster import node_keys, query_limits, tls
-from txcluster.auth import parse_advertised_hosts
-from txcluster.properties import (
+from txinfra import node_keys, query_limits, tls
+from txinfra.auth import parse_advertised_hosts
+from txinfra.properties import (
     ConfigError,
     Key,
     Schema,
@@ -270,7 +270,7 @@ SCHEMA = Schema(
         Key("peer-secret-file", parse_path,
             description="secret shared by peer masters (mode 600); default: "
             "cluster-secret-file"),
-        # txcluster/auth.py NodeAuthorities: a signed peer request names the master it is for.
+        # txinfra/auth.py NodeAuthorities: a signed peer request names the master it is for.
         Key("advertised-hosts", parse_advertised_hosts,
             description="host or host:port (comma-separated) peers reach this master at, "
             "besides master-url and its listen address; a signed peer request for any "
@@ -305,7 +305,7 @@ SCHEMA = Schema(
         Key("jmx.ssl.keystore-password-file", parse_path,
             description="file holding the keystore password (mode 600)"),
         node_keys.LOG_LEVEL,
-        # Optional TLS (txcluster/tls.py): every API of the master over HTTPS (client,
+        # Optional TLS (txinfra/tls.py): every API of the master over HTTPS (client,
         # admin and peer API: one server), and the CA that verifies https workers and peers.
         Key("tls-cert-file", tls.parse_pem_file,
             description="PEM certificate: serve the client, admin and peer APIs over HTTPS"),

@@ -37,7 +37,7 @@ from master_service.sync.messages import mode_of
 from master_service.sync.peering import Peering
 from master_service.sync.ready import SplitRecovery
 from master_service.sync.seeding import SeedingFailed
-from txcluster.properties import BACKUP_NAME_RULE, ConfigError, is_backup_name, parse_url
+from txinfra.properties import BACKUP_NAME_RULE, ConfigError, is_backup_name, parse_url
 
 log = logging.getLogger("txcluster.master.control")
 

@@ -54,7 +54,7 @@ from rdf4j_protocol.writes import (
     namespace_write,
     statements_write,
 )
-from txcluster.jsonbody import JSONAnswer
+from txinfra.jsonbody import JSONAnswer
 
 PROTOCOL_VERSION = "12"
 READS = ("GET", "HEAD")

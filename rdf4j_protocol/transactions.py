@@ -32,6 +32,7 @@ from rdf4j_protocol.writes import (
     remove_statements_operations,
     update_from,
 )
+from txinfra.query_limits import TRANSACTION_IDLE_S
 
 log = logging.getLogger("txcluster.rdf4j")
 
@@ -44,10 +45,6 @@ WRITE_ACTIONS = frozenset({"ADD", "DELETE", "UPDATE"})
 # pending operations (RDF4J's TransactionController: SIZE, GET, QUERY; EXPORT is taken as
 # GET, the statements export some clients name so). The HTTP shells answer them.
 READ_ACTIONS = frozenset({"GET", "EXPORT", "SIZE", "QUERY"})
-# Default idle time after which an open transaction is forgotten (both node kinds;
-# key transaction-idle-timeout-s). RDF4J's server forgets after 60 s and its client pings
-# to keep a transaction alive; a longer default spares clients that do not ping.
-TRANSACTION_IDLE_S = 600.0
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ configuration is passed in (``jobs.LoadConfig``, ``audit.AuditConfig``, ``ParseC
     audit.py      the audit: two replicas' exports compared in Spark
     session.py    the SparkSession: local[*] by default, any cluster by its URL
     shipping.py   what a cluster's executors need, shipped: the code zip, a packed Python
-    submit.py     spark-submit's entry point (load, audit)
     progress.py   the progress line (files, lines, quads parsed and rejected, rate, ETA;
                   quads loaded; the verification)
 

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from rdfcore.fingerprint import to_hex
 from spark_pipeline import extract, jobs, rdf, transform
 from spark_pipeline.progress import Progress
-from txcluster.tls import client_verify, read_ca_file
+from txinfra.tls import client_verify, read_ca_file
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from spark_pipeline import extract, hadoop_fs, load, locations, rdf, transform
 from spark_pipeline.part_push import PartPush
 from spark_pipeline.progress import CountsParam, Progress
 from spark_pipeline.session import is_local
-from txcluster.tls import client_verify, read_ca_file
+from txinfra.tls import client_verify, read_ca_file
 
 # Parts of an initial load: each is parsed and bulk-loaded by the worker in one request.
 PART_QUADS = 100_000

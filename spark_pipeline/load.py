@@ -29,7 +29,7 @@ from rdfcore.fingerprint import ZERO, to_hex
 from spark_pipeline import extract
 from spark_pipeline.part_push import PartPush
 from txcluster.admin_client import AdminClient, AdminError
-from txcluster.tls import client_verify
+from txinfra.tls import client_verify
 
 T = TypeVar("T")
 

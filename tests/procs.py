@@ -13,9 +13,9 @@ import httpx
 import uvicorn
 import uvloop
 
-from txcluster import http_server
-from txcluster.auth import HmacAuth, load_secret
 from txcluster.local import NodeProcess, free_port, new_secret, worker_node
+from txinfra import http_server
+from txinfra.auth import HmacAuth, load_secret
 
 __all__ = ["NodeProcess", "agreed_queue", "free_port", "make_secret", "run_on_cluster",
            "same_agreed", "signed_client", "worker_node"]
@@ -78,7 +78,7 @@ def uvicorn_in_thread(app, **options) -> Iterator[int]:
 
 @contextmanager
 def node_server_in_thread(app, **options) -> Iterator[int]:
-    """``app`` served by the server both node kinds run (txcluster/http_server.py) on a
+    """``app`` served by the server both node kinds run (txinfra/http_server.py) on a
     free loopback port in a thread of this process (``options``: http_server.server's);
     yields the port, stops the server (the app's lifespan shutdown included)."""
     port = free_port()

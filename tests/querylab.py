@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.procs import signed_client
-from txcluster.query_limits import TOO_LONG
+from txinfra.query_limits import TOO_LONG
 
 EX = "http://example.org/qt/"
 N_TRIPLES = 3000

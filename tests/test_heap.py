@@ -1,4 +1,4 @@
-"""txcluster.heap in a process of its own (it changes the collector of the whole process):
+"""txinfra.heap in a process of its own (it changes the collector of the whole process):
 a node's settings, and a store in a reference cycle made before them still closed."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.processes
 CHILD = textwrap.dedent("""
     import gc, sys
     import pyoxigraph as ox
-    from txcluster import heap
+    from txinfra import heap
 
     class Holder:  # a store inside a reference cycle, as an app's objects can be
         pass

@@ -1,4 +1,4 @@
-"""txcluster.http_pool against raw servers on loopback that answer as scripted: what a
+"""txinfra.http_pool against raw servers on loopback that answer as scripted: what a
 real server may do to a kept-alive connection (close it between calls, answer chunked,
 end a body with the connection, send garbage) and what the pool must then do."""
 
@@ -11,7 +11,7 @@ import time
 import pytest
 from yarl import URL
 
-from txcluster.http_pool import ConnectionPool, MalformedAnswer, ServerDisconnected
+from txinfra.http_pool import ConnectionPool, MalformedAnswer, ServerDisconnected
 
 
 class Script:

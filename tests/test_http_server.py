@@ -1,4 +1,4 @@
-"""txcluster.http_server: no request body is lost, whatever the client offers.
+"""txinfra.http_server: no request body is lost, whatever the client offers.
 
 Raw bytes on a real socket against the server both node kinds run (granian, pinned in
 setup.cfg), serving an app that echoes what it received. The offers are the
@@ -9,7 +9,7 @@ the real JDK client through every write endpoint of a cluster.
 
 Then what the nodes rely on besides: pipelined answers in request order, keep-alive across
 requests split over packets, an answer told that its client left (a query stopped when
-nobody waits for it: txcluster/query_limits.py), and answers without a body, streamed or
+nobody waits for it: txinfra/query_limits.py), and answers without a body, streamed or
 failed after their head.
 """
 

@@ -26,7 +26,7 @@ import pytest
 from master_service.jmx.attributes import ATTRIBUTES, OPERATIONS, object_name
 from tests.procs import free_port
 from txcluster.local import jmx_service_url, master_node
-from txcluster.properties import read_properties
+from txinfra.properties import read_properties
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "JmxClient.java"
 

@@ -32,7 +32,7 @@ from master_service.jmx.attributes import (
 from master_service.jmx.bridge import preflight
 from master_service.jmx.jolokia import object_name_matches, parse_path, split_path
 from tests.procs import free_port, make_secret
-from txcluster.properties import read_properties
+from txinfra.properties import read_properties
 
 NAME = object_name("master1")
 run = asyncio.run
@@ -255,7 +255,7 @@ def test_preflight_names_every_agent_problem(tmp_path):
 
 
 def test_jmx_keys_that_need_each_other(tmp_path):
-    from txcluster.properties import ConfigError
+    from txinfra.properties import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape("'jmx.access-file' needs 'jmx.password-file'")):
         MasterConfig.load(master_config(tmp_path, **{"jmx.access-file": "/x"}))

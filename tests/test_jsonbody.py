@@ -1,4 +1,4 @@
-"""txcluster.jsonbody: request bodies as plain JSON or a ValueError naming the problem.
+"""txinfra.jsonbody: request bodies as plain JSON or a ValueError naming the problem.
 
 ``parse`` reads a body with orjson first and keeps its value only where it is the one the
 strict path (``json.loads`` with the checks) gives; these tests hold it to that, on the
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txcluster import jsonbody
+from txinfra import jsonbody
 
 
 def same(a, b) -> bool:

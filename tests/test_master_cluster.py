@@ -27,7 +27,7 @@ import pytest
 from master_service.txlog.log import TxLog
 from tests.clusters import LocalCluster
 from tests.procs import signed_client
-from txcluster.properties import read_properties
+from txinfra.properties import read_properties
 
 UPDATE = {"content-type": "application/sparql-update"}
 STREAM_P = "urn:stream:p"

@@ -14,7 +14,7 @@ from master_service.config import (
     key_for_attribute,
     update_properties,
 )
-from txcluster.properties import ConfigError
+from txinfra.properties import ConfigError
 
 REQUIRED = {
     "node-id": "m1",

@@ -21,7 +21,7 @@ from master_service.errors import NotWritable
 from master_service.sync.messages import InvalidMessage
 from master_service.sync.ready import UnknownPeer
 from rdf4j_protocol.routes import HotPaths, HotRoutes
-from txcluster.auth import NodeAuthorities, Verifier, sign
+from txinfra.auth import NodeAuthorities, Verifier, sign
 
 SECRET = b"s" * 32
 BASE = "http://testserver"

@@ -23,7 +23,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
 
 from rdf4j_protocol import parameters, writes
 from rdfcore import fingerprint
-from txcluster.auth import HmacAuth, NodeAuthorities
+from txinfra.auth import HmacAuth, NodeAuthorities
 from worker_service.api import queries
 from worker_service.app import create_app
 from worker_service.bulk_load import PARTS_AT_ONCE, BulkLoader

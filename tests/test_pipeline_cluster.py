@@ -8,7 +8,7 @@ installation (bind-mounted elsewhere) stay visible, and so does the temporary di
 of the inputs and the work directory, as shared storage.
 
 ``txcluster load --initial``, ``txcluster load`` (the repository's export read by the
-executors from the shared work directory), ``spark-submit spark_pipeline/submit.py
+executors from the shared work directory), ``spark-submit txcluster/spark_submit.py
 load`` and ``txcluster audit`` run there against a 2-worker txcluster cluster; the rejects
 name exactly the bad lines, the cluster holds exactly the good statements, the audit
 finds the replicas identical, and the Spark master lists the four applications.
@@ -286,7 +286,7 @@ def test_load_and_audit_on_a_standalone_cluster(spark_cluster, cluster_factory,
     assert f"spark.pyspark.driver.python={sys.executable}" in ship, ship
     out = _run([str(spark.spark_home / "bin" / "spark-submit"), "--master", spark.url,
                 *(a for kv in SPARK_CONF for a in ("--conf", kv)), *ship,
-                str(ROOT / "spark_pipeline" / "submit.py"), "load", "--master", c.master.url,
+                str(ROOT / "txcluster" / "spark_submit.py"), "load", "--master", c.master.url,
                 "--work-dir", str(shared / "work"), "--rejects", str(shared / "rejects-3"),
                 str(third)], env, spark)
     assert "(10 were present already)" in out and "OK: every worker" in out, out

@@ -1,4 +1,4 @@
-"""txcluster/query_limits.py and worker_service/query_isolation.py: the effective timeout of
+"""txinfra/query_limits.py and worker_service/query_isolation.py: the effective timeout of
 a query, and which queries may run in a worker's own threads (pure; the processes are
 tested in test_query_timeout.py)."""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from master_service.api.client import _names_timeout
 from rdf4j_protocol.parameters import ProtocolError, parse_params
-from txcluster.query_limits import (
+from txinfra.query_limits import (
     DEFAULT_QUERY_TIMEOUT_S,
     TOO_LONG,
     busy_message,
@@ -192,7 +192,7 @@ WORKER = {"repository-id": "repo", "data-dir": "/tmp/w1", "listen-address": "127
 
 def test_query_timeout_properties(tmp_path):
     from master_service.config import MasterConfig, check_config
-    from txcluster.properties import ConfigError
+    from txinfra.properties import ConfigError
     from worker_service.config import WorkerConfig
 
     master = MasterConfig.load(_write(tmp_path / "m.properties", MASTER))

@@ -28,7 +28,7 @@ from tests.querylab import (
     query_url,
     wait_until,
 )
-from txcluster.query_limits import TIMED_OUT_HEADER, busy_message
+from txinfra.query_limits import TIMED_OUT_HEADER, busy_message
 
 pytestmark = pytest.mark.processes
 

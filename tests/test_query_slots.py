@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from txcluster.query_limits import busy_message
+from txinfra.query_limits import busy_message
 from worker_service.query_slots import QuerySlots, TooManyQueries
 
 FAR = 60.0  # a deadline that does not matter

@@ -1,4 +1,4 @@
-"""Query timeouts that hold, and runaway queries contained (txcluster/query_limits.py,
+"""Query timeouts that hold, and runaway queries contained (txinfra/query_limits.py,
 worker_service/query_isolation.py, worker_service/query_process.py, the master's
 forward_read), with real processes on loopback.
 
@@ -35,7 +35,7 @@ from tests.querylab import (
     query_url,
     wait_until,
 )
-from txcluster.query_limits import TIMED_OUT_HEADER
+from txinfra.query_limits import TIMED_OUT_HEADER
 
 pytestmark = pytest.mark.processes
 

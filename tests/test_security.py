@@ -1,7 +1,7 @@
 """Authentication on every channel (issue 9), on real processes.
 
 * A worker takes cluster-control calls and writes only with its master's credential
-  (txcluster.auth: HMAC over method, Host, target, time, nonce and body): missing, wrong,
+  (txinfra.auth: HMAC over method, Host, target, time, nonce and body): missing, wrong,
   malformed, expired, retargeted, tampered and replayed credentials, and credentials
   signed for another node (a request captured on its way to one worker and replayed to
   another), are refused with 403 and a reason, logged, and change nothing.
@@ -26,7 +26,7 @@ import pytest
 
 from tests.clusters import LocalCluster
 from tests.procs import make_secret, signed_client, worker_node
-from txcluster.auth import (
+from txinfra.auth import (
     ACCEPTS_KEPT,
     SCHEME,
     WINDOW_S,
@@ -38,7 +38,7 @@ from txcluster.auth import (
     sign_for,
     url_authority,
 )
-from txcluster.signed_session import SignedSession
+from txinfra.signed_session import SignedSession
 
 STATEMENTS = "/repositories/repo/statements"
 
@@ -181,7 +181,7 @@ def test_worker_refuses_a_replayed_request(worker):
 
 @pytest.mark.processes
 def test_both_signers_sign_the_host_and_the_path_the_worker_decodes(worker):
-    """The master's signed session (txcluster.signed_session, aiohttp) and HmacAuth
+    """The master's signed session (txinfra.signed_session, aiohttp) and HmacAuth
     (httpx: tests, image pulls between workers) sign the Host they send and the path as
     the worker decodes it: a backup name with escapes passes the credential and is
     refused by the handler for what it is (400), not as a wrong credential (403)."""
@@ -459,7 +459,7 @@ def test_a_nonce_is_remembered_exactly_while_its_timestamp_is_accepted(monkeypat
     window), not longer: a replay before that is refused as a replay, after it as
     expired, and the cache then forgets the nonce. A sender whose clock is a whole window
     ahead is still covered."""
-    from txcluster import auth
+    from txinfra import auth
 
     clock = [1_000_000.0]
     monkeypatch.setattr(auth.time, "time", lambda: clock[0])

@@ -446,7 +446,7 @@ def _seed_from(dcs, donor) -> int:
     """Five writes agreed everywhere, then a seed asked of ``donor`` for a data centre
     'joiner': the agreed position its image stands for."""
     from tests.clusters import insert
-    from txcluster.auth import sign
+    from txinfra.auth import sign
 
     for i in range(5):
         assert insert(donor, f"urn:txc:before-{i}").status_code == 204

@@ -27,7 +27,7 @@ from master_service.sync.sqlite_storage import SqliteStorage
 from master_service.txlog.log import TxLog
 from tests.clusters import DataCentres, LocalCluster, P, Writers, insert
 from tests.procs import same_agreed, signed_client
-from txcluster.auth import sign
+from txinfra.auth import sign
 
 pytestmark = pytest.mark.processes
 

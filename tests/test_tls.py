@@ -1,4 +1,4 @@
-"""Optional TLS (txcluster/tls.py) on real processes: a CA and node certificates made at
+"""Optional TLS (txinfra/tls.py) on real processes: a CA and node certificates made at
 test time, a master and workers serving HTTPS only, the master verifying its workers
 against tls-ca-file, workers verifying each other's image sources.
 
@@ -222,7 +222,7 @@ def test_a_peer_with_a_certificate_of_another_ca_is_refused(tmp_path, certs):
         peer = dcs.sync(m1)["peers"][0]
         assert peer["id"] == "m2" and peer["reachable"] is False, peer
         log = m1.master.log_tail(20_000)
-        assert f"ERROR txcluster.tls: TLS: {m2.master.url} presented a certificate this " \
+        assert f"ERROR txinfra.tls: TLS: {m2.master.url} presented a certificate this " \
                f"node does not trust (unable to get local issuer certificate; trusted: " \
                f"tls-ca-file" in log, log
         assert dcs.agreed(m1) == [] and dcs.agreed(m2) == []

@@ -358,7 +358,7 @@ def test_control_api_refuses_missing_wrong_and_replayed_credentials(worker_facto
     r = plain.post("/cluster/apply", json=apply_body(1, batch(0, 1)),
                    headers={"authorization": "TXC-HMAC ts=1,nonce=x,sig=y"})
     assert r.status_code == 403 and "expired" in r.text
-    from txcluster.auth import sign
+    from txinfra.auth import sign
 
     body = b'{"entries": []}'
     header = sign(b"another secret of enough length", "POST", f"{w.url}/cluster/apply", body)

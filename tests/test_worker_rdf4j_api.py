@@ -19,7 +19,7 @@ with warnings.catch_warnings():  # Starlette asks for httpx2; httpx is what we h
 
 from rdfcore.changeset import Changeset
 from tests.procs import uvicorn_in_thread
-from txcluster.auth import HmacAuth, NodeAuthorities, Verifier
+from txinfra.auth import HmacAuth, NodeAuthorities, Verifier
 from worker_service.api.rdf4j import WorkerBackend, rdf4j_router
 from worker_service.repository import Repository
 
@@ -292,7 +292,7 @@ BIG = ("SELECT ?a ?b WHERE { VALUES ?a { " + " ".join(map(str, range(200))) + " 
 
 
 def test_timeout_stops_the_query_with_a_clear_error(client):
-    # RDF4J's answer to a query past its max execution time (txcluster/query_limits.py).
+    # RDF4J's answer to a query past its max execution time (txinfra/query_limits.py).
     resp = client.get(R, params={"query": BIG, "timeout": "0.000001"})
     assert resp.status_code == 503
     assert resp.text == "Query evaluation took too long: it was stopped at its timeout of 1e-06 s"

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import click
 
-from txcluster.auth import CredentialError
-from txcluster.properties import ConfigError
+from txinfra.auth import CredentialError
+from txinfra.properties import ConfigError
 
 
 def _fail(message: str) -> None:
@@ -82,7 +82,7 @@ def _ca_verify(ctx: click.Context, param: click.Parameter, value: str | None
     (httpx's default: the system's CAs, or SSL_CERT_FILE)."""
     if value is None:
         return True
-    from txcluster.tls import client_verify, read_ca_file
+    from txinfra.tls import client_verify, read_ca_file
 
     try:
         return client_verify(read_ca_file(value))
@@ -144,7 +144,7 @@ def _user(user: str | None) -> tuple[str, str] | None:
 
 
 def _backup_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from txcluster.properties import BACKUP_NAME_RULE, is_backup_name
+    from txinfra.properties import BACKUP_NAME_RULE, is_backup_name
 
     if not is_backup_name(value):
         raise click.BadParameter(f"'{value}' is not a backup name ({BACKUP_NAME_RULE})")

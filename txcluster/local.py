@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 from master_service.jmx import jmx_service_url
-from txcluster.auth import write_secret
+from txinfra.auth import write_secret
 
 _handed_out: set[int] = set()
 
@@ -59,7 +59,7 @@ class NodeProcess:
 
     @property
     def url(self) -> str:
-        # A node with a certificate serves HTTPS only (txcluster/tls.py).
+        # A node with a certificate serves HTTPS only (txinfra/tls.py).
         scheme = "https" if self.properties.get("tls-cert-file") else "http"
         return f"{scheme}://{self.host}:{self.port}"
 

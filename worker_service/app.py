@@ -1,4 +1,4 @@
-"""The worker process: configuration -> repository -> HTTP API (txcluster/http_server.py)."""
+"""The worker process: configuration -> repository -> HTTP API (txinfra/http_server.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from fastapi import FastAPI
 
 from rdf4j_protocol.routes import HotPaths, HotRoutes
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
-from txcluster import http_server, tls
-from txcluster.auth import NodeAuthorities, Verifier, load_secret
+from txinfra import http_server, tls
+from txinfra.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
 from worker_service.api.rdf4j import WorkerBackend, rdf4j_router
 from worker_service.config import WorkerConfig

@@ -48,7 +48,7 @@ import xxhash
 
 from rdfcore import fingerprint
 from rdfcore.canonical import KEPT_OBJECT_AT_END, KEPT_OBJECT_AT_LINE_END, canonical_quad
-from txcluster import heap
+from txinfra import heap
 from worker_service.repository import Repository, WorkerError
 from worker_service.state import WorkerState
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
-from txcluster import node_keys, query_limits, tls
-from txcluster.auth import ACCEPTS_REMEMBER_S, parse_advertised_hosts
-from txcluster.properties import (
+from txinfra import node_keys, query_limits, tls
+from txinfra.auth import ACCEPTS_REMEMBER_S, parse_advertised_hosts
+from txinfra.properties import (
     ConfigError,
     Key,
     Schema,
@@ -28,7 +28,7 @@ SCHEMA = Schema((
         description="directory holding the store, its state, backups"),
     node_keys.LISTEN_ADDRESS,
     node_keys.CLUSTER_SECRET_FILE,
-    # txcluster/auth.py NodeAuthorities: a signed request names the node it is for.
+    # txinfra/auth.py NodeAuthorities: a signed request names the node it is for.
     Key("advertised-hosts", parse_advertised_hosts,
         description="host or host:port (comma-separated) the master reaches this worker "
         "at, besides its listen address (a wildcard: every local address, localhost, "
@@ -40,7 +40,7 @@ SCHEMA = Schema((
     Key("sync-writes", parse_bool, default=False,
         description="fsync the journal and state file (power-loss safety of the metadata)"),
     node_keys.LOG_LEVEL,
-    # Optional TLS (txcluster/tls.py): serve HTTPS; verify other workers' images' sources.
+    # Optional TLS (txinfra/tls.py): serve HTTPS; verify other workers' images' sources.
     Key("tls-cert-file", tls.parse_pem_file, description="PEM certificate: serve HTTPS"),
     node_keys.TLS_KEY_FILE,
     Key("tls-ca-file", tls.parse_pem_file,

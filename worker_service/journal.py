@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdfcore.changeset import Changeset
-from txcluster import jsonbody
+from txinfra import jsonbody
 
 JOURNAL_FILE = "journal.jsonl"
 REDO = "redo"

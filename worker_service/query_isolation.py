@@ -1,5 +1,5 @@
 """Which queries a worker may evaluate in its own threads, and how many query processes
-it runs at once (the timeout rule itself, shared with the master: txcluster/query_limits.py).
+it runs at once (the timeout rule itself, shared with the master: txinfra/query_limits.py).
 
 Theory of operation. pyoxigraph has no query timeout and no cancellation: a thread inside
 ``Store.query`` cannot be interrupted, and aggregates, ORDER BY or a join that finds nothing
@@ -27,7 +27,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from rdfcore.sparql_text import IRI, PUNCT, STRING, VAR, WORD, Token, keyword, tokenize
-from txcluster.query_limits import DEFAULT_QUERY_TIMEOUT_S
+from txinfra.query_limits import DEFAULT_QUERY_TIMEOUT_S
 from worker_service.query_slots import DEFAULT_QUEUE_DEPTH, DEFAULT_QUEUE_WAIT_S
 
 # An OFFSET skips solutions without writing them; this many are skipped in milliseconds.

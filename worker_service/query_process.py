@@ -1,5 +1,5 @@
 """Query processes: a query that may run long is evaluated in a child forked from the
-worker, and the child is killed at the query's deadline (txcluster/query_limits.py).
+worker, and the child is killed at the query's deadline (txinfra/query_limits.py).
 
 Why fork: pyoxigraph can neither time out nor cancel a query
 (docs/design/dependencies.md#pyoxigraph-the-workers-store), so what stops a

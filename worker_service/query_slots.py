@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Literal
 
-from txcluster import query_limits
+from txinfra import query_limits
 
 # Defaults of the queue (worker.properties): deep enough for several clients' pools of
 # connections on one worker; a wait long enough for dozens of engine-bound queries ahead

@@ -33,7 +33,7 @@ import pyoxigraph as ox
 
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, apply_to
-from txcluster import heap
+from txinfra import heap
 from worker_service import forwarded, image, journal, state
 from worker_service.forwarded import ApplyEntry
 from worker_service.rwlock import RWLock

@@ -36,7 +36,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from rdfcore.changeset import apply_to
-from txcluster import heap
+from txinfra import heap
 
 log = logging.getLogger("txcluster.worker.txview")
 

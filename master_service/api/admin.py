@@ -17,7 +17,7 @@ from master_service.cluster.core import Cluster, Worker
 from master_service.cluster.worker_client import WorkerRefused, WorkerUnavailable
 from master_service.control import Control
 from master_service.errors import BulkLoadRefused
-from txcluster.properties import BACKUP_NAME, BACKUP_NAME_RULE
+from txinfra.properties import BACKUP_NAME, BACKUP_NAME_RULE
 
 
 class WorkerIn(BaseModel):

@@ -43,8 +43,8 @@ from rdf4j_protocol.parameters import GraphName, Params, ProtocolError, parse_pa
 from rdf4j_protocol.routes import Backend, HotRoutes, rdf4j_routes
 from rdf4j_protocol.routes import text as _text
 from rdf4j_protocol.transactions import TransactionRegistry
-from txcluster import query_limits
-from txcluster.query_limits import wait_for_disconnect
+from txinfra import query_limits
+from txinfra.query_limits import wait_for_disconnect
 
 log = logging.getLogger("txcluster.master.api")
 
@@ -172,7 +172,7 @@ class MasterBackend(Backend):
 
     def query_timeout(self, request: Request, target: str, query: bytes,
                       body: bytes) -> float | None:
-        """The timeout of a query (txcluster/query_limits.py): the smaller of the
+        """The timeout of a query (txinfra/query_limits.py): the smaller of the
         client's ``timeout`` and this master's query-timeout-s; None for other reads. A
         ``timeout`` that does not parse is left to the worker to refuse (400)."""
         if target != self.query_path:

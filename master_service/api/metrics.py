@@ -79,7 +79,7 @@ class MasterMetrics:
     """One master's registry: recorded series plus a collector that reads the cluster."""
 
     def __init__(self, nonces: Callable[[], int] = lambda: 0) -> None:
-        # How many credential nonces this master remembers (txcluster/auth.py Verifier):
+        # How many credential nonces this master remembers (txinfra/auth.py Verifier):
         # the replay cache is the largest memory a busy peered master holds for a while.
         self.nonces = nonces
         self.registry = CollectorRegistry(auto_describe=True)

@@ -5,7 +5,7 @@
     POST /peer/tail                     a tail segment for a lagger
     GET  /peer/transactions/{txid}      a transaction's payload (?peer=<requesting node id>)
 
-Every request must carry the peer credential (txcluster/auth.py: HMAC over the request
+Every request must carry the peer credential (txinfra/auth.py: HMAC over the request
 with a time window and a nonce, so a captured message can't be replayed) and come from a
 configured peer (peer.<n>.id): anything else is refused with 403 and logged, and changes
 nothing. A malformed message is a 400 naming the rule it breaks.
@@ -25,9 +25,9 @@ from master_service.sync.messages import InvalidMessage
 from master_service.sync.ready import UnknownPeer
 from master_service.sync.transport import TAKES_HEADER, TAKES_TAILS
 from rdf4j_protocol.routes import HotRoutes, answered
-from txcluster import jsonbody
-from txcluster.auth import Verifier
-from txcluster.http_auth import require_credential
+from txinfra import jsonbody
+from txinfra.auth import Verifier
+from txinfra.http_auth import require_credential
 
 log = logging.getLogger("txcluster.peer")
 

@@ -33,9 +33,9 @@ from fastapi.responses import (
 from master_service.sync import wire
 from master_service.sync.peering import Peering
 from master_service.sync.seeding import CHUNK, SeedImages, SeedingFailed
-from txcluster import jsonbody
-from txcluster.auth import Verifier
-from txcluster.http_auth import require_credential
+from txinfra import jsonbody
+from txinfra.auth import Verifier
+from txinfra.http_auth import require_credential
 
 log = logging.getLogger("txcluster.peer")
 

@@ -20,7 +20,7 @@ from typing import Protocol
 from master_service.cluster.pool import Counters, Worker, WorkerPool
 from master_service.cluster.routing import Router
 from master_service.cluster.worker_client import WorkerUnavailable
-from txcluster import query_limits
+from txinfra import query_limits
 
 log = logging.getLogger("txcluster.master.api")
 

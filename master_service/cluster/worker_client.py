@@ -1,6 +1,6 @@
 """The master's HTTP client for one worker: signed cluster-control calls and reads.
 
-Signed calls go through txcluster.signed_session (txcluster.http_pool: every write costs
+Signed calls go through txinfra.signed_session (txinfra.http_pool: every write costs
 the master one call to the probe and one to each other worker, and every read one call to
 a worker; the master's CPU is what bounds group-commit throughput and the read-proxy
 ratio, see that module for the measurement). Reads share its connections, unsigned.
@@ -17,9 +17,9 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from txcluster import jsonbody
-from txcluster.http_pool import origin_of
-from txcluster.signed_session import SignedSession
+from txinfra import jsonbody
+from txinfra.http_pool import origin_of
+from txinfra.signed_session import SignedSession
 
 # Ceiling of a call that does a transaction's work (execute, apply): a large load
 # legitimately takes longer than request-timeout-s, so that timeout does not apply to it;

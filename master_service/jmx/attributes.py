@@ -33,7 +33,7 @@ from master_service.control import (
     Invalid,
     Unavailable,
 )
-from txcluster.properties import parse_url
+from txinfra.properties import parse_url
 
 DOMAIN = "ReplicationCluster"
 

@@ -36,7 +36,7 @@ from master_service.jmx.attributes import (
     ManagementError,
 )
 from master_service.jmx.clusterinfo import ClusterInfo
-from txcluster import jsonbody
+from txinfra import jsonbody
 
 PROTOCOL = "7.2"
 AGENT = "txcluster"

@@ -66,8 +66,8 @@ from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, SeedPoint
 from master_service.sync.storage import SeedingStorage
 from master_service.txlog.log import State, TxLogError
-from txcluster import growing_file
-from txcluster.signed_session import SignedSession
+from txinfra import growing_file
+from txinfra.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
 

@@ -3,7 +3,7 @@
 Peers (docs/design/sync-protocol.md#transaction-exchange): statuses and tail segments are POSTed to
 ``<peer>/peer/status`` and ``/peer/tail``; a payload is fetched from
 ``/peer/transactions/<txid>`` and checked against the digest and size its status
-announced. Every request is signed with the peer secret (txcluster/auth.py: HMAC over the
+announced. Every request is signed with the peer secret (txinfra/auth.py: HMAC over the
 request with a nonce, so a captured message can't be re-sent). A sender keeps at most one
 unsent status per peer (a newer status replaces it: statuses are cumulative) and drops
 what a dead peer can't take — the protocol re-posts every round. Tail segments queued
@@ -35,8 +35,8 @@ from master_service.sync import wire
 from master_service.sync.messages import InvalidMessage, Status, TailSegment, TxMeta
 from master_service.sync.ready import Post
 from master_service.sync.wire import payload_digest
-from txcluster import jsonbody
-from txcluster.signed_session import SignedSession
+from txinfra import jsonbody
+from txinfra.signed_session import SignedSession
 
 log = logging.getLogger("txcluster.sync")
 
@@ -174,7 +174,7 @@ class Transport:
         self._fetches: dict[str, set[asyncio.Task]] = {}  # txid -> asks under way
 
     async def start(self, peers: dict[str, str]) -> None:
-        # Signed and sent as the workers' calls are (txcluster/signed_session.py): an
+        # Signed and sent as the workers' calls are (txinfra/signed_session.py): an
         # https peer is verified with tls-ca-file; one whose certificate is not trusted
         # is refused with that reason (logged there, and by _send as unreachable).
         self._http = SignedSession(self._secret, tls=self._tls, limit=64,
@@ -274,7 +274,7 @@ class Transport:
         self.reachable[peer] = ok
 
     async def _request(self, method: str, url: str, body: bytes = b"") -> tuple[int, bytes]:
-        """One signed request (txcluster/signed_session.py: over the Host, path and query
+        """One signed request (txinfra/signed_session.py: over the Host, path and query
         as sent)."""
         assert self._http is not None
         return await self._http.request(method, url, body,

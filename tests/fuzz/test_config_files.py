@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from master_service.config import MasterConfig, check_config
 from tests.fuzz.settings import fuzz_settings, record
 from tests.fuzz.strategies import sparql_queries
-from txcluster.properties import ConfigError
+from txinfra.properties import ConfigError
 from worker_service.config import WorkerConfig
 
 

@@ -52,7 +52,7 @@ from master_service.jmx.attributes import (
 )
 from tests.fuzz.checks import master_head
 from tests.fuzz.settings import fuzz_settings, record
-from txcluster.properties import parse_url, read_properties
+from txinfra.properties import parse_url, read_properties
 
 WRITABLE = [a.name for a in ATTRIBUTES if a.writable]
 READ_ONLY = [a.name for a in ATTRIBUTES if not a.writable]

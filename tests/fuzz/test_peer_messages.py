@@ -3,7 +3,7 @@ GET /peer/transactions/<txid>?peer=, what the masters of other data centres call
 
 Two data centres (DataCentres of tests/clusters.py): masters m1 and m2 with one
 worker each and a few agreed transactions; the fuzz talks to m1. Every message is signed
-with the peer secret by ``txcluster.auth.sign``, the function SyncDriver signs with, so
+with the peer secret by ``txinfra.auth.sign``, the function SyncDriver signs with, so
 that the fuzzed content passes the credential and reaches the parser (sync/wire.py into
 sync/messages.py) and the protocol; the credential header is fuzzed on its own.
 
@@ -56,7 +56,7 @@ from tests.clusters import DataCentres, insert
 from tests.fuzz.checks import assert_clear_answer, master_head
 from tests.fuzz.settings import fuzz_settings
 from tests.procs import agreed_queue
-from txcluster.auth import sign, sign_for, signed_target
+from txinfra.auth import sign, sign_for, signed_target
 
 pytestmark = pytest.mark.processes
 

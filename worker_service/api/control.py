@@ -45,11 +45,11 @@ from starlette.concurrency import run_in_threadpool
 from rdf4j_protocol.routes import HotRoutes, answered
 from rdfcore import fingerprint
 from rdfcore.changeset import Changeset, added_text
-from txcluster import growing_file, jsonbody
-from txcluster.auth import Verifier
-from txcluster.http_auth import require_credential
-from txcluster.properties import is_backup_name
-from txcluster.signed_session import SignedSession
+from txinfra import growing_file, jsonbody
+from txinfra.auth import Verifier
+from txinfra.http_auth import require_credential
+from txinfra.properties import is_backup_name
+from txinfra.signed_session import SignedSession
 from worker_service import backups, image
 from worker_service.bulk_load import PARTS_AT_ONCE, BulkLoader
 from worker_service.forwarded import ApplyEntry
@@ -395,7 +395,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
             run_in_threadpool(repo.install_image_stream, feed, sha.result))
         # aiohttp reads the body for a sixth of httpx's CPU (160 MB: 0.08 against 0.55
         # CPU-s; bench/README.md, "a storage image's copies"), as the master's and the
-        # seeding's image reads do (txcluster/signed_session.py).
+        # seeding's image reads do (txinfra/signed_session.py).
         http = SignedSession(secret, timeout=3600, tls=client_tls)
         try:
             async with http.stream(source, {}, read_timeout=60) as resp:

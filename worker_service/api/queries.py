@@ -5,7 +5,7 @@ Reading: ``repo.reading()`` is held only around the call that *starts* a query o
 pattern iteration. pyoxigraph evaluates over a snapshot taken then, so results are
 serialised after the lock is released and a reader never sees half a changeset.
 
-Queries (txcluster/query_limits.py, worker_service/query_isolation.py): provably cheap
+Queries (txinfra/query_limits.py, worker_service/query_isolation.py): provably cheap
 queries (a single triple pattern) run in the thread pool and are stopped while their
 results are written; every other query runs in a query process
 (worker_service/query_process.py) forked under the read lock, killed at the deadline or
@@ -40,7 +40,7 @@ from rdf4j_protocol.negotiation import (
 from rdf4j_protocol.parameters import ProtocolError
 from rdf4j_protocol.reads import QueryRequest, is_update, sparql_keyword
 from rdf4j_protocol.results import serialize_boolean
-from txcluster import query_limits
+from txinfra import query_limits
 from worker_service import query_process
 
 # Threads that run pyoxigraph. A plain executor costs about half of what anyio's

@@ -8,7 +8,7 @@ unless they carry the cluster credential of the worker's master
 from its master); with it, the write becomes transaction operations (rdf4j_protocol.writes)
 run by ``Repository.execute_local``.
 
-Queries (worker_service/api/queries.py, txcluster/query_limits.py,
+Queries (worker_service/api/queries.py, txinfra/query_limits.py,
 worker_service/query_isolation.py): every query runs under a timeout, the smallest of
 the request's ``timeout``, the one its master passed on and ``query-timeout-s``; when
 ``max-concurrent-queries`` query processes run, the next query that needs one waits for
@@ -50,9 +50,9 @@ from rdf4j_protocol.routes import (
     text,
 )
 from rdf4j_protocol.transactions import READ_ACTIONS, TRANSACTION_IDLE_S, TransactionRegistry
-from txcluster import query_limits
-from txcluster.auth import Verifier
-from txcluster.http_auth import credential_problem
+from txinfra import query_limits
+from txinfra.auth import Verifier
+from txinfra.http_auth import credential_problem
 from worker_service import query_isolation, query_process
 from worker_service.api.queries import (
     TimedOut,

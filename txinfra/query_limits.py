@@ -96,3 +96,10 @@ async def wait_for_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
     after the request body was read: until then ``receive`` gives its chunks."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+# Default idle time after which an open RDF4J transaction is forgotten (both node kinds;
+# key transaction-idle-timeout-s; rdf4j_protocol/transactions.py applies it). RDF4J's
+# server forgets after 60 s and its client pings to keep a transaction alive; a longer
+# default spares clients that do not ping.
+TRANSACTION_IDLE_S = 600.0

@@ -5,7 +5,7 @@ every forwarded read one call to a worker, every sync round one call per peer: t
 side of those calls is on the master's event loop, whose CPU bounds the read-proxy ratio
 and agreed throughput (issue 18). Client CPU per GET of a worker's point query, one at a
 time: this pool ~160 us, aiohttp ~300 us, httpx ~2.2 ms (bench/bench_node_calls.py).
-The requests are ours, to our own nodes' servers (txcluster/http_server.py): a method, a
+The requests are ours, to our own nodes' servers (txinfra/http_server.py): a method, a
 target, a few headers and a body, answered with a length or chunked; so no redirects,
 cookies, proxies or decompression, and the answer's bytes are passed on as they came.
 

@@ -80,7 +80,7 @@ def write_secret(path: str | Path) -> bytes:
 
 def host_header(url: str) -> str:
     """The Host header of a request to ``url``: its authority without user info.
-    The signed-session helper (txcluster.signed_session) sends exactly this."""
+    The signed-session helper (txinfra.signed_session) sends exactly this."""
     netloc = urlsplit(url).netloc.rpartition("@")[2]
     if not netloc:
         raise ValueError(f"'{url}' is not an absolute http(s) URL")
@@ -89,7 +89,7 @@ def host_header(url: str) -> str:
 
 def signed_target(raw_path: str, raw_query: str = "") -> str:
     """What is signed of a request's target: its path decoded as the receiver decodes it
-    (ASGI's ``path``, which txcluster.http_auth checks), and the query string as sent."""
+    (ASGI's ``path``, which txinfra.http_auth checks), and the query string as sent."""
     return unquote(raw_path or "/") + (f"?{raw_query}" if raw_query else "")
 
 

@@ -30,7 +30,7 @@ from granian.http import HTTP1Settings
 from granian.log import LogLevels
 from granian.server.embed import Server
 
-from txcluster import heap
+from txinfra import heap
 
 log = logging.getLogger("txcluster.http")
 
@@ -48,7 +48,7 @@ class ServerFailed(RuntimeError):
 def server(app: Any, *, host: str, port: int, ssl_certfile: str | None = None,
            ssl_keyfile: str | None = None) -> Server:
     """The server of ``app`` on ``host``:``port``, HTTPS when given a certificate and its
-    key (txcluster/tls.py). Its ``serve()`` runs on the current event loop until
+    key (txinfra/tls.py). Its ``serve()`` runs on the current event loop until
     ``stop()``."""
     return Server(
         app, address=host, port=port, interface=Interfaces.ASGI,

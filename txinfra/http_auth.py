@@ -1,4 +1,4 @@
-"""FastAPI side of the cluster credential (see txcluster.auth for the scheme)."""
+"""FastAPI side of the cluster credential (see txinfra.auth for the scheme)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import logging
 
 from fastapi import HTTPException, Request
 
-from txcluster.auth import Verifier
+from txinfra.auth import Verifier
 
-log = logging.getLogger("txcluster.auth")
+log = logging.getLogger("txinfra.auth")
 
 
 async def credential_problem(request: Request, verifier: Verifier) -> str | None:

@@ -2,7 +2,7 @@
 
 The master's calls to its workers (master_service/cluster/worker_client.py) and its sync
 driver's calls to peer masters (master_service/sync/driver.py) go through a
-``SignedSession``: the request is signed (txcluster.auth: method, Host, path and query,
+``SignedSession``: the request is signed (txinfra.auth: method, Host, path and query,
 time, nonce, body) and sent with exactly the Host header and the path that were signed,
 and an https server is verified with the node's TLS context (tls-ca-file, else the
 system's CAs; never off). A server whose certificate that context does not trust is
@@ -10,13 +10,13 @@ system's CAs; never off). A server whose certificate that context does not trust
 (until it is trusted again): callers that log only when a server goes down would
 otherwise show a connection failure, not a trust problem, if it was down before.
 
-Calls answered whole go through txcluster.http_pool (keep-alive connections on httptools'
+Calls answered whole go through txinfra.http_pool (keep-alive connections on httptools'
 parser): every write costs the master one call to the probe and one to each other worker,
 and every sync round one call per peer, and client CPU per call is about half aiohttp's
 and a thirteenth of httpx's AsyncClient's (that module; bench/bench_node_calls.py).
 A worker image read as it arrives (``stream``) keeps aiohttp, also when a worker pulls one
 from another (worker_service/api/control.py). (The CLI and tests keep httpx and
-txcluster.auth.HmacAuth.)
+txinfra.auth.HmacAuth.)
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from txcluster.auth import host_header, sign_for, signed_target
-from txcluster.http_pool import ConnectionPool
+from txinfra.auth import host_header, sign_for, signed_target
+from txinfra.http_pool import ConnectionPool
 
-log = logging.getLogger("txcluster.tls")
+log = logging.getLogger("txinfra.tls")
 
 
 class UntrustedCertificate(aiohttp.ClientConnectionError):
@@ -142,7 +142,7 @@ class SignedSession:
     def _sign(self, method: str, url: str, body: bytes) -> tuple[URL, str, str]:
         """The URL as sent, its Host header and the request's Authorization header."""
         # yarl quotes what needs it and keeps existing %-escapes; the receiver checks the
-        # path as it decodes it, so that is what is signed (txcluster.auth.signed_target).
+        # path as it decodes it, so that is what is signed (txinfra.auth.signed_target).
         target = URL(url)
         host = host_header(url)
         return target, host, sign_for(self._secret, method, host,

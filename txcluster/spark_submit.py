@@ -1,4 +1,4 @@
-"""spark-submit's entry point: ``spark-submit [options] spark_pipeline/submit.py load|audit
+"""spark-submit's entry point: ``spark-submit [options] txcluster/spark_submit.py load|audit
 ARGS`` runs ``txcluster load``/``txcluster audit`` in the session spark-submit made.
 
 spark-submit ships nothing by itself: give it what ``txcluster spark-env`` prints
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, os.path.dirname(here))
     from txcluster.cli import main as cli
 
-    cli(args=sys.argv[1:] if argv is None else argv, prog_name="submit.py")
+    cli(args=sys.argv[1:] if argv is None else argv, prog_name="spark_submit.py")
 
 
 if __name__ == "__main__":

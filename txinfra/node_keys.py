@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
-from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
-from txcluster import query_limits, tls
-from txcluster.properties import (
+from txinfra import query_limits, tls
+from txinfra.properties import (
     Key,
     parse_choice,
     parse_float,
@@ -45,7 +44,7 @@ LOG_LEVEL = Key("log-level", parse_choice("DEBUG", "INFO", "WARNING", "ERROR"),
                 default="INFO")
 TLS_KEY_FILE = Key("tls-key-file", tls.parse_pem_file,
                    description="its private key (mode 600)")
-# txcluster/query_limits.py: a master passes a query's timeout on to the worker, waits
+# txinfra/query_limits.py: a master passes a query's timeout on to the worker, waits
 # for it that long plus a margin, and never re-sends a query that timed out; a worker
 # stops the query at the smaller of the two.
 QUERY_TIMEOUT = Key(
@@ -57,6 +56,6 @@ QUERY_TIMEOUT = Key(
     "answered 503 'Query evaluation took too long', never re-sent to another worker")
 TRANSACTION_IDLE_TIMEOUT = Key(
     "transaction-idle-timeout-s", parse_transaction_idle_timeout,
-    default=TRANSACTION_IDLE_S,
+    default=query_limits.TRANSACTION_IDLE_S,
     description="an open RDF4J transaction untouched for this long (seconds, >= 1) is "
     "forgotten, with its pending operations (PING answers it in ms)")
