@@ -28,6 +28,7 @@ from typing import Any
 import pyoxigraph as ox
 from fastapi import APIRouter, HTTPException
 from fastapi.exception_handlers import http_exception_handler
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -419,29 +420,44 @@ class HotPaths:
     machine, five times what pyoxigraph takes to answer a point SELECT. The endpoints are
     the ones the routers mount, with the route table's methods and the same path checks,
     error handling, negotiation and auth; other methods (HEAD, OPTIONS) and any other path
-    take the framework's route as before."""
+    take the framework's route as before.
+
+    A node mounts it around its FastAPI application (master_service/app.py), so a hot
+    request also skips the framework's own middleware (none of it acts on these routes:
+    no body limit or telemetry is configured); an error an endpoint does not answer
+    itself is answered by the framework's ServerErrorMiddleware all the same (a 500,
+    raised on for the server to log)."""
 
     def __init__(self, app: Any, routes: HotRoutes) -> None:
         self.app = app
-        self.endpoints = routes.repository
-        self.exact = routes.exact
+        self.endpoints = {suffix: (_hot_app(endpoint), methods)
+                          for suffix, (endpoint, methods) in routes.repository.items()}
+        self.exact = {path: (_hot_app(endpoint), methods)
+                      for path, (endpoint, methods) in routes.exact.items()}
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and (hit := self.exact.get(scope["path"])) is not None \
                 and scope["method"] in hit[1]:
-            response = await hit[0](Request(scope, receive))
-            await response(scope, receive, send)
+            await hit[0](scope, receive, send)
             return
         if scope["type"] == "http" and scope["path"].startswith(REPOSITORY_PREFIX):
             repo_id, slash, rest = scope["path"][len(REPOSITORY_PREFIX):].partition("/")
             suffix = slash + rest  # "" or "/statements"; "/" (a trailing slash) is not hot
-            endpoint, methods = self.endpoints.get(suffix, (None, ()))
-            if endpoint is not None and repo_id and scope["method"] in methods:
+            hot, methods = self.endpoints.get(suffix, (None, ()))
+            if hot is not None and repo_id and scope["method"] in methods:
                 scope["path_params"] = {"repo_id": repo_id}
-                response = await endpoint(Request(scope, receive))
-                await response(scope, receive, send)
+                await hot(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _hot_app(endpoint: Endpoint) -> Callable:
+    """``endpoint`` as the ASGI app HotPaths calls: its answer sent, an error it does not
+    answer itself answered by the framework's ServerErrorMiddleware."""
+    async def app(scope: dict, receive: Callable, send: Callable) -> None:
+        response = await endpoint(Request(scope, receive))
+        await response(scope, receive, send)
+    return ServerErrorMiddleware(app)
 
 
 def answered(endpoint: Callable[[Request], Any]) -> Endpoint:
