@@ -80,8 +80,9 @@ from __future__ import annotations
 from collections.abc import Collection, Container, Mapping
 
 from master_service.sync.agreed_queue import AgreedQueue
+from master_service.sync.core_state import Out, PeerState
 from master_service.sync.messages import Status, TxMeta
-from master_service.sync.ready import Compaction, Out, PeerState, Retention
+from master_service.sync.ready import Compaction, Retention
 
 __all__ = ["Compactor", "leaves_incoming", "seed_donor", "served_by_another", "stable"]
 

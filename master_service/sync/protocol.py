@@ -92,6 +92,14 @@ from dataclasses import replace
 from master_service.sync.acquisition import Acquisition, lost_at_origin
 from master_service.sync.agreed_queue import AgreedQueue
 from master_service.sync.compaction import Compactor, seed_donor, seed_point, served_by_another
+from master_service.sync.core_state import AHEAD as _AHEAD
+from master_service.sync.core_state import BEHIND as _BEHIND
+from master_service.sync.core_state import DIVERGED as _DIVERGED
+from master_service.sync.core_state import FORGOTTEN as _FORGOTTEN
+from master_service.sync.core_state import SAME as _SAME
+from master_service.sync.core_state import Entry as _Entry
+from master_service.sync.core_state import Out as _Out
+from master_service.sync.core_state import PeerState as _Peer
 from master_service.sync.fingerprints import FingerprintCheck
 from master_service.sync.hlc import HybridLogicalClock
 from master_service.sync.incoming import IncomingQueue
@@ -103,11 +111,6 @@ from master_service.sync.messages import (
     TailSegment,
     TxMeta,
 )
-from master_service.sync.ready import AHEAD as _AHEAD
-from master_service.sync.ready import BEHIND as _BEHIND
-from master_service.sync.ready import DIVERGED as _DIVERGED
-from master_service.sync.ready import FORGOTTEN as _FORGOTTEN
-from master_service.sync.ready import SAME as _SAME
 from master_service.sync.ready import (
     Activity,
     ExecutedAt,
@@ -123,9 +126,6 @@ from master_service.sync.ready import (
     Timing,
     UnknownPeer,
 )
-from master_service.sync.ready import Entry as _Entry
-from master_service.sync.ready import Out as _Out
-from master_service.sync.ready import PeerState as _Peer
 from master_service.sync.ready import check_time as _check_time
 from master_service.sync.relaying import Relaying
 from master_service.sync.split_recovery import SplitRecoverySteps

@@ -158,12 +158,12 @@ restarts, loss and reordering.
 
 from __future__ import annotations
 
+from master_service.sync.core_state import AHEAD as _AHEAD
+from master_service.sync.core_state import BEHIND as _BEHIND
+from master_service.sync.core_state import DIVERGED as _DIVERGED
+from master_service.sync.core_state import Entry as _Entry
 from master_service.sync.messages import Mode, Status, TailSegment, TxMeta
-from master_service.sync.ready import AHEAD as _AHEAD
-from master_service.sync.ready import BEHIND as _BEHIND
-from master_service.sync.ready import DIVERGED as _DIVERGED
 from master_service.sync.ready import Activity, SplitRecovery, Tail, Truncation
-from master_service.sync.ready import Entry as _Entry
 
 __all__ = ["SplitRecoverySteps"]
 
