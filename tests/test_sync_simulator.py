@@ -221,8 +221,8 @@ HORIZON_FOUND = [
     # Five masters, message loss and crashes, no partition: n2 added with the statuses
     # of n1 and n5 at 10 and crashed; their horizon then passed n2's last known position
     # (9) and n4, seeded at 10, saw n2 behind its floor: none waited for n2 any more, and
-    # they agreed t19 where n2 had agreed t20 (CompactionSteps._compact,
-    # _served_by_another).
+    # they agreed t19 where n2 had agreed t20 (Compactor.compact,
+    # served_by_another).
     pytest.param(3375373473, 5, 0.45256935883346994, SplitRecovery.SMART, 300, 0, 2,
                  id="a-horizon-never-passes-a-peer-still-waited-for"),
     # ... and with that rule, n4 and n5 (split, floor 1) kept waiting for n1, n2 and n3,
@@ -413,7 +413,7 @@ class CompleteWithLastKnownCounters(SyncNode):
     EAGER_POSTS = False
 
     def _add(self, now):
-        if not self._order:
+        if not self._incoming:
             return 0
         base, seq = self.merge_base, self.seq
         least, collected = self._clock.counter, []
@@ -427,18 +427,18 @@ class CompleteWithLastKnownCounters(SyncNode):
         return self._take_prefix(least, collected, now)
 
     def _take_prefix(self, least, collected, now):
-        n = 0
-        for ts, txid in self._order:
-            if ts > least or not self._incoming[txid].acquired:
+        chosen = []
+        for entry in self._incoming.sorted():
+            ts, txid = entry.tx.key
+            if ts > least or not entry.acquired:
                 break
+            n = len(chosen)
             if any(len(q) <= n or q[n].txid != txid for q in collected):
                 break
-            n += 1
-        for _, txid in self._order[:n]:
-            entry = self._incoming.pop(txid)
+            chosen.append(txid)
+        for entry in self._incoming.take(chosen):
             self._append_synced(entry.tx, entry, self._id, now)
-        del self._order[:n]
-        return n
+        return len(chosen)
 
 
 class CompleteWithSameBaseCounters(CompleteWithLastKnownCounters):
@@ -456,7 +456,7 @@ class CompleteWithSameBaseCounters(CompleteWithLastKnownCounters):
         return super().receive(message, now)
 
     def _add(self, now):
-        if not self._order:
+        if not self._incoming:
             return 0
         base, seq = self.merge_base, self.seq
         least, collected = self._clock.counter, []

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from master_service.sync.core_state import Entry, Out
 from master_service.sync.messages import TxMeta
-from master_service.sync.ready import Acquire, Entry, Fetch, Out
+from master_service.sync.ready import Acquire, Fetch
 
 __all__ = ["Acquisition", "Fetches", "lost_at_origin"]
 

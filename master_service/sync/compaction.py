@@ -1,6 +1,6 @@
-"""Compaction of the agreed queue (bounded state): the steps of ``SyncNode`` that forget
-agreed entries and tell who needs seeding, as a part of the pure core (protocol.py;
-``CompactionSteps`` is one of its bases and shares its state).
+"""Compaction of the agreed queue (bounded state): what forgets agreed entries and tells
+who needs seeding, a part of the pure core (protocol.py). ``Compactor`` holds its own
+state; the core calls it with the agreed queue (agreed_queue.py) and the peers' statuses.
 
 Compaction (bounded state)
 --------------------------
@@ -77,14 +77,14 @@ horizon of 2 to 20 entries, where laggers are seeded.
 
 from __future__ import annotations
 
-from collections.abc import Container
-from dataclasses import replace
+from collections.abc import Collection, Container, Mapping
 
-from master_service.sync.messages import Status, TailSegment, chain_hash
-from master_service.sync.ready import Compaction, Ready, SplitRecovery
-from master_service.sync.ready import check_time as _check_time
+from master_service.sync.agreed_queue import AgreedQueue
+from master_service.sync.core_state import Out, PeerState
+from master_service.sync.messages import Status, TxMeta
+from master_service.sync.ready import Compaction, Retention
 
-__all__ = ["CompactionSteps", "leaves_incoming"]
+__all__ = ["Compactor", "leaves_incoming", "seed_donor", "served_by_another", "stable"]
 
 # The floors we remember with the counter from which our statuses carried each
 # (``_knew_our_floor``); a peer that acknowledges an older status is waited for.
@@ -110,88 +110,138 @@ def leaves_incoming(txid: str, timestamp: int, *, point_txid: str | None, point_
     return (timestamp, txid) <= (point_newest, point_txid)
 
 
-class CompactionSteps:
-    """The compaction steps of ``SyncNode`` (module docstring); they use the core's state
-    (``_floor``, ``_synced``, ``_chain``, ``_executed``, the peers' latest statuses)."""
+def stable(st: Status) -> int:
+    """What a peer's status lets us forget on its account: what it executed, but not past
+    its good prefix (a split node may truncate to its split point and need what follows
+    again; module docstring, "Compaction")."""
+    good = st.seq if st.split_point is None else st.split_point
+    return min(st.executed, good)
 
-    def _posted_executed(self) -> int:
-        return max(self._floor, min(self._executed, self.seq))
 
-    def _stable(self, st: Status) -> int:
-        """What a peer's status lets us forget on its account: what it executed, but not
-        past its good prefix (a split node may truncate to its split point and need what
-        follows again; module docstring, "Compaction")."""
-        good = st.seq if st.split_point is None else st.split_point
-        return min(st.executed, good)
+def served_by_another(st: Status, peers: Mapping[str, PeerState], required: list[str]) -> bool:
+    """A status behind our floor: can another peer we wait for still serve it (its floor
+    at or before the status's position, its queue past it)? Then the sender is not beyond
+    the horizon: it catches up through that peer's tail segments, and we go on waiting
+    for it (and wait for it again if we had stopped). A node seeded at P sees peers a few
+    positions behind P as behind its floor; not waiting for them, it would ADD without
+    their counters while they go on adding with the others (the simulator found it: seed
+    3375373473). Not a peer whose newest status was behind our floor too: its ``latest``
+    is older than that (seed 619204908: two such peers held each other up with positions
+    from before they truncated). Nor a split peer: it gives its post-split entries to its
+    own side only, and the lagger would take them only split itself (seed 2370230567: a
+    split n1 "served" n3, which took nothing, and n3 never rejoined the others)."""
+    return any(p != st.sender and not (q := peers[p]).behind
+               and q.latest is not None and q.latest.floor <= st.seq < q.latest.seq
+               and q.latest.split_point is None for p in required)
 
-    def _compact_limit(self) -> int:
-        """Never past what we executed ourselves (our executor still needs the payloads),
-        nor, under SIMPLE or SMART, past our split point (a truncation puts the entries
-        after it back into the incoming queue)."""
-        limit = self._posted_executed()
-        if self._split_point is not None and self._recovery is not SplitRecovery.NONE:
-            limit = min(limit, self._split_point)
-        return limit
 
-    def _compact(self, now: int) -> None:
+def seed_donor(mine: int, peers: Mapping[str, PeerState]) -> str | None:
+    """The peer to seed from when we need seeding, we having executed up to ``mine``: the
+    one that executed the most, of those that executed past us (None: nobody did). Past
+    what we *executed*: a node may hold agreed entries whose payloads every peer forgot
+    (it needs seeding then too, ``Compactor.needs_seeding``). What a split peer executed
+    counts up to its split point only: it gives no image past it (``seed_point``)."""
+    ahead = [(s, name) for name, p in peers.items()
+             if (st := p.latest) is not None and (s := stable(st)) > mine]
+    return max(ahead)[1] if ahead else None
+
+
+def seed_point(agreed: AgreedQueue, pos: int,
+               split_point: int | None) -> tuple[str | None, str, int] | None:
+    """What a node seeded from our image of agreed position ``pos`` starts from as its
+    floor: (id of the entry at ``pos``, hash chain up to it, newest timestamp up to it);
+    None when ``pos`` is before our floor or past our queue, or, while we are split
+    (SIMPLE, SMART: ``split_point`` given), past our split point: we may take back what
+    follows it, and a node seeded there could not (its floor is past it) — the simulator
+    found a muted node seeded from a split donor that kept the losing side's entries. The
+    simulator's ``seed`` builds the same from the donor's queue."""
+    if not agreed.floor <= pos <= agreed.seq:
+        return None
+    if split_point is not None and pos > split_point:
+        return None
+    return agreed.txid_at(pos), agreed.chain_at(pos), agreed.newest_up_to(pos)
+
+
+class Compactor:
+    """What compaction keeps besides the agreed queue (module docstring): the floors our
+    statuses carried, the seeding holds, the peers beyond our horizon, and whether we
+    need seeding. The core calls it with the agreed queue and the peers' statuses."""
+
+    def __init__(self, node_id: str, *, counter: int, floor: int) -> None:
+        self._id = node_id
+        # The floors we remember with the counter from which our statuses carried each
+        # (``knew_our_floor``); every status we posted before has a counter <= the
+        # persisted one.
+        self._floors = [(counter + 1, floor)]
+        self.seed_holds: dict[str, tuple[int, int]] = {}  # hold_for_seeding
+        self.beyond: set[str] = set()  # peers whose statuses are behind our floor
+        self.seeding = False  # needs_seeding, as last reported
+
+    def compact(self, agreed: AgreedQueue, now: int, *, limit: int, retention: Retention,
+                peers: Mapping[str, PeerState], required: list[str],
+                counter: int) -> tuple[Compaction, list[TxMeta]] | None:
         """Forget the agreed entries that every node executed, or that are past the
-        retention horizon (LogMaxSize / LogMaxDepth)."""
-        limit = self._compact_limit()
-        if limit <= self._floor:
-            return
+        retention horizon (LogMaxSize / LogMaxDepth), never past ``limit`` (what we
+        executed, our split point: ``SyncNode._compact``). Returns what to persist
+        (``Ready.compacted``) and the entries forgotten (None: nothing forgotten)."""
+        floor = agreed.floor
+        if limit <= floor:
+            return None
         target = limit
-        for name, peer in self._peers.items():
-            if name in self._beyond:
+        for name, peer in peers.items():
+            if name in self.beyond:
                 continue  # it can't be served anyway: it needs seeding
             if peer.latest is None:
-                target = self._floor  # not heard since we started: it may need anything
+                target = floor  # not heard since we started: it may need anything
                 break
-            target = min(target, self._stable(peer.latest))
-        for name, (pos, until) in list(self._seed_holds.items()):
-            holder = self._peers.get(name)
+            target = min(target, stable(peer.latest))
+        for name, (pos, until) in list(self.seed_holds.items()):
+            holder = peers.get(name)
             if now >= until or (holder is not None and holder.latest is not None):
-                del self._seed_holds[name]  # expired, or its own status governs now
+                del self.seed_holds[name]  # expired, or its own status governs now
             else:
                 target = min(target, pos)
-        r = self._retention
+        r = retention
         if r.max_entries is not None:
-            target = max(target, self.seq - r.max_entries)
+            target = max(target, agreed.seq - r.max_entries)
         if r.max_age is not None:
-            cutoff, pos = now - r.max_age, max(target, self._floor)
-            while pos < limit and self._synced[pos - self._floor].timestamp < cutoff:
+            cutoff, pos = now - r.max_age, max(target, floor)
+            while pos < limit and agreed.entries[pos - floor].timestamp < cutoff:
                 pos += 1
             target = max(target, pos)
         # The horizon never passes a peer we still wait for: we ADD only with its status
         # at our merge base, so it is a few positions behind at most, and once beyond
         # it would no longer be waited for although it may be adding with our earlier
         # statuses (the simulator found it: seed 3375373473, a horizon of 2 entries).
-        for name in self._required():
-            if (st := self._peers[name].latest) is not None:
-                target = min(target, max(st.seq, self._floor))
+        for name in required:
+            if (st := peers[name].latest) is not None:
+                target = min(target, max(st.seq, floor))
         target = min(target, limit)
-        if target - self._floor < r.batch:
-            return
-        k = target - self._floor
-        for tx in self._synced[:k]:
-            del self._synced_pos[tx.txid]
-            self._missing.pop(tx.txid, None)
-            self._forgotten_ts = max(self._forgotten_ts, tx.timestamp)
-        self._floor_txid = self._synced[k - 1].txid
-        del self._synced[:k]
-        del self._chain[:k]
-        self._floor = target
-        # Our statuses with a higher counter carry the new floor (``_knew_our_floor``; one
+        if target - floor < r.batch:
+            return None
+        gone = agreed.forget(target)
+        # Our statuses with a higher counter carry the new floor (``knew_our_floor``; one
         # with the same counter may be from before: taken for the old, lower floor).
-        self._floors.append((self._clock.counter + 1, target))
+        self._floors.append((counter + 1, target))
         del self._floors[:-FLOOR_HISTORY]
-        if self._split_point is not None and self._split_point < target:
-            # only under NONE (_compact_limit): the split point repairs nothing there
-            self._split_point = target
-            self._out.split_point_changed = True
-        self._out.compacted = Compaction(target, self._floor_txid, self._chain[0],
-                                         self._forgotten_ts, self._ids_after(target))
+        return Compaction(target, agreed.floor_txid, agreed.chain[0], agreed.floor_newest,
+                          self._ids_after(target, peers)), gone
 
-    def _knew_our_floor(self, st: Status) -> bool:
+    def behind_our_floor(self, st: Status, latest: Status | None, relayed: bool) -> bool:
+        """A status behind our floor: is its sender behind our horizon? We can't tell if
+        it is consistent with us nor send it what follows, and its incoming queue may hold
+        transactions agreed (and forgotten) since its position — merged, they would be
+        agreed twice. It needs seeding; meanwhile we do not wait for it (unless another
+        peer can serve it: ``served_by_another``). Not if the status is an old one the
+        network delivered late (a lower counter than the newest we hold, ``latest`` —
+        counters never go back — or the same counter at a lower position: posted within
+        1 ms; the simulator found both), nor one passed on by a third node: it may be that
+        old too, and a master just restarted has no newer one to tell (simulator): marked
+        beyond, it would not hold back compaction."""
+        return not relayed and (latest is None or (st.counter, st.seq) >= (
+            latest.counter, latest.seq)) and self.knew_our_floor(st)
+
+    def knew_our_floor(self, st: Status) -> bool:
         """Had the sender of ``st`` (behind our floor) heard a status of ours carrying a
         floor past its position? Then ``st`` is its position, not a late status posted
         before it caught up: it knew it was behind our horizon (``_beyond_their_horizon``)
@@ -208,115 +258,45 @@ class CompactionSteps:
             floor = at
         return st.seq < floor
 
-    def _set_beyond(self, peer: str, beyond: bool) -> None:
-        if (peer in self._beyond) is not beyond:
-            (self._beyond.add if beyond else self._beyond.discard)(peer)
-            self._out.beyond_changed = True
-
-    def _served_by_another(self, st: Status) -> bool:
-        """A status behind our floor: can another peer we wait for still serve it (its
-        floor at or before the status's position, its queue past it)? Then the sender
-        is not beyond the horizon: it catches up through that peer's tail segments, and
-        we go on waiting for it (and wait for it again if we had stopped). A node seeded
-        at P sees peers a few positions behind P as behind its floor; not waiting for
-        them, it would ADD without their counters while they go on adding with the
-        others (the simulator found it: seed 3375373473). Not a peer whose newest
-        status was behind our floor too: its ``latest`` is older than that (seed
-        619204908: two such peers held each other up with positions from before they
-        truncated). Nor a split peer: it gives its post-split entries to its own side
-        only, and the lagger would take them only split itself (seed 2370230567: a
-        split n1 "served" n3, which took nothing, and n3 never rejoined the others)."""
-        if not any(p != st.sender and not (q := self._peers[p]).behind
-                   and q.latest is not None and q.latest.floor <= st.seq < q.latest.seq
-                   and q.latest.split_point is None for p in self._required()):
+    def set_beyond(self, peer: str, beyond: bool) -> bool:
+        """Mark ``peer`` beyond our horizon or not; returns whether that changed."""
+        if (peer in self.beyond) is beyond:
             return False
-        self._set_beyond(st.sender, False)
+        (self.beyond.add if beyond else self.beyond.discard)(peer)
         return True
 
-    def _ids_after(self, target: int) -> int:
+    def hold(self, requester: str, pos: int, until: int, *, floor: int) -> None:
+        """A data centre seeded from our image of ``pos`` catches up from us by replay once
+        its peers add it: what follows ``pos`` is not forgotten, on anybody's account,
+        before ``until`` or before ``requester`` is our peer and posted (its own status
+        governs from then on). The horizon (LogMaxSize / LogMaxDepth) still applies. Held
+        in memory: a donor restarted meanwhile may leave the new data centre needing
+        seeding again."""
+        if pos < floor:
+            raise ValueError(f"position {pos} is before our floor {floor}")
+        self.seed_holds[requester] = (pos, until)
+
+    @staticmethod
+    def _ids_after(target: int, peers: Mapping[str, PeerState]) -> int:
         """Up to where no peer can still hold a forgotten transaction in its incoming
         queue: none holds one agreed at or before its own stable position (it holds
         that prefix). A peer not heard from since we started: 0 (keep every id)."""
         after = target
-        for peer in self._peers.values():
+        for peer in peers.values():
             if peer.latest is None:
                 return 0
-            after = min(after, self._stable(peer.latest))
+            after = min(after, stable(peer.latest))
         return after
 
-    def seed_point(self, pos: int) -> tuple[str | None, str, int] | None:
-        """What a node seeded from our image of agreed position ``pos`` starts from as
-        its floor: (id of the entry at ``pos``, hash chain up to it, newest timestamp up
-        to it); None when ``pos`` is before our floor or past our queue, or, while we are
-        split (SIMPLE, SMART), past our split point: we may take back what follows it,
-        and a node seeded there could not (its floor is past it) — the simulator found
-        a muted node seeded from a split donor that kept the losing side's entries. The
-        simulator's ``seed`` builds the same from the donor's queue."""
-        if not self._floor <= pos <= self.seq:
-            return None
-        if self._split() and pos > self._split_point:
-            return None
-        newest = max((tx.timestamp for tx in self._synced[:pos - self._floor]),
-                     default=0)
-        return self._txid_at(pos), self._chain_at(pos), max(newest, self._forgotten_ts)
-
-    def seed_donor(self) -> str | None:
-        """The peer to seed from when we need seeding: the one that executed the most, of
-        those that executed past us (None: nobody did). Past what we *executed*: a node
-        may hold agreed entries whose payloads every peer forgot (it needs seeding then
-        too, ``_check_seeding``). What a split peer executed counts up to its split point
-        only: it gives no image past it (``seed_point``)."""
-        mine = self._posted_executed()
-        ahead = [(stable, name) for name, p in self._peers.items()
-                 if (st := p.latest) is not None and (stable := self._stable(st)) > mine]
-        return max(ahead)[1] if ahead else None
-
-    def hold_for_seeding(self, requester: str, pos: int, *, until: int, now: int) -> Ready:
-        """A data centre seeded from our image of ``pos`` catches up from us by replay
-        once its peers add it: what follows ``pos`` is not forgotten, on anybody's
-        account, before ``until`` or before ``requester`` is our peer and posted (its
-        own status governs from then on). The horizon (LogMaxSize / LogMaxDepth) still
-        applies. Held in memory: a donor restarted meanwhile may leave the new data
-        centre needing seeding again."""
-        _check_time(now)
-        if pos < self._floor:
-            raise ValueError(f"position {pos} is before our floor {self._floor}")
-        self._seed_holds[requester] = (pos, until)
-        return self._finish(now)
-
-    def _from_floor(self, seg: TailSegment) -> TailSegment | None:
-        """A tail segment that starts before our floor, cut to start at our floor (None
-        when it ends at or before it). Its entry at our floor and the hash chain up to it
-        must be ours: else it diverged from us, which is reported and not applied. A
-        segment that ends exactly at our floor is still compared there: a diverged tail
-        (``_send_diverged``) ends at the position we posted, which is our floor once we
-        executed and forgot everything (a diverged peer ahead of us posts an executed
-        position past our queue), and it is then the only way we learn of the divergence
-        (docs/design/sync-protocol.md#split-recovery: under None it is reported on every
-        side)."""
-        skip = self._floor - seg.after_seq
-        if len(seg.entries) < skip:
-            return None
-        chain = seg.after_chain
-        for tx in seg.entries[:skip]:
-            chain = chain_hash(chain, tx.txid)
-        if seg.entries[skip - 1].txid != self._floor_txid or chain != self._chain[0]:
-            self._report(seg.sender, "tail-diverged",
-                         f"segment has {seg.entries[skip - 1].txid} at seq {self._floor}, "
-                         f"ours there is {self._floor_txid}")
-            return None
-        if len(seg.entries) == skip:
-            return None  # consistent, and nothing past our floor
-        return replace(seg, after_seq=self._floor, after=self._floor_txid,
-                       entries=seg.entries[skip:], after_chain=chain)
-
-    def _check_seeding(self) -> None:
+    def check_seeding(self, agreed: AgreedQueue, peers: Mapping[str, PeerState],
+                      missing: Collection[str], out: Out) -> None:
         """Do we need seeding? When every peer has posted, one is ahead of us or holds a
-        payload we lack, and every peer's floor is past where we need to start from."""
-        latest = [p.latest for p in self._peers.values()]
+        payload we lack, and every peer's floor is past where we need to start from.
+        A change goes to ``out`` (``Ready.needs_seeding``)."""
+        latest = [p.latest for p in peers.values()]
         if not latest or any(st is None for st in latest):
             return
-        seq = self.seq
+        seq = agreed.seq
         # A lagger gets its tail from a peer ahead of it whose floor is at or before its
         # position. A payload at 0-based position i is surely held by a peer that
         # executed it and did not forget it (floor <= i < executed); a peer that did not
@@ -324,10 +304,10 @@ class CompactionSteps:
         # payload only if some peer forgot it and no peer surely holds it.
         need = any(st.seq > seq for st in latest) and not any(
             st.seq > seq and st.floor <= seq for st in latest)
-        if not need and self._missing:
-            first = min(self._synced_pos[t] for t in self._missing)
+        if not need and missing:
+            first = min(agreed.positions[t] for t in missing)
             need = any(st.floor > first for st in latest) and not any(
                 st.floor <= first < st.executed for st in latest)
-        if need != self._seeding:
-            self._seeding = need
-            self._out.needs_seeding = need
+        if need != self.seeding:
+            self.seeding = need
+            out.needs_seeding = need

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 
-from master_service.sync.ready import Entry
+from master_service.sync.core_state import Entry
 
 __all__ = ["IncomingQueue"]
 

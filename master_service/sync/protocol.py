@@ -90,7 +90,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from master_service.sync.acquisition import Acquisition, lost_at_origin
-from master_service.sync.compaction import CompactionSteps
+from master_service.sync.agreed_queue import AgreedQueue
+from master_service.sync.compaction import Compactor, seed_donor, seed_point, served_by_another
+from master_service.sync.core_state import AHEAD as _AHEAD
+from master_service.sync.core_state import BEHIND as _BEHIND
+from master_service.sync.core_state import DIVERGED as _DIVERGED
+from master_service.sync.core_state import FORGOTTEN as _FORGOTTEN
+from master_service.sync.core_state import SAME as _SAME
+from master_service.sync.core_state import Entry as _Entry
+from master_service.sync.core_state import Out as _Out
+from master_service.sync.core_state import PeerState as _Peer
 from master_service.sync.fingerprints import FingerprintCheck
 from master_service.sync.hlc import HybridLogicalClock
 from master_service.sync.incoming import IncomingQueue
@@ -101,13 +110,7 @@ from master_service.sync.messages import (
     Status,
     TailSegment,
     TxMeta,
-    chain_hash,
 )
-from master_service.sync.ready import AHEAD as _AHEAD
-from master_service.sync.ready import BEHIND as _BEHIND
-from master_service.sync.ready import DIVERGED as _DIVERGED
-from master_service.sync.ready import FORGOTTEN as _FORGOTTEN
-from master_service.sync.ready import SAME as _SAME
 from master_service.sync.ready import (
     Activity,
     ExecutedAt,
@@ -123,9 +126,6 @@ from master_service.sync.ready import (
     Timing,
     UnknownPeer,
 )
-from master_service.sync.ready import Entry as _Entry
-from master_service.sync.ready import Out as _Out
-from master_service.sync.ready import PeerState as _Peer
 from master_service.sync.ready import check_time as _check_time
 from master_service.sync.relaying import Relaying
 from master_service.sync.split_recovery import SplitRecoverySteps
@@ -133,7 +133,7 @@ from master_service.sync.split_recovery import SplitRecoverySteps
 __all__ = ["SyncNode"]  # the values it takes and gives: ready.py
 
 
-class SyncNode(SplitRecoverySteps, CompactionSteps):
+class SyncNode(SplitRecoverySteps):
     """One master's side of the TxLog sync protocol (module docstring)."""
 
     # Post a status at once on a client transaction (when busy), on a payload acquired and
@@ -164,20 +164,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         state = state or PersistentState()
         self._clock = HybridLogicalClock(state.counter)
         self._persisted_counter = state.counter
-        # Positions are absolute (1 is the first agreed transaction ever); the entries up
-        # to _floor are forgotten (module docstring, "Compaction"), _synced holds the rest.
-        self._floor = state.floor
-        self._floor_txid = state.floor_txid
-        # every status we posted before has a counter <= the persisted one: _knew_our_floor
-        self._floors = [(state.counter + 1, state.floor)]
-        self._forgotten_ts = state.floor_newest
-        self._synced: list[TxMeta] = list(state.synchronised)
-        # txid -> 0-based absolute position (the entry at position pos + 1)
-        self._synced_pos = {tx.txid: self._floor + i for i, tx in enumerate(self._synced)}
-        # _chain[k]: hash chain of the first _floor + k synchronised entries
-        self._chain = [state.floor_chain]
-        for tx in self._synced:
-            self._chain.append(chain_hash(self._chain[-1], tx.txid))
+        self._agreed = AgreedQueue.restore(state)  # forgotten up to its floor: compaction.py
         if not isinstance(retention, Retention | None):
             raise ValueError(f"retention must be a Retention, got {retention!r}")
         self._retention = retention or Retention()
@@ -187,9 +174,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         # point until the driver reports the rollback done (``rolled_back``)
         self._executed = executed
         self._executed_cap: int | None = None
-        self._beyond: set[str] = set()  # peers whose statuses are behind our floor
-        self._seed_holds: dict[str, tuple[int, int]] = {}  # compaction.py: hold_for_seeding
-        self._seeding = False  # needs_seeding, as last reported
+        self._compaction = Compactor(node_id, counter=state.counter, floor=state.floor)
         self._incoming = IncomingQueue(_Entry(item.tx, item.acquired,
                                               self._sources(item.tx.origin))
                                        for item in state.incoming)
@@ -201,10 +186,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         # synchronised transactions whose payload we still have to fetch (laggers)
         self._missing: dict[str, _Entry] = {}
         for txid in missing_payloads:
-            pos = self._synced_pos.get(txid)
-            if pos is None:
+            if (tx := self._agreed.get(txid)) is None:
                 raise ValueError(f"missing payload {txid!r} is not synchronised")
-            tx = self._synced[pos - self._floor]
             self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
         self._excluded: set[str] = set()
         self._left_behind: set[str] = set()  # split_recovery.py, _check_stall
@@ -246,16 +229,16 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
 
     @property
     def merge_base(self) -> str | None:
-        return self._synced[-1].txid if self._synced else self._floor_txid
+        return self._agreed.merge_base
 
     @property
     def seq(self) -> int:
-        return self._floor + len(self._synced)
+        return self._agreed.seq
 
     @property
     def floor(self) -> int:
         """The agreed entries up to this position are forgotten ("Compaction")."""
-        return self._floor
+        return self._agreed.floor
 
     @property
     def executed_position(self) -> int:
@@ -273,12 +256,12 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
     @property
     def beyond_horizon(self) -> frozenset[str]:
         """Peers behind our floor: they need seeding, we do not wait for them."""
-        return frozenset(self._beyond)
+        return frozenset(self._compaction.beyond)
 
     @property
     def needs_seeding(self) -> bool:
         """Do we lag behind the floor of every peer (no one can serve us by replay)?"""
-        return self._seeding
+        return self._compaction.seeding
 
     @property
     def counter(self) -> int:
@@ -287,7 +270,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
     @property
     def synchronised(self) -> tuple[TxMeta, ...]:
         """The synchronised entries after the floor (positions floor + 1 ..)."""
-        return tuple(self._synced)
+        return tuple(self._agreed.entries)
 
     @property
     def incoming(self) -> tuple[Incoming, ...]:
@@ -341,8 +324,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         entry = self._incoming.get(txid)
         if entry is not None:
             return entry.tx
-        pos = self._synced_pos.get(txid)
-        return None if pos is None else self._synced[pos - self._floor]
+        return self._agreed.get(txid)
 
     def wants_payload(self, txid: str) -> bool:
         """Is ``txid`` incoming or synchronised here without its payload? (O(1), for a
@@ -357,9 +339,10 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
 
     def persistent_state(self) -> PersistentState:
         """What the Readies so far asked to persist (for checks and tests)."""
-        return PersistentState(tuple(self._synced), self.incoming, self._persisted_counter,
-                               self._split_point, self._floor, self._floor_txid,
-                               self._chain[0], self._forgotten_ts)
+        a = self._agreed
+        return PersistentState(tuple(a.entries), self.incoming, self._persisted_counter,
+                               self._split_point, a.floor, a.floor_txid, a.chain[0],
+                               a.floor_newest)
 
     # ------------------------------------------------------------------ inputs
 
@@ -369,7 +352,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         if self._mode is not Mode.READ_WRITE:
             raise Refused(f"master {self._id} is {self._mode.value}: it takes transactions "
                           "only from its peers")
-        if txid in self._incoming or txid in self._synced_pos:
+        if txid in self._incoming or txid in self._agreed.positions:
             raise Refused(f"transaction id {txid!r} is already known")
         tx = TxMeta(txid, max(now, self._clock.counter + 1), self._id, size, digest)
         self._clock.observe(tx.timestamp)  # == next_timestamp(now), after validation
@@ -539,26 +522,17 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
         relation = self._relation(st.seq, st.merge_base, st.chain)
         if relation == _FORGOTTEN:
-            # Behind our floor: we can't tell if it is consistent with us nor send it what
-            # follows, and its incoming queue may hold transactions agreed (and forgotten)
-            # since its position — merged, they would be agreed twice. It needs seeding;
-            # meanwhile we do not wait for it (unless another peer can serve it). Not if
-            # the status is an old one the network delivered late (a lower counter than
-            # the newest we hold — counters never go back — or the same counter at a lower
-            # position: posted within 1 ms; the simulator found both), nor one passed on
-            # by a third node: it may be that old too, and a master just restarted has no
-            # newer one to tell (simulator): marked beyond, it would not hold back compaction.
-            latest = peer.latest
-            if relayed or (latest is not None and (st.counter, st.seq) < (
-                    latest.counter, latest.seq)) or not self._knew_our_floor(st):
+            if not self._compaction.behind_our_floor(st, peer.latest, relayed):
                 return
             peer.behind = True  # its newest status; ``latest`` stays the one before
-            if self._served_by_another(st):
+            if served_by_another(st, self._peers, self._required()):
+                self._set_beyond(st.sender, False)
                 return
             self._set_beyond(st.sender, True)
             self._rejoin_beyond(st, now)
             self._report(st.sender, "beyond-horizon",
-                         f"its agreed position {st.seq} is before our floor {self._floor}: "
+                         f"its agreed position {st.seq} is before our floor "
+                         f"{self._agreed.floor}: "
                          "it can no longer be served by replay and needs seeding from a "
                          "peer's worker image")
             return
@@ -577,8 +551,8 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         if relation == _DIVERGED:
             self._report(st.sender, "diverged",
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
-                         f"ours there is {self._txid_at(st.seq)} "
-                         f"(chain {self._chain_at(st.seq)[:8]})")
+                         f"ours there is {self._agreed.txid_at(st.seq)} "
+                         f"(chain {self._agreed.chain_at(st.seq)[:8]})")
             # Under None too: the peer cannot append it, but reports the divergence, so
             # that every master of both sides shows it (a master behind the other side
             # sees only a status ahead of it; tests/test_partitions.py, None).
@@ -599,7 +573,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             self._post(now)
         if peer.latest is None or st.counter >= peer.latest.counter:
             peer.latest, peer.fresh, peer.behind = st, True, False
-        self._check_seeding()
+        self._compaction.check_seeding(self._agreed, self._peers, self._missing, self._out)
         if self._activity is Activity.IDLE:
             if self._news(st):  # busy; the status counts for the round it starts
                 self._complete_round(now, keep=st.sender)
@@ -610,33 +584,35 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         start = seg.after_seq
         if start > self.seq:
             return  # not next to our queue; our next status asks from where we are
-        if start < self._floor:
-            seg = self._from_floor(seg)
-            if seg is None:
+        if start < self._agreed.floor:
+            cut, diverged = self._agreed.from_floor(seg)
+            if diverged is not None:
+                self._report(seg.sender, "tail-diverged", diverged)
+            if cut is None:
                 return
-            start = seg.after_seq
+            seg, start = cut, cut.after_seq
         # the sender's good prefix ends here (the whole segment when it is not split)
         good = start + len(seg.entries) if seg.split_point is None else seg.split_point
         if self._relation(start, seg.after, seg.after_chain) == _DIVERGED:
             self._report(seg.sender, "tail-diverged",
                          f"segment after {seg.after} at seq {start}, ours there is "
-                         f"{self._txid_at(start)}")
+                         f"{self._agreed.txid_at(start)}")
             # the queues differ somewhere up to ``start``
             self._tail_diverged(seg.sender, now, start <= good)
             return
         overlap = min(len(seg.entries), self.seq - start)
-        base = start - self._floor
+        base = start - self._agreed.floor
         for i in range(overlap):
-            if seg.entries[i] != self._synced[base + i]:
+            if seg.entries[i] != self._agreed.entries[base + i]:
                 self._report(seg.sender, "tail-diverged",
                              f"seq {start + i + 1} is {seg.entries[i].txid}, ours is "
-                             f"{self._synced[base + i].txid}")
+                             f"{self._agreed.entries[base + i].txid}")
                 self._tail_diverged(seg.sender, now, start + i + 1 <= good)
                 return
         new = seg.entries[overlap:]
         for tx in new:
             entry = self._incoming.get(tx.txid)
-            if tx.txid in self._synced_pos or (entry is not None and entry.tx != tx):
+            if tx.txid in self._agreed.positions or (entry is not None and entry.tx != tx):
                 self._report(seg.sender, "tail-diverged" if entry is None
                              else "conflicting-transaction",
                              f"{tx.txid} conflicts with what we hold")
@@ -736,7 +712,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
         posted = self._posted
         return not added or (posted is not None and posted[:2] == base and all(
             t.txid in posted[3] and t.timestamp <= posted[2]
-            for t in self._synced[len(self._synced) - added:]))
+            for t in self._agreed.entries[len(self._agreed.entries) - added:]))
 
     def _post(self, now: int, only: list[str] | None = None) -> None:
         """POST our status (to ``only`` those peers): a cumulative snapshot, so any number."""
@@ -750,8 +726,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             self._posted = (self.seq, self.merge_base, counter, frozenset(t.txid for t in queue))
         point = self._split_point if self._split() else None
         status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
-                        self._chain[-1], point, "" if point is None else self._chain_at(point),
-                        self._posted_executed(), self._floor,
+                        self._agreed.chain[-1], point,
+                        "" if point is None else self._agreed.chain_at(point),
+                        self._posted_executed(), self._agreed.floor,
                         tuple((p, s.newest) for p, s in sorted(self._peers.items()) if s.newest))
         silent = self._relaying.silent_peers(self._peers, self._timing, now)
         self._out.posts.extend(
@@ -762,13 +739,13 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
     # ------------------------------------------------------------------ helpers
 
     def _news(self, st: Status) -> bool:  # it lists a transaction we have not agreed
-        return any(t.txid not in self._synced_pos for t in st.queue)
+        return any(t.txid not in self._agreed.positions for t in st.queue)
 
     def _required(self) -> list[str]:
         """Peers we wait for: every read-write and read-only peer not excluded by a split."""
         return [p for p, s in self._peers.items()
                 if s.mode is not Mode.MUTED and p not in self._excluded
-                and p not in self._beyond]
+                and p not in self._compaction.beyond]
 
     def _posted_here(self, required: list[str], allow_none: bool = False) -> bool:
         """Did every peer in ``required`` post at our merge base this round?"""
@@ -779,21 +756,11 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
     def _relation(self, seq: int, base: str | None, chain: str) -> str:
         if seq > self.seq:
             return _AHEAD
-        if seq < self._floor:
+        if seq < self._agreed.floor:
             return _FORGOTTEN
-        if seq and (self._txid_at(seq) != base or self._chain_at(seq) != chain):
+        if seq and (self._agreed.txid_at(seq) != base or self._agreed.chain_at(seq) != chain):
             return _DIVERGED
         return _SAME if seq == self.seq else _BEHIND
-
-    def _txid_at(self, pos: int) -> str | None:
-        """The id of the entry at position ``pos`` (floor <= pos <= seq; None at 0)."""
-        if pos == self._floor:
-            return self._floor_txid
-        return self._synced[pos - self._floor - 1].txid
-
-    def _chain_at(self, pos: int) -> str:
-        """The hash chain of the first ``pos`` entries (floor <= pos <= seq)."""
-        return self._chain[pos - self._floor]
 
     def _sources(self, *nodes: str) -> list[str]:
         out: list[str] = []
@@ -809,16 +776,12 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
     def _merge(self, txs: tuple[TxMeta, ...], poster: str, now: int,
                verified: bool = True) -> None:
         """MERGE unknown transactions (one that conflicts with what we hold is reported).
-
-        ``verified``: the status's merge base and chain are ours at its position, so its
-        sender synchronised every entry we forgot and none of them is in its queue. A
-        status ahead of us is not verified: it may come from a diverged node (a split
-        under None) whose queue holds a transaction we synchronised and then forgot —
-        merged, it would be agreed twice (the simulator found it). From such a status
-        we skip what is not newer than everything we forgot; it is merged when the
-        sender's status can be verified (we caught up) or from another peer's."""
+        ``verified``: the status's merge base and chain are ours at its position; from one
+        ahead of us we skip what is not newer than everything we forgot (compaction.py,
+        "Why nothing needed is lost": it may come from a diverged node)."""
         for tx in txs:
-            if not verified and self._floor and tx.timestamp <= self._forgotten_ts \
+            if not verified and self._agreed.floor \
+                    and tx.timestamp <= self._agreed.floor_newest \
                     and tx.txid not in self._incoming:
                 continue
             entry = self._incoming.get(tx.txid)
@@ -828,9 +791,9 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
                 elif poster not in entry.sources and poster != self._id:
                     entry.sources.append(poster)
                 continue
-            pos = self._synced_pos.get(tx.txid)
+            pos = self._agreed.positions.get(tx.txid)
             if pos is not None:
-                if self._synced[pos - self._floor] != tx:
+                if self._agreed.entries[pos - self._agreed.floor] != tx:
                     self._report(poster, "conflicting-transaction", f"{tx.txid} differs")
                 continue
             self._clock.observe(tx.timestamp)
@@ -839,9 +802,7 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             self._acquisition.request(entry, now, self._peers, self._out)
 
     def _append_synced(self, tx: TxMeta, entry: _Entry | None, source: str, now: int) -> None:
-        self._synced_pos[tx.txid] = self.seq
-        self._synced.append(tx)
-        self._chain.append(chain_hash(self._chain[-1], tx.txid))
+        self._agreed.append(tx)
         self._out.synchronised.append(tx)
         self._relaying.agreed(tx.txid)  # every peer holds it: no more pushes
         if entry is None or not entry.acquired:
@@ -861,13 +822,14 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             end = min(end, limit)
         if end <= seq:
             return
-        if seq < self._floor:
+        if seq < self._agreed.floor:
             return  # forgotten (_on_status tells such a peer that it needs seeding)
-        entries = tuple(self._synced[seq - self._floor:end - self._floor])
+        floor = self._agreed.floor
+        entries = tuple(self._agreed.entries[seq - floor:end - floor])
         point, excluded = self._split_view()
-        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, self._txid_at(seq),
-                                                      entries, self._chain_at(seq), point,
-                                                      excluded)))
+        a = self._agreed
+        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, a.txid_at(seq), entries,
+                                                      a.chain_at(seq), point, excluded)))
 
     def _report(self, peer: str, kind: str, detail: str) -> None:
         key = (peer, kind, detail)
@@ -878,6 +840,45 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
     def _finish(self, now: int) -> Ready:
         self._compact(now)
         return self._ready()
+
+    # ------------------------------------------------------------------ compaction.py
+
+    def _posted_executed(self) -> int:
+        return max(self._agreed.floor, min(self._executed, self.seq))
+
+    def _compact(self, now: int) -> None:
+        """Forget what compaction.py allows, never past what we executed (our executor needs
+        the payloads) nor, while split (SIMPLE, SMART), past our split point (a truncation
+        puts the entries after it back into the incoming queue)."""
+        limit = min(self._posted_executed(), self._split_point if self._split() else self.seq)
+        done = self._compaction.compact(self._agreed, now, limit=limit, peers=self._peers,
+                                        retention=self._retention, required=self._required(),
+                                        counter=self._clock.counter)
+        if done is not None:
+            self._out.compacted, gone = done
+            for tx in gone:
+                self._missing.pop(tx.txid, None)
+            if self._split_point is not None and self._split_point < self._agreed.floor:
+                self._split_point = self._agreed.floor  # only under NONE: it repairs nothing
+                self._out.split_point_changed = True
+
+    def _set_beyond(self, peer: str, beyond: bool) -> None:
+        if self._compaction.set_beyond(peer, beyond):
+            self._out.beyond_changed = True
+
+    def seed_point(self, pos: int) -> tuple[str | None, str, int] | None:
+        """What a node seeded from our image of ``pos`` starts from (compaction.py)."""
+        return seed_point(self._agreed, pos, self._split_point if self._split() else None)
+
+    def seed_donor(self) -> str | None:
+        """The peer to seed from when we need seeding (compaction.py, ``seed_donor``)."""
+        return seed_donor(self._posted_executed(), self._peers)
+
+    def hold_for_seeding(self, requester: str, pos: int, *, until: int, now: int) -> Ready:
+        """Keep what follows ``pos`` for a node seeded from our image (``Compactor.hold``)."""
+        _check_time(now)
+        self._compaction.hold(requester, pos, until, floor=self._agreed.floor)
+        return self._finish(now)
 
     def _ready(self) -> Ready:
         out, self._out = self._out, _Out()
@@ -895,4 +896,4 @@ class SyncNode(SplitRecoverySteps, CompactionSteps):
             truncated=out.truncated, split_point=self._split_point, compacted=out.compacted,
             split_point_changed=out.split_point_changed, needs_seeding=out.needs_seeding,
             inconsistencies=tuple(out.inconsistencies), next_round_at=self._deadline,
-            beyond_horizon=frozenset(self._beyond) if out.beyond_changed else None)
+            beyond_horizon=frozenset(self._compaction.beyond) if out.beyond_changed else None)

@@ -1,8 +1,6 @@
 """The values a ``SyncNode`` takes and gives (protocol.py): its configuration, what it
-persists, and the ``Ready`` of each step.
+persists, and the ``Ready`` of each step (its working values: core_state.py).
 
-The Ready contract (etcd raft's Ready)
---------------------------------------
 The Ready contract (etcd raft's Ready)
 --------------------------------------
 Handle Readies in order. For each: persist, in one durable transaction, first
@@ -24,9 +22,9 @@ durable, which keeps the promises of (1) and (2) across restarts.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from master_service.sync.messages import InvalidMessage, Mode, Status, TailSegment, TxMeta
+from master_service.sync.messages import InvalidMessage, Status, TailSegment, TxMeta
 
 __all__ = [
     "Acquire",
@@ -332,53 +330,6 @@ class Ready:
         return (self.counter is not None or bool(self.incoming) or bool(self.synchronised)
                 or self.truncated is not None or self.split_point_changed
                 or self.compacted is not None)
-
-
-class Entry:
-    """An incoming transaction, or a synchronised one whose payload we still lack."""
-
-    __slots__ = ("acquired", "sources", "tx")
-
-    def __init__(self, tx: TxMeta, acquired: bool, sources: list[str]) -> None:
-        self.tx = tx
-        self.acquired = acquired
-        self.sources = sources
-
-
-class PeerState:
-    __slots__ = ("behind", "fresh", "heard_at", "latest", "mode", "newest")
-
-    def __init__(self, mode: Mode) -> None:
-        self.mode = mode
-        self.latest: Status | None = None  # the newest status (highest counter)
-        self.fresh = False  # a new status arrived since our last round ended
-        self.heard_at: int | None = None  # when we last received anything from it
-        self.behind = False  # its newest status was behind our floor (not ``latest``)
-        self.newest = 0  # the highest counter of its statuses we received (``Status.heard``)
-
-
-@dataclass
-class Out:
-    incoming: dict[str, None] = field(default_factory=dict)
-    synchronised: list[TxMeta] = field(default_factory=list)
-    acknowledge: list[str] = field(default_factory=list)
-    posts: list[Post] = field(default_factory=list)
-    tails: list[Tail] = field(default_factory=list)
-    acquire: list[Acquire] = field(default_factory=list)
-    fetches: list[Fetch] = field(default_factory=list)
-    fingerprint_agrees: list[tuple[str, int]] = field(default_factory=list)
-    activity: Activity | None = None
-    split_changed: bool = False
-    split_point_changed: bool = False
-    truncated: Truncation | None = None
-    compacted: Compaction | None = None
-    beyond_changed: bool = False
-    needs_seeding: bool | None = None
-    inconsistencies: list[Inconsistency] = field(default_factory=list)
-
-
-SAME, BEHIND, AHEAD, DIVERGED = "same", "behind", "ahead", "diverged"
-FORGOTTEN = "forgotten"  # a position before our floor: we can't compare nor serve it
 
 
 def check_time(now: object) -> None:

@@ -158,12 +158,12 @@ restarts, loss and reordering.
 
 from __future__ import annotations
 
+from master_service.sync.core_state import AHEAD as _AHEAD
+from master_service.sync.core_state import BEHIND as _BEHIND
+from master_service.sync.core_state import DIVERGED as _DIVERGED
+from master_service.sync.core_state import Entry as _Entry
 from master_service.sync.messages import Mode, Status, TailSegment, TxMeta
-from master_service.sync.ready import AHEAD as _AHEAD
-from master_service.sync.ready import BEHIND as _BEHIND
-from master_service.sync.ready import DIVERGED as _DIVERGED
 from master_service.sync.ready import Activity, SplitRecovery, Tail, Truncation
-from master_service.sync.ready import Entry as _Entry
 
 __all__ = ["SplitRecoverySteps"]
 
@@ -253,7 +253,7 @@ class SplitRecoverySteps:
             return new
         if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
                 or seg.sender in self._excluded or self._rejoining
-                or point < self._floor or self._anchors()):
+                or point < self._agreed.floor or self._anchors()):
             # (a split point before our floor: we forgot entries the sender may take back
             # — only the retention horizon passes a peer's split point — so we can't
             # join its side, which could make us truncate there)
@@ -288,14 +288,14 @@ class SplitRecoverySteps:
         other for ever: the one behind saw the keeper only as ahead of it): a peer that
         appends the segment later (after truncating) takes nothing past that split point
         unless it joins our split (``_join_senders_side``)."""
-        start = max(self._floor, seq - self._timing.max_tail)
+        start = max(self._agreed.floor, seq - self._timing.max_tail)
         if start >= seq:
             return  # nothing before our floor to show it (it is reported on our side)
         point, excluded = self._split_view()
         self._out.tails.append(Tail(peer, TailSegment(
-            self._id, start, self._txid_at(start),
-            tuple(self._synced[start - self._floor:seq - self._floor]),
-            self._chain_at(start), point, excluded)))
+            self._id, start, self._agreed.txid_at(start),
+            tuple(self._agreed.entries[start - self._agreed.floor:seq - self._agreed.floor]),
+            self._agreed.chain_at(start), point, excluded)))
 
     def _tail_diverged(self, peer: str, now: int, in_good_prefix: bool) -> None:
         """A tail segment does not extend our queue; ``in_good_prefix``: the first
@@ -321,7 +321,7 @@ class SplitRecoverySteps:
         status (a diverged tail segment tells, ``_on_tail``)."""
         if self._split_point is None or good <= self._split_point:
             return False
-        return self._floor <= good <= self.seq and self._chain_at(good) != chain
+        return self._agreed.floor <= good <= self.seq and self._agreed.chain_at(good) != chain
 
     def _keeps(self) -> bool:
         """SMART's majority vote (module docstring, "Split recovery")."""
@@ -411,15 +411,12 @@ class SplitRecoverySteps:
         point = self._split_point
         assert point is not None
         assert not self._out.synchronised, "a truncation comes first in its step"
-        assert point >= self._floor, "never compacted past the split point"
-        removed = self._synced[point - self._floor:]
-        del self._synced[point - self._floor:]
-        del self._chain[point - self._floor + 1:]
+        assert point >= self._agreed.floor, "never compacted past the split point"
+        removed = self._agreed.truncate(point)
         # the data centre rolls back to the point: what it executed after it does not count
         self._executed = min(self._executed, point)
         self._executed_cap = point
         for tx in removed:
-            del self._synced_pos[tx.txid]
             missing = self._missing.pop(tx.txid, None)
             if missing is None:
                 self._insert(_Entry(tx, True, self._sources(tx.origin)))
