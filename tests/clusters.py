@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -164,6 +167,16 @@ class DataCentres:
     def stop_all(self) -> None:
         for dc in self.dcs:
             dc.stop_all()
+
+    @classmethod
+    @contextmanager
+    def running(cls, root: Path, **options: Any) -> Iterator[DataCentres]:
+        """Started, and every process stopped at the end, whatever happened."""
+        dcs = cls(root, **options)
+        try:
+            yield dcs.start()
+        finally:
+            dcs.stop_all()
 
     # ---- observations ----
 

@@ -48,16 +48,15 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 
-from master_service.failover import (
+from master_service.failover.messages import (
     AskGrant,
     Durable,
-    FailoverNode,
     Role,
     Timing,
     WorkerReply,
     WriteEntries,
-    last_of,
 )
+from master_service.failover.node import FailoverNode, last_of
 from worker_service import epochs
 
 

@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from master_service.failover import FailoverNode, Role, Timing, WorkerReply
+from master_service.failover.messages import Role, Timing, WorkerReply
+from master_service.failover.node import FailoverNode
 from tests.failover_sim import Config, Sim, Violation, run_seed
 from worker_service import epochs
 

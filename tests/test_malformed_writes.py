@@ -173,11 +173,8 @@ def single(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    dcs = DataCentres(tmp_path_factory.mktemp("pair"), n=2, workers=1)
-    try:
-        yield dcs.start()
-    finally:
-        dcs.stop_all()
+    with DataCentres.running(tmp_path_factory.mktemp("pair"), n=2, workers=1) as dcs:
+        yield dcs
 
 
 def test_a_single_master_refuses_malformed_writes_and_logs_nothing(single):

@@ -34,11 +34,8 @@ pytestmark = pytest.mark.processes
 
 @pytest.fixture(scope="module")
 def three_dcs(tmp_path_factory):
-    dcs = DataCentres(tmp_path_factory.mktemp("three-dcs"), n=3, workers=2)
-    try:
-        yield dcs.start()
-    finally:
-        dcs.stop_all()
+    with DataCentres.running(tmp_path_factory.mktemp("three-dcs"), n=3, workers=2) as dcs:
+        yield dcs
 
 
 def test_concurrent_writers_on_every_master_agree_everywhere(three_dcs):
