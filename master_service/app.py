@@ -74,6 +74,8 @@ class MasterService:
                                tls=self.client_tls, on_round=self.metrics.sync_round)
         # Every runtime change (admin API, JMX, Jolokia) is validated, persisted and
         # applied there; it owns the configuration from here on.
+        # Why the application's startup failed, for serve() to report last.
+        self.start_error: Exception | None = None
         control = self.control = Control(config, lambda: self.cluster, self.peering)
         # The MBean's one Python object: Jolokia serves it always, the JVM bridge when
         # jmx.port is set (master_service/jmx).
@@ -140,7 +142,13 @@ class MasterService:
 def create_app(service: MasterService) -> LatencyMiddleware:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        await service.start()
+        try:
+            await service.start()
+        except Exception as exc:
+            # granian reports a failed startup as its own FatalError, after a traceback
+            # that buries the reason: serve() raises this instead (ConfigError: exit 2).
+            service.start_error = exc
+            raise
         try:
             yield
         finally:
@@ -200,5 +208,10 @@ def serve(config: MasterConfig) -> None:
         raise ConfigError(f"{config.path}: JMX cannot start: " + "; ".join(problems))
     service = MasterService(config)
     app = create_app(service)
-    http_server.run(app, host=config.host, port=config.port,
-                    **tls.server_options(config.tls_cert_file, config.tls_key_file))
+    try:
+        http_server.run(app, host=config.host, port=config.port,
+                        **tls.server_options(config.tls_cert_file, config.tls_key_file))
+    except http_server.ServerFailed:
+        if service.start_error is not None:
+            raise service.start_error from None
+        raise

@@ -26,6 +26,7 @@ from typing import Any
 
 import uvloop
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.errors import FatalError
 from granian.http import HTTP1Settings
 from granian.log import LogLevels
 from granian.server.embed import Server
@@ -70,7 +71,10 @@ async def serve(app: Any, **options: Any) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, s.stop)
-    await s.serve()
+    try:
+        await s.serve()
+    except FatalError as exc:  # the application's lifespan startup failed
+        raise ServerFailed(f"the HTTP server did not start: {exc}") from None
     if s.interrupt_children:
         raise ServerFailed("the HTTP server stopped: the application failed to start "
                            "or its worker died (see the log above)")
