@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import pyoxigraph as ox
 
+from rdfcore.sparql_text import uses_service
 from txinfra import node_keys, query_limits, tls
 from txinfra.auth import parse_advertised_hosts
 from txinfra.properties import (
@@ -87,13 +88,6 @@ def _parse_port(text: str) -> int:
 # after an update; all must be true. A file holds them separated by lines of '---'.
 CONTROL_QUERY_SEPARATOR = "---"
 
-# Tokens in which the word SERVICE is not the keyword: strings, IRIs, comments.
-_NOT_KEYWORDS = re.compile(
-    r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\''
-    r"|<[^<>\s\"{}|^`]*>|#[^\n]*"
-)
-_SERVICE = re.compile(r"(?<![\w:?$])SERVICE(?![\w:])", re.IGNORECASE)
-
 
 def split_control_queries(text: str) -> list[tuple[int, str]]:
     """(first line number, query) for each non-blank query of a control-queries file."""
@@ -118,7 +112,7 @@ def ask_query_problem(query: str, store: ox.Store | None = None) -> str | None:
     before that: a control query checks the worker's own data, and evaluating one here
     would make the configuration check call out to the network.
     """
-    if _SERVICE.search(_NOT_KEYWORDS.sub(" ", query)):
+    if uses_service(query):
         return "uses SERVICE, which a control query may not"
     try:
         result = (store or ox.Store()).query(query)

@@ -153,6 +153,12 @@ def keyword(tok: Token) -> str | None:
     return tok.text.upper() if tok.kind == WORD else None
 
 
+def uses_service(text: str) -> bool:
+    """True if ``text`` (a query or update, well-formed or not) has the SERVICE keyword
+    outside strings, IRIs and comments: evaluating it calls another endpoint."""
+    return any(tok.kind == WORD and tok.text.upper() == "SERVICE" for tok in tokenize(text))
+
+
 def _is_iri(tok: Token) -> bool:
     """iri ::= IRIREF | PrefixedName (a prefixed name always contains ':')."""
     return tok.kind == IRI or (tok.kind == WORD and ":" in tok.text

@@ -310,6 +310,18 @@ def test_malformed_query_is_400_with_pyoxigraph_message(client):
     assert resp.text == f"MALFORMED QUERY: {expected.value}"
 
 
+def test_a_failing_service_call_is_the_querys_error_not_the_workers(client):
+    # Found by the fuzz suite: SERVICE to a port oxhttp refuses failed while the results
+    # were read, and pyoxigraph's OSError was answered as the worker's own failure (500).
+    for query in ("SELECT * WHERE { ?s ?p ?o . SERVICE <http://127.0.0.1:1/sparql> { ?s ?p ?o } }",
+                  "ASK { SERVICE <file:///etc/passwd> { ?s ?p ?o } }"):
+        resp = client.get(R, params={"query": query})
+        assert resp.status_code == 400, resp.text
+        assert resp.text.startswith("query cannot be evaluated: "), resp.text
+    silent = "SELECT * WHERE { SERVICE SILENT <http://127.0.0.1:1/sparql> { ?s ?p ?o } }"
+    assert client.get(R, params={"query": silent}).status_code == 200
+
+
 def test_update_on_query_endpoint_is_400(client, repo):
     before = snapshot(repo)
     resp = client.get(R, params={"query": f"INSERT DATA {{ <{EX}a> <{EX}b> <{EX}c> }}"})

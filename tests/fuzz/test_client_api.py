@@ -94,6 +94,9 @@ def test_sparql_updates(cluster, client, update, as_form):
 
 @fuzz_settings()
 @given(query=sparql_queries, accept=accepts, method=st.sampled_from(["GET", "POST", "FORM"]))
+# A SERVICE call that fails while the results are read was a 500 (the worker's fault).
+@example(query="SELECT * WHERE { ?s ?p ?o . SERVICE <http://127.0.0.1:1/sparql> { ?s ?p ?o } }",
+         accept=None, method="GET")
 def test_sparql_queries(cluster, client, query, accept, method):
     url = f"/repositories/{cluster.repository_id}"
     headers = {"accept": accept} if accept else {}

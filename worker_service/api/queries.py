@@ -40,6 +40,7 @@ from rdf4j_protocol.negotiation import (
 from rdf4j_protocol.parameters import ProtocolError
 from rdf4j_protocol.reads import QueryRequest, is_update, sparql_keyword
 from rdf4j_protocol.results import serialize_boolean
+from rdfcore.sparql_text import uses_service
 from txinfra import query_limits
 from worker_service import query_process
 
@@ -134,8 +135,19 @@ def _start_query(store: ox.Store, q: QueryRequest, repo_id: str) -> Any:
                 400, "a SPARQL update cannot be sent to the query endpoint: send it to "
                      f"/repositories/{repo_id}/statements ({exc})") from None
         raise ProtocolError(400, f"MALFORMED QUERY: {exc}") from None
-    except RuntimeError as exc:  # e.g. a binding pyoxigraph cannot substitute
-        raise ProtocolError(400, f"query cannot be evaluated: {exc}") from None
+    except (OSError, RuntimeError) as exc:  # e.g. a binding pyoxigraph cannot substitute
+        raise _evaluation_failure(q, exc) from None
+
+
+def _evaluation_failure(q: QueryRequest, exc: Exception) -> ProtocolError:
+    """An error raised while a query was evaluated (an ASK at its start, other forms
+    while their results are read). pyoxigraph raises
+    OSError both for a failed SERVICE call and for the store's own I/O: in a query that
+    calls another endpoint it is taken as the call's (the query's fault, 400, as any
+    RuntimeError of the evaluation is); otherwise it is this worker's (500)."""
+    if isinstance(exc, RuntimeError) or uses_service(q.query):
+        return ProtocolError(400, f"query cannot be evaluated: {exc}")
+    return ProtocolError(500, f"query evaluation failed: {exc}")
 
 
 # How long a provably cheap query may run on the event loop (run_inline) before it is
@@ -208,7 +220,7 @@ def _evaluate(repo: Any, q: QueryRequest, accept: str | None,
     except QueryTimeout:
         failure = _GivenUp() if inline else TimedOut(timeout_s or 0.0)
     except (OSError, RuntimeError, ValueError) as exc:
-        failure = ProtocolError(500, f"query evaluation failed: {exc}")
+        failure = _evaluation_failure(q, exc)
     # Out of the except blocks: the exception and its frames are gone; drop the result
     # here, in its own thread, before raising anything.
     del result
@@ -264,7 +276,8 @@ def _answer_in_child(store: ox.Store, q: QueryRequest, accept: str | None,
         else:
             result.serialize(out, format=neg.format)
     except (OSError, RuntimeError, ValueError) as exc:
-        out.fail(500, f"query evaluation failed: {exc}")
+        failure = _evaluation_failure(q, exc)
+        out.fail(failure.status, failure.message)
 
 
 def _serve_in_child(store: ox.Store, repo_id: str, request: bytes,
