@@ -16,6 +16,7 @@ failed after their head.
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ import time
 import pytest
 
 from tests.procs import node_server_in_thread
+from txinfra import http_server
 
 H2C = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
        b"HTTP2-Settings: AAEAAEAAAAIAAAABAAMAAABkAAQBAAAAAAUAAEAA\r\n")
@@ -253,3 +255,37 @@ def test_answers_without_a_body_streamed_and_failed_reach_the_client(answers_ser
     assert first.startswith(b"500 Internal Server Error\r\n")
     assert first.endswith(b"\r\n\r\nInternal server error")
     assert second.startswith(b"200") and second.endswith(b"\r\n\r\nGET /g")
+
+
+def test_idle_kept_alive_connections_do_not_shut_out_a_new_client(server):
+    """Found by tests/test_partitions.py in CI: after a network cut a master answered
+    nobody for 30 s. Each status its peers gave up on during the cut left a connection
+    whose FIN the cut dropped; granian counts open connections against its backpressure
+    (128 by default) and accepted no new one until those timed out."""
+    idle = []
+    try:
+        for _ in range(200):  # past granian's default, as after the cut
+            s = socket.create_connection(("127.0.0.1", server), timeout=10)
+            s.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")  # answered, then kept alive
+            idle.append(s)
+        for s in idle:
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        [answer] = exchange(server, b"POST /new HTTP/1.1\r\nHost: a\r\nContent-Length: 2"
+                                    b"\r\n\r\nok", 1)
+        assert answer == b"POST /new 2 ok"
+        assert time.monotonic() - started < 5
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_server_raises_its_own_open_files_limit_within_the_hard_one():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        assert http_server.raise_open_files_limit(4096) == min(4096, hard)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (min(4096, hard), hard)
+        assert http_server.raise_open_files_limit(100) == min(4096, hard)  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,20 @@ log = logging.getLogger("txcluster.http")
 FASTAPI_TELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 
 
+# Open connections a node serves at once. granian's backpressure counts connections, not
+# requests: a kept-alive idle connection holds its place until its client closes it or
+# granian's header read timeout (30 s) ends it, and past the limit no new connection is
+# accepted (its requests wait unanswered in the listen queue). The default (backlog 128)
+# was reached after a network cut: each status a peer gave up on during the cut left a
+# connection whose FIN the cut dropped, and the master answered nobody, its operators
+# included, for the 30 s those took to time out (tests/test_partitions.py). Concurrency is
+# bounded where it costs (worker_service/query_slots.py, the write path), not here.
+MAX_CONNECTIONS = 8192
+LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn (4096 on current kernels)
+# Descriptors besides connections: the stores, the log, query processes' pipes, pools.
+OTHER_FILES = 1024
+
+
 class ServerFailed(RuntimeError):
     """The server stopped by itself: the application's startup failed, or its worker
     died (granian logs why)."""
@@ -56,6 +71,7 @@ def server(app: Any, *, host: str, port: int, ssl_certfile: str | None = None,
         # HTTP/1.1 only, as before: an h2c upgrade offer is ignored (RFC 9110 §7.8).
         http=HTTPModes.http1, websockets=False,
         http1_settings=HTTP1Settings(keep_alive=True),
+        backlog=LISTEN_BACKLOG, backpressure=MAX_CONNECTIONS,
         log_level=LogLevels.warning, log_access=False,
         ssl_cert=Path(ssl_certfile) if ssl_certfile else None,
         ssl_key=Path(ssl_keyfile) if ssl_keyfile else None,
@@ -83,5 +99,21 @@ async def serve(app: Any, **options: Any) -> None:
 def run(app: Any, *, host: str, port: int, **options: Any) -> None:
     """Serve ``app`` as both node kinds do: granian's ASGI server on uvloop, in this
     process (``options``: ssl_certfile, ssl_keyfile)."""
+    raise_open_files_limit(MAX_CONNECTIONS + OTHER_FILES)
     heap.settle()  # the app is built: nothing a collection should walk again
     uvloop.run(serve(app, host=host, port=port, **options))
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """Raise this process's soft limit of open files towards ``wanted``, within its hard
+    limit (systemd's default soft limit is 1024, its hard one 524288: a server raises its
+    own, as nginx and Go's runtime do). Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError) as exc:
+            log.warning("cannot raise the open files limit to %d: %s", target, exc)
+    return soft
