@@ -19,7 +19,7 @@ malformed, the probe's RuntimeError means it is well-formed, and none of the req
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyoxigraph as ox
 
@@ -130,7 +130,14 @@ def check_update(text: str, base_iri: str | None = None,
     split = st.split_update(text)
     refuse_load(split)
     check_syntax(text, base_iri, split)
-    ops = []
+    return list(structured(text, split, using))
+
+
+def structured(text: str, split: st.SplitUpdate,
+               using: Sequence[tuple[bool, str]] = ()) -> Iterator[st.ParsedOperation]:
+    """Each operation's structure, in order (UnsupportedForm), checked against the
+    protocol's dataset (``using``: UpdateSyntax) as it comes: a worker turns each one into
+    its step before it looks at the next, and reports the first error in that order."""
     for raw in split.operations:
         try:
             parsed = st.classify(text, raw)
@@ -138,8 +145,7 @@ def check_update(text: str, base_iri: str | None = None,
             raise UnsupportedForm(str(exc)) from None
         if using:
             check_own_dataset(parsed)
-        ops.append(parsed)
-    return ops
+        yield parsed
 
 
 def check_own_dataset(parsed: st.ParsedOperation) -> None:

@@ -266,16 +266,15 @@ def parse_update(update: str, base_iri: str | None = None,
             return UpdateOperation(update, base_iri, (step,))
     _check_syntax(update, base_iri, split)
     steps = []
-    for raw in split.operations:
-        try:
-            parsed = st.classify(update, raw)
-        except st.SparqlTextError as exc:
-            raise _structure_error(str(exc)) from None
-        if using and parsed.kind in (st.MODIFY, st.DELETE_WHERE):
-            if parsed.using or parsed.with_iri is not None:
-                raise UpdateSyntaxError(update_syntax.DATASET_CONFLICT)
-            parsed = dataclasses.replace(parsed, using=using)
-        steps.append(_sparql_step(parsed, base_iri))
+    try:
+        for parsed in update_syntax.structured(update, split, using):
+            if using and parsed.kind in (st.MODIFY, st.DELETE_WHERE):
+                parsed = dataclasses.replace(parsed, using=using)
+            steps.append(_sparql_step(parsed, base_iri))
+    except update_syntax.UnsupportedForm as exc:
+        raise OperationRefused(str(exc), status=501) from None
+    except update_syntax.UpdateSyntax as exc:  # the operation states its own dataset
+        raise UpdateSyntaxError(str(exc)) from None
     return UpdateOperation(update, base_iri, tuple(steps))
 
 
