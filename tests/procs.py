@@ -17,8 +17,8 @@ from txcluster.local import NodeProcess, free_port, new_secret, worker_node
 from txinfra import http_server
 from txinfra.auth import HmacAuth, load_secret
 
-__all__ = ["NodeProcess", "agreed_queue", "free_port", "make_secret", "run_on_cluster",
-           "same_agreed", "signed_client", "worker_node"]
+__all__ = ["NodeProcess", "agreed_queue", "free_port", "lone_worker", "make_secret",
+           "run_on_cluster", "same_agreed", "signed_client", "worker_node"]
 
 
 def make_secret(directory: Path) -> tuple[Path, bytes]:
@@ -28,6 +28,18 @@ def make_secret(directory: Path) -> tuple[Path, bytes]:
 
 def signed_client(node: NodeProcess, secret: bytes) -> httpx.Client:
     return httpx.Client(base_url=node.url, auth=HmacAuth(secret), timeout=120)
+
+
+@contextmanager
+def lone_worker(root: Path, **properties: str) -> Iterator[tuple[NodeProcess, bytes]]:
+    """A worker process with no master, under ``root`` with a fresh cluster secret (the
+    node and the secret, to sign its control calls); stopped by PID on the way out."""
+    secret_file, secret = make_secret(root / "secrets")
+    node = worker_node(root / "w", secret_file, **properties).start()
+    try:
+        yield node, secret
+    finally:
+        node.stop()
 
 
 def agreed_queue(master_url: str) -> list[str | None]:

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tests.procs import make_secret, signed_client, worker_node
+from tests.procs import lone_worker, signed_client
 from tests.querylab import (
     COUNT_JOIN,
     CROSS_JOIN,
@@ -43,13 +43,9 @@ pytestmark = pytest.mark.processes
 def worker(tmp_path_factory):
     """A worker holding N_TRIPLES triples (default limits); stopped by PID at the end."""
     root = tmp_path_factory.mktemp("query-timeout-worker")
-    secret_file, secret = make_secret(root / "secrets")
-    node = worker_node(root / "w", secret_file, **{"verify-on-start": "false"}).start()
-    try:
+    with lone_worker(root, **{"verify-on-start": "false"}) as (node, secret):
         load(node, secret)
         yield node
-    finally:
-        node.stop()
 
 
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests.clusters import LocalCluster
-from tests.procs import make_secret, signed_client, worker_node
+from tests.procs import lone_worker, make_secret, signed_client, worker_node
 from txinfra.auth import (
     ACCEPTS_KEPT,
     SCHEME,
@@ -63,11 +63,8 @@ def header_at(secret: bytes, method: str, base: str, target: str, body: bytes, t
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("security-worker")
-    secret_file, secret = make_secret(root / "secrets")
-    node = worker_node(root / "w", secret_file, **{"log-level": "DEBUG"}).start()
-    yield node, secret
-    node.stop()
+    with lone_worker(tmp_path_factory.mktemp("security-worker"), **{"log-level": "DEBUG"}) as w:
+        yield w
 
 
 def worker_state(node) -> tuple[int, str, int]:

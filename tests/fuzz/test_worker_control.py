@@ -29,19 +29,16 @@ from tests.fuzz.strategies import (
     sparql_queries,
     sparql_updates,
 )
-from tests.procs import make_secret, signed_client, worker_node
+from tests.procs import lone_worker, signed_client
 
 pytestmark = pytest.mark.processes
 
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fuzz-worker")
-    secret_file, secret = make_secret(root / "secrets")
-    node = worker_node(root / "w", secret_file).start()
-    with signed_client(node, secret) as client:
+    with (lone_worker(tmp_path_factory.mktemp("fuzz-worker")) as (node, secret),
+          signed_client(node, secret) as client):
         yield node, client
-    node.stop()
 
 
 def state(client: httpx.Client) -> dict:
