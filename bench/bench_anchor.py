@@ -296,6 +296,20 @@ def cluster(root: Path, masters: int, workers: int, suffix: str = "") -> Iterato
             print(f"txcluster down failed:\n{down.stdout}{down.stderr}", file=sys.stderr)
 
 
+@contextmanager
+def loaded_layout(args: argparse.Namespace, root: Path, data: Path, masters: int,
+                  workers: int, what: str, suffix: str) -> Iterator[tuple[dict, list[str]]]:
+    """A layout to measure on: `cluster`, its peering checked (connected peers, or a single
+    master unpeered) and the data set loaded. Yields cluster.json and the client headers."""
+    tag = f" (round {suffix[1:]})" if suffix else ""
+    print(f"== txcluster up --masters {masters} --workers {workers} ({what}){tag}")
+    with cluster(root, masters, workers, suffix) as info:
+        auth = auth_headers(info)
+        check_peering(info, auth)
+        load(info, data, args.triples, auth)
+        yield info, auth
+
+
 def auth_headers(info: dict) -> list[str]:
     """An Authorization header when the masters have client auth (a write user: it may
     read too); `txcluster up` configures none, so normally no header."""
@@ -542,11 +556,7 @@ def _reads(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url: s
     conns = args.connections
     n_subjects = args.triples // 8
     read = [f"Accept: {SPARQL_JSON}"]
-    tag = f" (round {suffix[1:]})" if suffix else ""
-    print(f"== txcluster up --masters 1 --workers 1 (reads){tag}")
-    with cluster(root, 1, 1, suffix) as info:
-        auth = auth_headers(info)
-        load(info, data, args.triples, auth)
+    with loaded_layout(args, root, data, 1, 1, "reads", suffix) as (info, auth):
         path = f"/repositories/{info['repository']}"
         master, worker = info["masters"][0]["url"], info["workers"][0]["url"]
         n = count(master + path, header_dict(auth), ENGINE)
@@ -592,12 +602,7 @@ def _writes(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path, ox_url: 
     references of the peered rows)."""
     conns = args.connections
     update = ["Content-Type: application/sparql-update"]
-    tag = f" (round {suffix[1:]})" if suffix else ""
-    print(f"== txcluster up --masters 1 --workers 3 (writes){tag}")
-    with cluster(root, 1, 3, suffix) as info:
-        auth = auth_headers(info)
-        check_peering(info, auth)
-        load(info, data, args.triples, auth)
+    with loaded_layout(args, root, data, 1, 3, "writes", suffix) as (info, auth):
         master = info["masters"][0]["url"]
         stmts = (f"/repositories/{info['repository']}/statements",)
         ox_write = wrk.run("oxigraph serve: INSERT DATA", "write", ox_url, ("/update",),
@@ -617,12 +622,7 @@ def _peered(wrk: Wrk, args: argparse.Namespace, root: Path, data: Path,
     throughput) come from the writes layout: without it, only the figures are printed."""
     conns = args.connections
     update = ["Content-Type: application/sparql-update"]
-    tag = f" (round {suffix[1:]})" if suffix else ""
-    print(f"== txcluster up --masters 3 --workers 1 (peered masters){tag}")
-    with cluster(root, 3, 1, suffix) as info:
-        auth = auth_headers(info)
-        check_peering(info, auth)
-        load(info, data, args.triples, auth)
+    with loaded_layout(args, root, data, 3, 1, "peered masters", suffix) as (info, auth):
         urls = [m["url"] for m in info["masters"]]
         stmts = (f"/repositories/{info['repository']}/statements",)
         # The commit latency first: the single master's, its reference, was the last
