@@ -103,10 +103,13 @@ class Net:
                     self.take(name, node.tick(self.now))
             self.pump()
 
-    def execute(self, name: str, pos: int | None = None) -> None:
-        node = self.nodes[name]
-        self.take(name, node.executed(node.seq if pos is None else pos, self.now))
-        self.pump()
+    def execute(self, *names: str, pos: int | None = None) -> None:
+        """Each node named, in turn, reports it executed up to ``pos`` (default: all it
+        agreed), and what that sends is delivered."""
+        for name in names:
+            node = self.nodes[name]
+            self.take(name, node.executed(node.seq if pos is None else pos, self.now))
+            self.pump()
 
 
 def cluster(names=("n1", "n2", "n3"), **kwargs) -> dict[str, SyncNode]:
@@ -153,11 +156,10 @@ def test_what_every_node_executed_is_forgotten_and_a_restart_resumes_from_the_fl
         net.submit(f"n{1 + i % 3}", f"T{i}")
     net.rounds(3)
     assert {n.seq for n in nodes.values()} == {6}
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     net.rounds(2)
     assert all(n.floor == 0 for n in nodes.values()), "n3 has executed nothing yet"
-    net.execute("n3", 4)
+    net.execute("n3", pos=4)
     net.rounds(2)
     assert {n.floor for n in nodes.values()} == {4}
     assert [len(n.synchronised) for n in nodes.values()] == [2, 2, 2]
@@ -215,8 +217,7 @@ def test_a_peer_behind_the_horizon_is_reported_needs_seeding_and_is_not_waited_f
         net.submit("n2", f"B{i}")
         net.rounds(2)
     assert nodes["n1"].seq == nodes["n2"].seq == 6
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     assert nodes["n1"].floor == nodes["n2"].floor == 4  # LogMaxSize 2: n3 did not execute
     net.down.discard("n3")
     net.rounds(2)
@@ -249,8 +250,7 @@ def test_a_node_that_takes_entries_agreed_without_a_silent_peer_goes_on_without_
     for i in range(20):  # each write agreed within 200 ms: n1 never stalls for 2 s
         net.submit("n1" if i % 2 else "n2", f"B{i}")
         net.rounds(2, step=100)
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     net.rounds(2, step=100)
     assert nodes["n1"].seq == nodes["n2"].seq == 21
     assert nodes["n1"].floor == nodes["n2"].floor == 19  # LogMaxSize 2, past n3's 0
@@ -371,8 +371,7 @@ def test_a_donor_keeps_what_follows_a_seed_point_until_the_seeded_node_posts():
     for i in range(4):
         net.submit("n1", f"T{i}")
     net.rounds(3)
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     net.rounds(2)
     assert {n.floor for n in nodes.values()} == {4}
     txid, chain, newest = nodes["n1"].seed_point(4)
@@ -382,8 +381,7 @@ def test_a_donor_keeps_what_follows_a_seed_point_until_the_seeded_node_posts():
     for i in range(4, 8):
         net.submit("n2", f"T{i}")
     net.rounds(3)
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     net.rounds(2)
     assert (nodes["n1"].floor, nodes["n2"].floor) == (4, 8)
     state = PersistentState(counter=newest, floor=4, floor_txid=txid, floor_chain=chain,
@@ -409,8 +407,7 @@ def test_a_seed_hold_expires():
     for i in range(3):
         net.submit("n1", f"T{i}")
     net.rounds(3)
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     net.rounds(1)
     assert nodes["n1"].floor == 0 and nodes["n2"].floor == 3
     net.rounds(6)  # past the lease: nobody is coming
@@ -424,8 +421,7 @@ def test_a_late_status_from_before_the_floor_is_not_a_peer_behind_the_horizon():
     old = Status("n2", Mode.READ_WRITE, None, 0, net.now, ())  # posted before A existed
     net.submit("n1", "A")
     net.rounds(3)
-    net.execute("n1")
-    net.execute("n2")
+    net.execute("n1", "n2")
     net.rounds(2)
     assert nodes["n1"].floor == 1
     ready = nodes["n1"].receive(old, net.now)  # seq 0 with an older counter: delayed
@@ -457,13 +453,11 @@ def test_without_split_recovery_the_side_that_forgot_its_split_still_reports_it(
         net.submit(ahead, f"C{i}")
         net.submit(ahead, f"D{i}")
         net.rounds(2)
-    for n in names:
-        net.execute(n)
+    net.execute(*names)
     assert nodes["uk1"].seq == nodes["uk2"].seq != nodes["us1"].seq
     net.partition()
     net.rounds(4)
-    for n in names:
-        net.execute(n)
+    net.execute(*names)
     net.rounds(4)
     behind_side = uk if behind == "uk1" else us
     assert all(nodes[n].floor == nodes[n].seq for n in behind_side), "it forgot everything"
