@@ -87,6 +87,16 @@ def test_the_log_knows_nothing_of_the_sync_protocol_above_it():
     assert offending(paths, ("master_service.sync",)) == {}
 
 
+def test_the_sync_core_inherits_nothing():
+    """The pure core's parts (split recovery, compaction, acquisition, ...) are objects
+    with their own state that ``SyncNode`` calls with what they need, not bases that read
+    and write its private attributes."""
+    tree = ast.parse((ROOT / "master_service/sync/protocol.py").read_text())
+    bases = {node.name: [ast.unparse(b) for b in node.bases]
+             for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert bases == {"SyncNode": []}
+
+
 def test_the_rules_catch_a_forbidden_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from worker_service.repository import Repository\n")

@@ -215,7 +215,7 @@ HORIZON_FOUND = [
     # n2 cleared its split when n1 and n3 came back behind it, forgot past them and went
     # on alone (they were beyond its horizon); they excluded n2 and agreed the same
     # transactions in another order: nobody could truncate or seed
-    # (SplitRecoverySteps._beyond_their_horizon).
+    # (SplitRecoverer.beyond_their_horizon).
     pytest.param(677540770, 3, 0.8724458396474252, SplitRecovery.SMART, 300, 0, 2,
                  id="nodes-beyond-a-peers-horizon-wait-to-be-seeded"),
     # Five masters, message loss and crashes, no partition: n2 added with the statuses
@@ -388,7 +388,7 @@ class TailsStopAtTheSplitPoint(SyncNode):
     nothing past its split point, to anybody."""
 
     def _tail_limit(self, peer):
-        return self._split_point if self._split() else None
+        return self._split.good_point
 
 
 def test_tails_that_stop_at_the_split_point_stop_the_larger_side():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from master_service.sync.core_state import AHEAD, BEHIND, DIVERGED, FORGOTTEN, SAME
 from master_service.sync.messages import TailSegment, TxMeta, chain_hash
 from master_service.sync.ready import PersistentState
 
@@ -88,6 +89,17 @@ class AgreedQueue:
         self.floor = target
         return gone
 
+    def relation(self, seq: int, base: str | None, chain: str) -> str:
+        """How a peer's position ``seq`` (merge base ``base``, hash chain ``chain``)
+        relates to this queue (core_state.py: AHEAD, FORGOTTEN, DIVERGED, SAME, BEHIND)."""
+        if seq > self.seq:
+            return AHEAD
+        if seq < self.floor:
+            return FORGOTTEN
+        if seq and (self.txid_at(seq) != base or self.chain_at(seq) != chain):
+            return DIVERGED
+        return SAME if seq == self.seq else BEHIND
+
     def truncate(self, point: int) -> list[TxMeta]:
         """Drop the entries after ``point`` (floor <= point); returns them."""
         removed = self.entries[point - self.floor:]
@@ -97,12 +109,20 @@ class AgreedQueue:
             del self.positions[tx.txid]
         return removed
 
+    def segment(self, sender: str, start: int, end: int, split_point: int | None,
+                excluded: tuple[str, ...]) -> TailSegment:
+        """A tail segment of ``sender`` with the entries at positions start + 1 .. end
+        (floor <= start <= end <= seq) and its split (``TailSegment``)."""
+        return TailSegment(sender, start, self.txid_at(start),
+                           tuple(self.entries[start - self.floor:end - self.floor]),
+                           self.chain_at(start), split_point, excluded)
+
     def from_floor(self, seg: TailSegment) -> tuple[TailSegment | None, str | None]:
         """A tail segment that starts before our floor, cut to start at our floor (None
         when it ends at or before it), and the divergence found (None: consistent). Its
         entry at our floor and the hash chain up to it must be ours: else it diverged
         from us, which is reported and not applied. A segment that ends exactly at our
-        floor is still compared there: a diverged tail (``_send_diverged``) ends at the
+        floor is still compared there: a diverged tail (``send_diverged``) ends at the
         position we posted, which is our floor once we executed and forgot everything (a
         diverged peer ahead of us posts an executed position past our queue), and it is
         then the only way we learn of the divergence

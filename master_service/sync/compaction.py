@@ -244,12 +244,13 @@ class Compactor:
     def knew_our_floor(self, st: Status) -> bool:
         """Had the sender of ``st`` (behind our floor) heard a status of ours carrying a
         floor past its position? Then ``st`` is its position, not a late status posted
-        before it caught up: it knew it was behind our horizon (``_beyond_their_horizon``)
-        and can't ADD with us. Else we go on waiting for it until it tells — a status it
-        posts once it heard ours does. Counters alone can't tell a late status: a node
-        just seeded at 11 took statuses two peers had posted at 5 before the seeding for
-        theirs, waited for nobody and agreed a transaction alone at 12 that they agreed
-        another at (the simulator: seed 391061907, a horizon of 2 entries)."""
+        before it caught up: it knew it was behind our horizon
+        (``SplitRecoverer.beyond_their_horizon``) and can't ADD with us. Else we go on
+        waiting for it until it tells — a status it posts once it heard ours does. Counters
+        alone can't tell a late status: a node just seeded at 11 took statuses two peers had
+        posted at 5 before the seeding for theirs, waited for nobody and agreed a
+        transaction alone at 12 that they agreed another at (the simulator: seed 391061907,
+        a horizon of 2 entries)."""
         heard = dict(st.heard).get(self._id, 0)
         floor = 0  # before the oldest floor we remember (or from before ``heard``)
         for counter, at in self._floors:

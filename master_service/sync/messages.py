@@ -226,7 +226,7 @@ class TailSegment:
     (protocol.py, "Split recovery"). Optional: a sender that is not split leaves them out.
     Under split recovery NONE ``split_point`` stays None while ``excluded`` names whom
     the sender excluded: a receiver taking its entries excludes them too once silent
-    (split_recovery.py, ``_check_stall``).
+    (split_recovery.py, ``check_stall``).
     """
 
     sender: str

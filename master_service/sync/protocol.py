@@ -96,7 +96,6 @@ from master_service.sync.core_state import AHEAD as _AHEAD
 from master_service.sync.core_state import BEHIND as _BEHIND
 from master_service.sync.core_state import DIVERGED as _DIVERGED
 from master_service.sync.core_state import FORGOTTEN as _FORGOTTEN
-from master_service.sync.core_state import SAME as _SAME
 from master_service.sync.core_state import Entry as _Entry
 from master_service.sync.core_state import Out as _Out
 from master_service.sync.core_state import PeerState as _Peer
@@ -124,16 +123,18 @@ from master_service.sync.ready import (
     SplitRecovery,
     Tail,
     Timing,
+    Truncation,
     UnknownPeer,
 )
+from master_service.sync.ready import check_position as _check_position
 from master_service.sync.ready import check_time as _check_time
 from master_service.sync.relaying import Relaying
-from master_service.sync.split_recovery import SplitRecoverySteps
+from master_service.sync.split_recovery import SplitRecoverer
 
 __all__ = ["SyncNode"]  # the values it takes and gives: ready.py
 
 
-class SyncNode(SplitRecoverySteps):
+class SyncNode:
     """One master's side of the TxLog sync protocol (module docstring)."""
 
     # Post a status at once on a client transaction (when busy), on a payload acquired and
@@ -159,7 +160,6 @@ class SyncNode(SplitRecoverySteps):
         _check_time(now)
         self._id = node_id
         self._mode = mode
-        self._recovery = split_recovery
         self._timing = timing or Timing()
         state = state or PersistentState()
         self._clock = HybridLogicalClock(state.counter)
@@ -168,8 +168,7 @@ class SyncNode(SplitRecoverySteps):
         if not isinstance(retention, Retention | None):
             raise ValueError(f"retention must be a Retention, got {retention!r}")
         self._retention = retention or Retention()
-        if not isinstance(executed, int) or isinstance(executed, bool) or executed < 0:
-            raise ValueError(f"executed must be an integer >= 0, got {executed!r}")
+        _check_position("executed", executed)
         # what this data centre executed (an input: ``executed``); capped at a truncation
         # point until the driver reports the rollback done (``rolled_back``)
         self._executed = executed
@@ -189,14 +188,8 @@ class SyncNode(SplitRecoverySteps):
             if (tx := self._agreed.get(txid)) is None:
                 raise ValueError(f"missing payload {txid!r} is not synchronised")
             self._missing[txid] = _Entry(tx, False, self._sources(tx.origin, *sorted(self._peers)))
-        self._excluded: set[str] = set()
-        self._left_behind: set[str] = set()  # split_recovery.py, _check_stall
-        # the last known good position while split (module docstring, "Split recovery")
-        self._split_point: int | None = state.split_point
-        self._apart_since: dict[str, int] = {}  # SMART: excluded peer -> diverged since
-        # restored while split: we forgot whom we excluded, so every peer is rejoining
-        self._rejoining: set[str] = set() if self._split_point is None else {
-            p for p, s in self._peers.items() if s.mode is not Mode.MUTED}
+        # whom we went on without, the split point: split_recovery.py
+        self._split = SplitRecoverer(node_id, mode, split_recovery, state.split_point, self._peers)
         self._reported: set[tuple[str, str, str]] = set()
         self._stalled_since: int | None = None
         self._activity = Activity.BUSY  # a (re)started node catches up first
@@ -282,15 +275,15 @@ class SyncNode(SplitRecoverySteps):
 
     @property
     def split_suspected(self) -> frozenset[str]:
-        return frozenset(self._excluded)
+        return self._split.excluded
 
     @property
     def split_point(self) -> int | None:
-        return self._split_point
+        return self._split.point
 
     @property
     def split_recovery(self) -> SplitRecovery:
-        return self._recovery
+        return self._split.recovery
 
     @property
     def next_round_at(self) -> int:
@@ -341,7 +334,7 @@ class SyncNode(SplitRecoverySteps):
         """What the Readies so far asked to persist (for checks and tests)."""
         a = self._agreed
         return PersistentState(tuple(a.entries), self.incoming, self._persisted_counter,
-                               self._split_point, a.floor, a.floor_txid, a.chain[0],
+                               self._split.point, a.floor, a.floor_txid, a.chain[0],
                                a.floor_newest)
 
     # ------------------------------------------------------------------ inputs
@@ -383,7 +376,7 @@ class SyncNode(SplitRecoverySteps):
         self.check(message, now)
         peer = self._peers[message.sender]
         peer.heard_at = now
-        self._left_behind.discard(message.sender)  # it talks to us: wait for it again
+        self._split.heard(message.sender)  # it talks to us: wait for it again
         self._acquisition.arriving = frozenset(pushed)
         try:
             if isinstance(message, Status):
@@ -462,8 +455,7 @@ class SyncNode(SplitRecoverySteps):
         truncation, reports are capped at its point until ``rolled_back``: an execution
         that was under way when the queue was truncated may still report its end."""
         _check_time(now)
-        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
-            raise ValueError(f"executed position must be an integer >= 0, got {pos!r}")
+        _check_position("executed position", pos)
         self._executed = pos if self._executed_cap is None else min(pos, self._executed_cap)
         return self._finish(now)
 
@@ -471,8 +463,7 @@ class SyncNode(SplitRecoverySteps):
         """The data centre went back to the state at ``pos`` after a truncation (split
         recovery): executed reports are believed again."""
         _check_time(now)
-        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
-            raise ValueError(f"rolled back position must be an integer >= 0, got {pos!r}")
+        _check_position("rolled back position", pos)
         self._executed_cap = None
         self._executed = pos
         return self._finish(now)
@@ -499,7 +490,7 @@ class SyncNode(SplitRecoverySteps):
             raise ValueError(f"{peer!r} is not a peer of {self._id}")
         self._relaying.forget(peer)
         self._fingerprints.forget(peer)
-        self._forget_split_peer(peer)
+        self._split.forget_peer(peer, self._out)
         return self._finish(now)
 
     # ------------------------------------------------------------------ steps
@@ -520,7 +511,7 @@ class SyncNode(SplitRecoverySteps):
         if st.mode is not peer.mode:
             self._report(st.sender, "mode-mismatch",
                          f"posts as {st.mode.value}, configured {peer.mode.value}")
-        relation = self._relation(st.seq, st.merge_base, st.chain)
+        relation = self._agreed.relation(st.seq, st.merge_base, st.chain)
         if relation == _FORGOTTEN:
             if not self._compaction.behind_our_floor(st, peer.latest, relayed):
                 return
@@ -529,25 +520,23 @@ class SyncNode(SplitRecoverySteps):
                 self._set_beyond(st.sender, False)
                 return
             self._set_beyond(st.sender, True)
-            self._rejoin_beyond(st, now)
+            if self._split.rejoin_beyond(st, now, self._peers, self._timing, self._out):
+                self._truncate(now)
             self._report(st.sender, "beyond-horizon",
                          f"its agreed position {st.seq} is before our floor "
-                         f"{self._agreed.floor}: "
-                         "it can no longer be served by replay and needs seeding from a "
-                         "peer's worker image")
+                         f"{self._agreed.floor}: it can no longer be served by replay and "
+                         "needs seeding from a peer's worker image")
             return
         self._set_beyond(st.sender, False)  # seeded: at or past our floor again
-        self._beyond_their_horizon(st, now)  # before anything is sent
-        if self._split_point is not None and self._recovery is not SplitRecovery.NONE and (
-                st.sender in self._excluded
-                or (relation == _DIVERGED and peer.mode is not Mode.MUTED)
-                or st.sender in self._rejoining):
-            self._rejoin(st.sender, relation, now,  # before anything is sent
-                         self._contradicts(*self._good_prefix(st)))
-            relation = self._relation(st.seq, st.merge_base, st.chain)
-        if st.sender in self._rejoining and relation in (_SAME, _BEHIND):
-            self._rejoining.discard(st.sender)  # restored while split: it is consistent
-            self._split_maybe_over()
+        split = self._split  # rejoins and truncations come before anything is sent
+        if split.beyond_their_horizon(st, self.seq, self._peers, self._out):
+            self._truncate(now)  # which ends the split: it rejoins nobody
+        elif split.rejoins(st, relation, peer.mode) and split.rejoin(
+                st.sender, relation, now, split.contradicts(st, self._agreed), self._peers,
+                self._timing, self._out):
+            self._truncate(now)
+            relation = self._agreed.relation(st.seq, st.merge_base, st.chain)
+        split.consistent_again(st.sender, relation, self._out)
         if relation == _DIVERGED:
             self._report(st.sender, "diverged",
                          f"merge base {st.merge_base} at seq {st.seq} (chain {st.chain[:8]}), "
@@ -556,15 +545,11 @@ class SyncNode(SplitRecoverySteps):
             # Under None too: the peer cannot append it, but reports the divergence, so
             # that every master of both sides shows it (a master behind the other side
             # sees only a status ahead of it; tests/test_partitions.py, None).
-            self._send_diverged(st.sender, st.seq)
+            split.send_diverged(st.sender, st.seq, self._agreed, self._timing.max_tail, self._out)
             return
         self._clock.observe(st.counter)  # counter >= every timestamp in the queue
         self._merge(st.queue, st.sender, now, verified=relation != _AHEAD)
-        if st.sender in self._excluded and relation != _AHEAD:
-            self._apart_since.pop(st.sender, None)
-            self._excluded.discard(st.sender)  # back, and consistent with us
-            self._out.split_changed = True
-            self._split_maybe_over()  # first: a recovered node's tail carries everything
+        split.back(st.sender, relation, self._out)  # first: a recovered node's tail
         if relation == _BEHIND:
             self._send_tail(st.sender, st.seq)
         elif relation == _AHEAD and self.EAGER_POSTS and self._out.truncated is None:
@@ -593,12 +578,14 @@ class SyncNode(SplitRecoverySteps):
             seg, start = cut, cut.after_seq
         # the sender's good prefix ends here (the whole segment when it is not split)
         good = start + len(seg.entries) if seg.split_point is None else seg.split_point
-        if self._relation(start, seg.after, seg.after_chain) == _DIVERGED:
+        if self._agreed.relation(start, seg.after, seg.after_chain) == _DIVERGED:
             self._report(seg.sender, "tail-diverged",
                          f"segment after {seg.after} at seq {start}, ours there is "
                          f"{self._agreed.txid_at(start)}")
             # the queues differ somewhere up to ``start``
-            self._tail_diverged(seg.sender, now, start <= good)
+            if self._split.tail_diverged(seg.sender, now, start <= good, self._peers,
+                                         self._timing, self._out):
+                self._truncate(now)
             return
         overlap = min(len(seg.entries), self.seq - start)
         base = start - self._agreed.floor
@@ -607,7 +594,9 @@ class SyncNode(SplitRecoverySteps):
                 self._report(seg.sender, "tail-diverged",
                              f"seq {start + i + 1} is {seg.entries[i].txid}, ours is "
                              f"{self._agreed.entries[base + i].txid}")
-                self._tail_diverged(seg.sender, now, start + i + 1 <= good)
+                if self._split.tail_diverged(seg.sender, now, start + i + 1 <= good,
+                                             self._peers, self._timing, self._out):
+                    self._truncate(now)
                 return
         new = seg.entries[overlap:]
         for tx in new:
@@ -617,7 +606,7 @@ class SyncNode(SplitRecoverySteps):
                              else "conflicting-transaction",
                              f"{tx.txid} conflicts with what we hold")
                 return
-        new = self._join_senders_side(seg, new)
+        new = self._split.join_senders_side(seg, new, self._agreed, self._peers, self._out)
         if not new:
             return
         for tx in new:
@@ -628,7 +617,9 @@ class SyncNode(SplitRecoverySteps):
 
     def _complete_round(self, now: int, keep: str | None = None) -> None:
         """End the round (ADD), start the next (POST); ``keep``'s status counts for it."""
-        self._check_stall(now)
+        if self._split.check_stall(now, self._timing.max_peer_lag, self._stalled_since,
+                                   self._required(), self._agreed, self._peers, self._out):
+            self._stalled_since = now
         base = (self.seq, self.merge_base)
         added = self._add(now) if self._mode is not Mode.MUTED else 0
         if added:
@@ -642,8 +633,7 @@ class SyncNode(SplitRecoverySteps):
             for p in self._peers.values())
         activity = Activity.IDLE if idle else Activity.BUSY
         settling = idle and self._activity is Activity.BUSY and self.EAGER_POSTS and not (
-            self._split_point is not None or self._excluded or self._rejoining
-            or self._posted is None or not self._peers_can_add(base, added))
+            not self._split.settled or self._posted is None or not self._peers_can_add(base, added))
         if activity is not self._activity:
             self._activity = activity
             self._out.activity = activity
@@ -675,13 +665,9 @@ class SyncNode(SplitRecoverySteps):
             if ts > least:
                 break
             if not entry.acquired:
-                if entry.tx.origin in self._excluded:
-                    # A transaction of the other side of a split that we heard of but
-                    # could not fetch: without skipping it our side stops for the whole
-                    # split (tests/test_partitions.py found it). Safe: statuses list
-                    # acquired transactions only, so "(1) two nodes that wait for each
-                    # other agree" holds for queues without such entries, and what we add
-                    # past it is post-split, which split recovery settles.
+                if self._split.excludes(entry.tx.origin):
+                    # of the other side of a split, heard of but not fetched: passed over
+                    # (split_recovery.py, "Where safety ends: the split", says why)
                     continue
                 if lost_at_origin(entry.tx, required, collected):
                     lost.append(txid)  # never agreed, and never can be (acquisition.py)
@@ -724,7 +710,7 @@ class SyncNode(SplitRecoverySteps):
         queue = tuple(e.tx for e in self._incoming.sorted() if e.acquired)
         if only is None:
             self._posted = (self.seq, self.merge_base, counter, frozenset(t.txid for t in queue))
-        point = self._split_point if self._split() else None
+        point = self._split.good_point
         status = Status(self._id, self._mode, self.merge_base, self.seq, counter, queue,
                         self._agreed.chain[-1], point,
                         "" if point is None else self._agreed.chain_at(point),
@@ -744,7 +730,7 @@ class SyncNode(SplitRecoverySteps):
     def _required(self) -> list[str]:
         """Peers we wait for: every read-write and read-only peer not excluded by a split."""
         return [p for p, s in self._peers.items()
-                if s.mode is not Mode.MUTED and p not in self._excluded
+                if s.mode is not Mode.MUTED and not self._split.excludes(p)
                 and p not in self._compaction.beyond]
 
     def _posted_here(self, required: list[str], allow_none: bool = False) -> bool:
@@ -752,15 +738,6 @@ class SyncNode(SplitRecoverySteps):
         return (allow_none or bool(required)) and all(
             (p := self._peers[n]).fresh and p.latest.seq == self.seq
             and p.latest.merge_base == self.merge_base for n in required)
-
-    def _relation(self, seq: int, base: str | None, chain: str) -> str:
-        if seq > self.seq:
-            return _AHEAD
-        if seq < self._agreed.floor:
-            return _FORGOTTEN
-        if seq and (self._agreed.txid_at(seq) != base or self._agreed.chain_at(seq) != chain):
-            return _DIVERGED
-        return _SAME if seq == self.seq else _BEHIND
 
     def _sources(self, *nodes: str) -> list[str]:
         out: list[str] = []
@@ -824,12 +801,37 @@ class SyncNode(SplitRecoverySteps):
             return
         if seq < self._agreed.floor:
             return  # forgotten (_on_status tells such a peer that it needs seeding)
-        floor = self._agreed.floor
-        entries = tuple(self._agreed.entries[seq - floor:end - floor])
-        point, excluded = self._split_view()
-        a = self._agreed
-        self._out.tails.append(Tail(peer, TailSegment(self._id, seq, a.txid_at(seq), entries,
-                                                      a.chain_at(seq), point, excluded)))
+        segment = self._agreed.segment(self._id, seq, end, *self._split.view())
+        self._out.tails.append(Tail(peer, segment))
+
+    def _tail_limit(self, peer: str) -> int | None:
+        return self._split.tail_limit(peer, self._peers[peer].mode)
+
+    def _truncate(self, now: int) -> None:
+        """Back to the split point (split_recovery.py): later entries become incoming again."""
+        point = self._split.point
+        assert point is not None
+        assert not self._out.synchronised, "a truncation comes first in its step"
+        assert point >= self._agreed.floor, "never compacted past the split point"
+        removed = self._agreed.truncate(point)
+        # the data centre rolls back to the point: what it executed after it does not count
+        self._executed = min(self._executed, point)
+        self._executed_cap = point
+        for tx in removed:  # back into the incoming queue, to fetch again if we lack it
+            missing = self._missing.pop(tx.txid, None)
+            more = () if missing is None else (*missing.sources, *sorted(self._peers))
+            self._insert(entry := _Entry(tx, missing is None, self._sources(tx.origin, *more)))
+            if missing is not None:
+                self._acquisition.request(entry, now, self._peers, self._out)
+        self._out.truncated = Truncation(point, tuple(removed))
+        self._split.truncated(self._out)  # the excluded set is empty again
+        for p in self._peers.values():
+            p.fresh = False  # statuses collected at our old merge base say nothing now
+        self._stalled_since = now if self._incoming else None
+        if self._activity is Activity.IDLE and self._incoming:
+            self._activity = self._out.activity = Activity.BUSY
+        self._deadline = min(self._deadline, now + self._timing.round_timeout)
+        self._post(now)
 
     def _report(self, peer: str, kind: str, detail: str) -> None:
         key = (peer, kind, detail)
@@ -850,7 +852,8 @@ class SyncNode(SplitRecoverySteps):
         """Forget what compaction.py allows, never past what we executed (our executor needs
         the payloads) nor, while split (SIMPLE, SMART), past our split point (a truncation
         puts the entries after it back into the incoming queue)."""
-        limit = min(self._posted_executed(), self._split_point if self._split() else self.seq)
+        good = self._split.good_point
+        limit = min(self._posted_executed(), self.seq if good is None else good)
         done = self._compaction.compact(self._agreed, now, limit=limit, peers=self._peers,
                                         retention=self._retention, required=self._required(),
                                         counter=self._clock.counter)
@@ -858,9 +861,7 @@ class SyncNode(SplitRecoverySteps):
             self._out.compacted, gone = done
             for tx in gone:
                 self._missing.pop(tx.txid, None)
-            if self._split_point is not None and self._split_point < self._agreed.floor:
-                self._split_point = self._agreed.floor  # only under NONE: it repairs nothing
-                self._out.split_point_changed = True
+            self._split.follow_floor(self._agreed.floor, self._out)
 
     def _set_beyond(self, peer: str, beyond: bool) -> None:
         if self._compaction.set_beyond(peer, beyond):
@@ -868,7 +869,7 @@ class SyncNode(SplitRecoverySteps):
 
     def seed_point(self, pos: int) -> tuple[str | None, str, int] | None:
         """What a node seeded from our image of ``pos`` starts from (compaction.py)."""
-        return seed_point(self._agreed, pos, self._split_point if self._split() else None)
+        return seed_point(self._agreed, pos, self._split.good_point)
 
     def seed_donor(self) -> str | None:
         """The peer to seed from when we need seeding (compaction.py, ``seed_donor``)."""
@@ -892,8 +893,8 @@ class SyncNode(SplitRecoverySteps):
             acknowledge=tuple(out.acknowledge), posts=tuple(out.posts), tails=tuple(out.tails),
             acquire=tuple(out.acquire), activity=out.activity, fetches=tuple(out.fetches),
             fingerprint_agrees=tuple(out.fingerprint_agrees), next_fetch_at=self.next_fetch_at,
-            split_suspected=frozenset(self._excluded) if out.split_changed else None,
-            truncated=out.truncated, split_point=self._split_point, compacted=out.compacted,
+            split_suspected=self._split.excluded if out.split_changed else None,
+            truncated=out.truncated, split_point=self._split.point, compacted=out.compacted,
             split_point_changed=out.split_point_changed, needs_seeding=out.needs_seeding,
             inconsistencies=tuple(out.inconsistencies), next_round_at=self._deadline,
             beyond_horizon=frozenset(self._compaction.beyond) if out.beyond_changed else None)

@@ -333,5 +333,10 @@ class Ready:
 
 
 def check_time(now: object) -> None:
-    if not isinstance(now, int) or isinstance(now, bool) or now < 0:
-        raise ValueError(f"now must be an integer >= 0, got {now!r}")
+    check_position("now", now)
+
+
+def check_position(what: str, value: object) -> None:
+    """A time or a queue position: an integer >= 0 (else ValueError, naming ``what``)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what} must be an integer >= 0, got {value!r}")

@@ -1,6 +1,10 @@
-"""Split recovery (spec, "Split recovery strategies"): the steps of ``SyncNode`` that
-detect a split, keep its split point, rejoin and truncate, as a part of the pure core
-(protocol.py; ``SplitRecoverySteps`` is one of its bases and shares its state).
+"""Split recovery (spec, "Split recovery strategies"): what detects a split, keeps its
+split point, rejoins and decides to truncate, a part of the pure core (protocol.py).
+``SplitRecoverer`` holds its own state (the split point, the excluded, rejoining and
+left-behind peers, since when a peer diverges); the core calls it with the agreed queue
+(agreed_queue.py), the peers' states and its output (``Out``, the next Ready). A step
+that must truncate returns True and the core truncates (``SyncNode._truncate``: the
+queues are the core's), telling it ``truncated``.
 
 Where safety ends: the split
 ----------------------------
@@ -10,15 +14,16 @@ not heard from for that long are *excluded* and reported in ``split_suspected``;
 remaining nodes go on without them (spec, "Missing nodes") and ADD no longer waits for
 their status or counter, nor for the payloads of their transactions that we heard of but
 could not fetch: ADD passes over those (statuses list acquired transactions only, so the
-argument of (1) holds for queues without them; without it a side that heard of one write
-of the other side before the cut stops for the whole split). (1) still holds between
-nodes that wait for each other, and a node that excludes nobody agrees with every node
-it waits for, even one that excluded it (the case analysis of (1) with the counters of
-(2)). Two nodes can therefore only diverge when one excludes the other and the other
+argument of (1) holds for queues without them, and what is added past them is post-split,
+which split recovery settles; without it a side that heard of one write of the other side
+before the cut stops for the whole split: tests/test_partitions.py found it). (1) still
+holds between nodes that wait for each other, and a node that excludes nobody agrees with
+every node it waits for, even one that excluded it (the case analysis of (1) with the
+counters of (2)). Two nodes can therefore only diverge when one excludes the other and the other
 excludes somebody: the split brain of the spec (a partition longer than max peer lag).
 A node that takes, under NONE, entries a peer agreed without somebody (the
 tail segment names whom) excludes that somebody too once it has not heard from it for
-max peer lag itself (``_check_stall``): it progresses without stalling, so the stall alone
+max peer lag itself (``check_stall``): it progresses without stalling, so the stall alone
 would leave it waiting for ever. An excluded peer is waited for again as soon as it posts
 a merge base consistent with ours. A status whose merge base is not ours at its
 position, or a tail segment that does not extend our queue, is reported in
@@ -158,102 +163,155 @@ restarts, loss and reordering.
 
 from __future__ import annotations
 
-from master_service.sync.core_state import AHEAD as _AHEAD
-from master_service.sync.core_state import BEHIND as _BEHIND
-from master_service.sync.core_state import DIVERGED as _DIVERGED
-from master_service.sync.core_state import Entry as _Entry
+from collections.abc import Mapping
+
+from master_service.sync.agreed_queue import AgreedQueue
+from master_service.sync.core_state import AHEAD, BEHIND, DIVERGED, SAME, Out, PeerState
 from master_service.sync.messages import Mode, Status, TailSegment, TxMeta
-from master_service.sync.ready import Activity, SplitRecovery, Tail, Truncation
+from master_service.sync.ready import SplitRecovery, Tail, Timing
 
-__all__ = ["SplitRecoverySteps"]
+__all__ = ["SplitRecoverer"]
 
 
-class SplitRecoverySteps:
-    """The split-recovery steps of ``SyncNode`` (module docstring); they use the core's
-    state (``_split_point``, ``_excluded``, ``_rejoining``, ``_apart_since`` and the
-    queues) and are called from its steps."""
+class SplitRecoverer:
+    """A node's split (module docstring): whom it went on without, its split point, the
+    peers rejoining it. The core calls it with its agreed queue, the peers' states and
+    its output; a step that returns True asks the core to truncate (``truncated``)."""
 
-    def _check_stall(self, now: int) -> None:
-        """Spec, "Missing nodes": no progress for max_peer_lag -> go on without them."""
-        lag = self._timing.max_peer_lag
+    def __init__(self, node_id: str, mode: Mode, recovery: SplitRecovery, point: int | None,
+                 peers: Mapping[str, PeerState]) -> None:
+        self._id = node_id
+        self._mode = mode
+        self._recovery = recovery
+        # the last known good position while split (module docstring, "Split recovery")
+        self._point = point
+        self._excluded: set[str] = set()
+        self._left_behind: set[str] = set()  # check_stall
+        self._apart_since: dict[str, int] = {}  # SMART: excluded peer -> diverged since
+        # restored while split: we forgot whom we excluded, so every peer is rejoining
+        self._rejoining: set[str] = set() if point is None else {
+            p for p, s in peers.items() if s.mode is not Mode.MUTED}
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def point(self) -> int | None:
+        """The split point (persisted), None when not split."""
+        return self._point
+
+    @property
+    def recovery(self) -> SplitRecovery:
+        return self._recovery
+
+    @property
+    def excluded(self) -> frozenset[str]:
+        """The peers we went on without (``split_suspected``)."""
+        return frozenset(self._excluded)
+
+    def excludes(self, peer: str) -> bool:
+        return peer in self._excluded
+
+    @property
+    def good_point(self) -> int | None:
+        """The split point while it repairs something (SIMPLE, SMART): our good prefix
+        ends there; None otherwise."""
+        return self._point if self._split() else None
+
+    @property
+    def settled(self) -> bool:
+        """No split point, nobody excluded nor rejoining."""
+        return self._point is None and not self._excluded and not self._rejoining
+
+    def _split(self) -> bool:
+        return self._point is not None and self._recovery is not SplitRecovery.NONE
+
+    # ------------------------------------------------------------------ detection
+
+    def heard(self, peer: str) -> None:
+        """``peer`` talks to us: we wait for it again (``check_stall``)."""
+        self._left_behind.discard(peer)
+
+    def check_stall(self, now: int, lag: int | None, stalled_since: int | None,
+                    required: list[str], agreed: AgreedQueue,
+                    peers: Mapping[str, PeerState], out: Out) -> bool:
+        """Spec, "Missing nodes": no progress for max_peer_lag -> go on without them.
+        True when stalled (the stall starts again now)."""
         if lag is None:
-            return
-        silent = {p for p in self._required()
-                  if self._peers[p].heard_at is None or now - self._peers[p].heard_at >= lag}
-        stalled = self._stalled_since is not None and now - self._stalled_since >= lag
+            return False
+        silent = {p for p in required
+                  if peers[p].heard_at is None or now - peers[p].heard_at >= lag}
+        stalled = stalled_since is not None and now - stalled_since >= lag
         if not stalled:
             # Progress, but maybe only by entries that a peer agreed without somebody we
-            # still wait for (under NONE we take them all, ``_join_senders_side``): silent
+            # still wait for (under NONE we take them all, ``join_senders_side``): silent
             # for max_peer_lag here too, it is missing for us as well. Else we would wait
             # for it for ever while the queue goes on without it, and never forget past
             # its position (a data centre wiped for good held a node's floor at 0).
-            self._exclude(silent & self._left_behind)
-            return
-        self._exclude(silent - self._anchors())
-        self._stalled_since = now
+            self._exclude(silent & self._left_behind, agreed.seq, out)
+            return False
+        self._exclude(silent - self._anchors(agreed.seq, peers), agreed.seq, out)
+        return True
 
-    def _exclude(self, missing: set[str]) -> None:
+    def _exclude(self, missing: set[str], seq: int, out: Out) -> None:
         if not missing:
             return
-        if not self._excluded and self._split_point is None and self._mode is not Mode.MUTED:
+        if not self._excluded and self._point is None and self._mode is not Mode.MUTED:
             # an exclusion episode starts: our last known good state
-            self._split_point = self.seq
-            self._out.split_point_changed = True
+            self._point = seq
+            out.split_point_changed = True
         self._excluded |= missing
         self._left_behind -= missing
-        self._out.split_changed = True
+        out.split_changed = True
 
-    def _forget_split_peer(self, peer: str) -> None:
+    def forget_peer(self, peer: str, out: Out) -> None:
         """``remove_peer``: a peer that is gone is neither excluded nor rejoining."""
         self._left_behind.discard(peer)
         if peer in self._rejoining:
             self._rejoining.discard(peer)
-            self._split_maybe_over()
+            self._split_maybe_over(out)
         if peer in self._excluded:
             self._excluded.discard(peer)
-            self._out.split_changed = True
-            self._split_maybe_over()
+            out.split_changed = True
+            self._split_maybe_over(out)
 
-    def _split(self) -> bool:
-        return self._split_point is not None and self._recovery is not SplitRecovery.NONE
+    # ------------------------------------------------------------------ tail segments
 
-    def _tail_limit(self, peer: str) -> int | None:
+    def tail_limit(self, peer: str, mode: Mode) -> int | None:
         """While split, a node hands out entries after its split point only to a peer of
         its own side (read-write or read-only, neither excluded nor rejoining), which
-        joins the split with them (``_join_senders_side``); to the others — excluded,
+        joins the split with them (``join_senders_side``); to the others — excluded,
         rejoining, muted — never: it may take them back (SIMPLE, or SMART when the vote
         goes against it), and a node that took them without a split point would keep
         them."""
         if not self._split():
             return None
-        state = self._peers[peer]
-        if (state.mode is not Mode.MUTED and peer not in self._excluded
-                and peer not in self._rejoining):
+        if mode is not Mode.MUTED and peer not in self._excluded and peer not in self._rejoining:
             return None
-        return self._split_point
+        return self._point
 
-    def _join_senders_side(self, seg: TailSegment,
-                           new: tuple[TxMeta, ...]) -> tuple[TxMeta, ...]:
+    def join_senders_side(self, seg: TailSegment, new: tuple[TxMeta, ...],
+                          agreed: AgreedQueue, peers: Mapping[str, PeerState],
+                          out: Out) -> tuple[TxMeta, ...]:
         """We are about to append ``new`` (the end of ``seg``) after our queue. Entries
         past the sender's split point are post-split decisions of its side: we take them
         only if we are split ourselves (a split point and somebody excluded, the sender
         not) — then we join its side: whom it went on without (our split point stays:
         the entries land past it) — else only those up to its split point (a node that
         truncated, or that waits for everybody, re-negotiates instead). Under NONE we
-        take them all, and note whom the sender went on without (``_check_stall``)."""
+        take them all, and note whom the sender went on without (``check_stall``)."""
         point = seg.split_point
         if self._recovery is SplitRecovery.NONE:
             if new:  # agreed by a sender that went on without seg.excluded
-                self._left_behind |= {p for p in seg.excluded if p in self._peers}
+                self._left_behind |= {p for p in seg.excluded if p in peers}
             return new
         if point is None:
             return new
-        past = self.seq + len(new) - point
+        past = agreed.seq + len(new) - point
         if past <= 0:
             return new
-        if (self._mode is Mode.MUTED or self._split_point is None or not self._excluded
+        if (self._mode is Mode.MUTED or self._point is None or not self._excluded
                 or seg.sender in self._excluded or self._rejoining
-                or point < self._agreed.floor or self._anchors()):
+                or point < agreed.floor or self._anchors(agreed.seq, peers)):
             # (a split point before our floor: we forgot entries the sender may take back
             # — only the retention horizon passes a peer's split point — so we can't
             # join its side, which could make us truncate there)
@@ -262,24 +320,25 @@ class SplitRecoverySteps:
         # our queue's length), and lowering it to the sender's would take back entries
         # that our statuses already posted as good, which peers may have forgotten on
         # our account since (module docstring, "Tail segments while split").
-        joined = {p for p in seg.excluded if p in self._peers} - self._excluded
+        joined = {p for p in seg.excluded if p in peers} - self._excluded
         if joined:
             self._excluded |= joined
-            self._out.split_changed = True
+            out.split_changed = True
         return new
 
-    def _split_view(self) -> tuple[int | None, tuple[str, ...]]:
+    def view(self) -> tuple[int | None, tuple[str, ...]]:
         """What a tail segment says of our split: the split point and whom we went on
         without (excluded and rejoining peers), or None and () when not split. Under NONE
         no split point (it repairs nothing) but whom we excluded, for a receiver that
-        takes our entries while it still waits for them (``_check_stall``)."""
+        takes our entries while it still waits for them (``check_stall``)."""
         if not self._split():
             if self._recovery is SplitRecovery.NONE and self._excluded:
                 return None, tuple(sorted(self._excluded))
             return None, ()
-        return self._split_point, tuple(sorted(self._excluded | self._rejoining))
+        return self._point, tuple(sorted(self._excluded | self._rejoining))
 
-    def _send_diverged(self, peer: str, seq: int) -> None:
+    def send_diverged(self, peer: str, seq: int, agreed: AgreedQueue, max_tail: int,
+                      out: Out) -> None:
         """A peer posted a merge base that diverged from our queue at ``seq``: send it our
         entries up to there, which it cannot append — so it learns that it diverged even
         when its queue is longer than ours (a status ahead of us tells us nothing) and
@@ -287,162 +346,169 @@ class SplitRecoverySteps:
         masters of one side, diverged past the keeper's split point, waiting for each
         other for ever: the one behind saw the keeper only as ahead of it): a peer that
         appends the segment later (after truncating) takes nothing past that split point
-        unless it joins our split (``_join_senders_side``)."""
-        start = max(self._agreed.floor, seq - self._timing.max_tail)
+        unless it joins our split (``join_senders_side``)."""
+        start = max(agreed.floor, seq - max_tail)
         if start >= seq:
             return  # nothing before our floor to show it (it is reported on our side)
-        point, excluded = self._split_view()
-        self._out.tails.append(Tail(peer, TailSegment(
-            self._id, start, self._agreed.txid_at(start),
-            tuple(self._agreed.entries[start - self._agreed.floor:seq - self._agreed.floor]),
-            self._agreed.chain_at(start), point, excluded)))
+        out.tails.append(Tail(peer, agreed.segment(self._id, start, seq, *self.view())))
 
-    def _tail_diverged(self, peer: str, now: int, in_good_prefix: bool) -> None:
-        """A tail segment does not extend our queue; ``in_good_prefix``: the first
-        difference lies in the sender's good prefix."""
-        if (self._split_point is not None and self._recovery is not SplitRecovery.NONE
-                and self._peers[peer].mode is not Mode.MUTED):
+    def tail_diverged(self, peer: str, now: int, in_good_prefix: bool,
+                      peers: Mapping[str, PeerState], timing: Timing, out: Out) -> bool:
+        """A tail segment of ``peer`` does not extend our queue; ``in_good_prefix``: the
+        first difference lies in the sender's good prefix. True: truncate."""
+        if (self._point is not None and self._recovery is not SplitRecovery.NONE
+                and peers[peer].mode is not Mode.MUTED):
             # Good prefixes are consistent, so a difference inside the sender's good
             # prefix is past our split point: one of our post-split entries contradicts it.
-            self._rejoin(peer, _DIVERGED, now, in_good_prefix)
+            return self.rejoin(peer, DIVERGED, now, in_good_prefix, peers, timing, out)
+        return False
 
-    @staticmethod
-    def _good_prefix(st: Status) -> tuple[int, str]:
-        """The length and chain of the sender's good prefix, as its status says."""
-        if st.split_point is None:
-            return st.seq, st.chain
-        return st.split_point, st.split_chain
+    # ------------------------------------------------------------------ statuses
 
-    def _contradicts(self, good: int, chain: str) -> bool:
-        """Does a peer's good prefix (``good`` entries, hash chain ``chain``) contradict
-        our queue? Only past our split point, since good prefixes are consistent; so it
+    def contradicts(self, st: Status, agreed: AgreedQueue) -> bool:
+        """Does the good prefix of ``st``'s sender (as its status says) contradict our
+        queue? Only past our split point, since good prefixes are consistent; so it
         means that one of our post-split entries differs from an entry of its good
         prefix. When its good prefix is longer than our queue we cannot tell from a
-        status (a diverged tail segment tells, ``_on_tail``)."""
-        if self._split_point is None or good <= self._split_point:
+        status (a diverged tail segment tells, ``SyncNode._on_tail``)."""
+        good, chain = (st.seq, st.chain) if st.split_point is None else (
+            st.split_point, st.split_chain)
+        if self._point is None or good <= self._point:
             return False
-        return self._agreed.floor <= good <= self.seq and self._agreed.chain_at(good) != chain
+        return agreed.floor <= good <= agreed.seq and agreed.chain_at(good) != chain
 
-    def _keeps(self) -> bool:
+    def rejoins(self, st: Status, relation: str, mode: Mode) -> bool:
+        """Does ``st`` make its sender rejoin us (module docstring, "Rejoin")? Then the
+        core calls ``rejoin`` before anything is sent."""
+        return self._point is not None and self._recovery is not SplitRecovery.NONE and (
+            st.sender in self._excluded or (relation == DIVERGED and mode is not Mode.MUTED)
+            or st.sender in self._rejoining)
+
+    def _keeps(self, peers: Mapping[str, PeerState]) -> bool:
         """SMART's majority vote (module docstring, "Split recovery")."""
-        voters = [self._id] + [p for p, s in self._peers.items() if s.mode is not Mode.MUTED]
+        voters = [self._id] + [p for p, s in peers.items() if s.mode is not Mode.MUTED]
         out = {p for p in self._excluded if p in voters}
         side, n = len(voters) - len(out), len(voters)
         return 2 * side > n or (2 * side == n and min(voters) not in out)
 
-    def _rejoin(self, peer: str, relation: str, now: int, contradicted: bool) -> None:
+    def rejoin(self, peer: str, relation: str, now: int, contradicted: bool,
+               peers: Mapping[str, PeerState], timing: Timing, out: Out) -> bool:
         """A peer of the other side is back (or diverged from us): SIMPLE truncates,
         SMART truncates unless the vote says we keep our state — and always when one of
-        our post-split entries contradicts the peer's good prefix (``contradicted``)."""
+        our post-split entries contradicts the peer's good prefix (``contradicted``).
+        True: truncate."""
         if peer not in self._excluded:
             self._excluded.add(peer)  # it diverged from us: we cannot wait for it
-            self._out.split_changed = True
-        if (self._recovery is SplitRecovery.SMART and self._keeps() and not self._rejoining
-                and not contradicted):
-            if relation not in (_DIVERGED, _AHEAD):
-                return  # consistent with us: waited for again below
+            out.split_changed = True
+        if (self._recovery is SplitRecovery.SMART and self._keeps(peers)
+                and not self._rejoining and not contradicted):
+            if relation not in (DIVERGED, AHEAD):
+                return False  # consistent with us: waited for again (``back``)
             # Both sides may win their own vote (each counts its own excluded set): if
             # this peer still diverges after max_peer_lag, the larger id of the two gives in.
             since = self._apart_since.setdefault(peer, now)
-            patience = self._timing.max_peer_lag or self._timing.idle_interval
+            patience = timing.max_peer_lag or timing.idle_interval
             if now - since < patience or self._id < peer:
-                return
-        self._truncate(now)
+                return False
+        return True
 
-    def _rejoin_beyond(self, st: Status, now: int) -> None:
+    def rejoin_beyond(self, st: Status, now: int, peers: Mapping[str, PeerState],
+                      timing: Timing, out: Out) -> bool:
         """A peer we went on without posts a position before our floor: we can't compare
         its queue, but a status without a split point says its whole queue is its good
         prefix, consistent with ours (the claim above), so it is back and consistent,
         only behind our horizon. It rejoins as a consistent lagger would (the vote may
-        make us truncate); without this, a keeping node whose only excluded peer needs
-        seeding stays split for ever, and a split node gives no image past its split
-        point (``seed_point``): the simulator found the two waiting for each other."""
+        make us truncate: True); without this, a keeping node whose only excluded peer
+        needs seeding stays split for ever, and a split node gives no image past its
+        split point (``seed_point``): the simulator found the two waiting for each other."""
         if (st.split_point is not None or not self._split()
                 or st.sender not in self._excluded | self._rejoining
-                or self._peers[st.sender].mode is Mode.MUTED):
-            return
-        self._rejoin(st.sender, _BEHIND, now, False)
-        if self._split_point is None:
-            return  # truncated: the excluded set is empty again
-        self._waited_for_again(st.sender)
+                or peers[st.sender].mode is Mode.MUTED):
+            return False
+        if self.rejoin(st.sender, BEHIND, now, False, peers, timing, out):
+            return True  # the truncation empties the excluded set
+        self._waited_for_again(st.sender, out)
+        return False
 
-    def _waited_for_again(self, peer: str) -> None:
+    def consistent_again(self, peer: str, relation: str, out: Out) -> None:
+        """Restored while split, ``peer`` posted a merge base consistent with ours."""
+        if peer in self._rejoining and relation in (SAME, BEHIND):
+            self._rejoining.discard(peer)
+            self._split_maybe_over(out)
+
+    def back(self, peer: str, relation: str, out: Out) -> None:
+        """An excluded ``peer`` posted a merge base consistent with ours (not ahead): it
+        is waited for again; the split may be over (first: a recovered node's tail
+        segments carry everything)."""
+        if peer in self._excluded and relation != AHEAD:
+            self._apart_since.pop(peer, None)
+            self._excluded.discard(peer)
+            out.split_changed = True
+            self._split_maybe_over(out)
+
+    def _waited_for_again(self, peer: str, out: Out) -> None:
         """``peer`` is no longer excluded nor rejoining; the split may be over."""
         self._apart_since.pop(peer, None)
         self._excluded.discard(peer)
         self._rejoining.discard(peer)
-        self._out.split_changed = True
-        self._split_maybe_over()
+        out.split_changed = True
+        self._split_maybe_over(out)
 
-    def _anchors(self) -> set[str]:
-        """The peers whose floor is past our position (``_beyond_their_horizon``)."""
-        return {p for p, s in self._peers.items()
-                if s.latest is not None and self._behind_floor_of(s.latest)}
+    def _anchors(self, seq: int, peers: Mapping[str, PeerState]) -> set[str]:
+        """The peers whose floor is past our position (``beyond_their_horizon``)."""
+        return {p for p, s in peers.items()
+                if s.latest is not None and self._behind_floor_of(s.latest, seq, peers)}
 
-    def _behind_floor_of(self, st: Status) -> bool:
+    def _behind_floor_of(self, st: Status, seq: int, peers: Mapping[str, PeerState]) -> bool:
         """Under SIMPLE or SMART: is our position before the floor of ``st``'s sender (not
-        muted)? We must not go on without it (``_beyond_their_horizon``)."""
-        return (self._recovery is not SplitRecovery.NONE and st.floor > self.seq
-                and self._peers[st.sender].mode is not Mode.MUTED)
+        muted)? We must not go on without it (``beyond_their_horizon``)."""
+        return (self._recovery is not SplitRecovery.NONE and st.floor > seq
+                and peers[st.sender].mode is not Mode.MUTED)
 
-    def _beyond_their_horizon(self, st: Status, now: int) -> None:
+    def beyond_their_horizon(self, st: Status, seq: int, peers: Mapping[str, PeerState],
+                             out: Out) -> bool:
         """A peer forgot entries past our position: we are beyond *its* horizon (the
-        mirror of ``_rejoin_beyond``). What it forgot is in its good prefix (a floor never
+        mirror of ``rejoin_beyond``). What it forgot is in its good prefix (a floor never
         passes a split point) and it can never take it back; it no longer waits for us
         (we are ``beyond`` to it) and goes on without a split point. So we must not go
-        on without it: it is never excluded (``_check_stall``) and we join no split
-        (``_join_senders_side``) while it is so; we wait and need seeding from it
-        (``_check_seeding``). Post-split entries of ours are truncated: we cannot compare
-        them with what it forgot, and if they differ nobody could ever take either back.
-        The simulator found it (seed 677540770, Smart, a horizon of 2 entries): n2
-        cleared its split when n1 and n3 came back behind it, forgot past them and went
-        on alone; they excluded n2, which never posts at their merge base, and agreed
-        the same transactions in another order, and nobody could truncate or seed."""
-        if not self._behind_floor_of(st):
-            return
-        if self._split_point is not None and self.seq > self._split_point:
-            self._truncate(now)  # which empties the excluded set
-            return
+        on without it: it is never excluded (``check_stall``) and we join no split
+        (``join_senders_side``) while it is so; we wait and need seeding from it
+        (``Compactor.check_seeding``). Post-split entries of ours are truncated (True):
+        we cannot compare them with what it forgot, and if they differ nobody could ever
+        take either back. The simulator found it (seed 677540770, Smart, a horizon of 2
+        entries): n2 cleared its split when n1 and n3 came back behind it, forgot past
+        them and went on alone; they excluded n2, which never posts at their merge base,
+        and agreed the same transactions in another order, and nobody could truncate or
+        seed."""
+        if not self._behind_floor_of(st, seq, peers):
+            return False
+        if self._point is not None and seq > self._point:
+            return True  # the truncation empties the excluded set
         if st.sender in self._excluded | self._rejoining:
-            self._waited_for_again(st.sender)
+            self._waited_for_again(st.sender, out)
+        return False
 
-    def _truncate(self, now: int) -> None:
-        """Back to the split point: later synchronised entries become incoming again."""
-        point = self._split_point
-        assert point is not None
-        assert not self._out.synchronised, "a truncation comes first in its step"
-        assert point >= self._agreed.floor, "never compacted past the split point"
-        removed = self._agreed.truncate(point)
-        # the data centre rolls back to the point: what it executed after it does not count
-        self._executed = min(self._executed, point)
-        self._executed_cap = point
-        for tx in removed:
-            missing = self._missing.pop(tx.txid, None)
-            if missing is None:
-                self._insert(_Entry(tx, True, self._sources(tx.origin)))
-            else:
-                entry = _Entry(tx, False, self._sources(tx.origin, *missing.sources,
-                                                        *sorted(self._peers)))
-                self._insert(entry)
-                self._acquisition.request(entry, now, self._peers, self._out)
-        self._out.truncated = Truncation(point, tuple(removed))
-        self._split_point = None
-        self._out.split_point_changed = True
+    # ------------------------------------------------------------------ the split's end
+
+    def truncated(self, out: Out) -> None:
+        """The core truncated its queue to the split point: the split is over and we wait
+        for every peer again."""
+        self._point = None
+        out.split_point_changed = True
         self._rejoining.clear()
         self._apart_since.clear()
         if self._excluded:
             self._excluded.clear()
-            self._out.split_changed = True
-        for p in self._peers.values():
-            p.fresh = False  # statuses collected at our old merge base say nothing now
-        self._stalled_since = now if self._incoming else None
-        if self._activity is Activity.IDLE and self._incoming:
-            self._activity = Activity.BUSY
-            self._out.activity = Activity.BUSY
-        self._deadline = min(self._deadline, now + self._timing.round_timeout)
-        self._post(now)
+            out.split_changed = True
 
-    def _split_maybe_over(self) -> None:
-        if not self._excluded and not self._rejoining and self._split_point is not None:
-            self._split_point = None  # every excluded peer is back and consistent
-            self._out.split_point_changed = True
+    def follow_floor(self, floor: int, out: Out) -> None:
+        """Compaction passed the split point — only under NONE, which repairs nothing
+        (else the core never forgets past it): the split point follows the floor."""
+        if self._point is not None and self._point < floor:
+            self._point = floor
+            out.split_point_changed = True
+
+    def _split_maybe_over(self, out: Out) -> None:
+        if not self._excluded and not self._rejoining and self._point is not None:
+            self._point = None  # every excluded peer is back and consistent
+            out.split_point_changed = True
