@@ -58,10 +58,12 @@ lint: $(STAMP)
 
 # The fast tier, to run before every commit: ruff, then every test that starts no program
 # (no node, JVM, Spark, Chromium, nspawn or network namespace: those are marked `processes`,
-# tests/conftest.py says how, and run by `make test` only). Spread over the cores (pytest-xdist).
+# tests/conftest.py says how, and run by `make test` only). Spread over the cores (pytest-xdist;
+# worksteal: the simulator's property tests take 10-45 s each, and an idle core takes work
+# from a busy one instead of waiting for its chunk: 4:26 instead of 5:09 here).
 check: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -p no:cacheprovider -n auto -m "not processes"
+	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist worksteal -m "not processes"
 
 # The Molecule scenario (~12 minutes alone, 18-20 beside the suite; mostly Ansible's round
 # trips to the nspawn hosts) runs beside the rest of the suite, in its own pytest; its
