@@ -61,7 +61,8 @@ def load(data_dir: Path) -> epochs.EpochLedger:
         raise EpochFileError(f"{path} is not readable JSON ({exc}); it holds the write "
                              f"epoch this worker promised: restore it or, knowing that "
                              f"no master holds an epoch here, remove it") from None
-    promised, holder = data.get("promised"), data.get("holder")
+    promised, holder = (data.get("promised"), data.get("holder")) \
+        if isinstance(data, dict) else (None, None)
     if type(promised) is not int or promised < 0 or not isinstance(holder, str):
         raise EpochFileError(f"{path} holds no valid promise: {data!r}")
     return epochs.EpochLedger(promised=promised, holder=holder)
@@ -135,6 +136,9 @@ class Promise:
     async def seen(self, epoch: int, master: str) -> epochs.Verdict | None:
         """A change of an epoch other than ``promised``: its REFUSED verdict when older,
         else None once the newer epoch is on disk (and the older changes are done)."""
+        ledger, refused = epochs.fence(self.ledger, epoch, master, now_ms())
+        if refused is not None:
+            return refused  # at once, also while a grant waits for older changes
         async with self._lock:
             ledger, refused = epochs.fence(self.ledger, epoch, master, now_ms())
             if refused is None:
