@@ -339,9 +339,10 @@ class Verifier:
         self._lock = threading.Lock()
 
     def check(self, header: str | None, method: str, host: str | None, target: str,
-              body: bytes) -> str | None:
+              body: bytes, remember: bool = True) -> str | None:
         """None when the request is authentic, else the reason it is not. ``host`` is the
-        Host header as received."""
+        Host header as received. ``remember=False``: a look before the request's own
+        check (the worker's epoch fence), its nonce not remembered yet."""
         if not header:
             return "missing cluster credential"
         scheme, _, rest = header.partition(" ")
@@ -383,7 +384,8 @@ class Verifier:
             seen = self._seen.setdefault(when, set())
             if key in seen:
                 return "replayed cluster credential"
-            seen.add(key)
+            if remember:
+                seen.add(key)
         return None
 
     def _forget(self, now: float) -> None:

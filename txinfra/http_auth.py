@@ -11,8 +11,10 @@ from txinfra.auth import Verifier
 log = logging.getLogger("txinfra.auth")
 
 
-async def credential_problem(request: Request, verifier: Verifier) -> str | None:
-    """None if the request carries a valid cluster credential, else why not."""
+async def credential_problem(request: Request, verifier: Verifier,
+                             remember: bool = True) -> str | None:
+    """None if the request carries a valid cluster credential, else why not;
+    ``remember=False``: its nonce is not remembered, so its route can check it again."""
     body = await request.body()  # cached by Starlette: handlers can read it again
     # What the sender signed (auth.signed_target): the path as decoded (ASGI's path, not
     # request.url's, which re-escapes '?', '#' and '\\' in it) and the query as sent.
@@ -21,7 +23,7 @@ async def credential_problem(request: Request, verifier: Verifier) -> str | None
     target = scope["path"] + (f"?{query.decode()}" if query else "")
     # The Host header as received: the credential is bound to the node it was sent to.
     return verifier.check(request.headers.get("authorization"), request.method,
-                          request.headers.get("host"), target, body)
+                          request.headers.get("host"), target, body, remember)
 
 
 async def require_credential(request: Request, verifier: Verifier, what: str) -> None:

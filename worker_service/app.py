@@ -14,8 +14,10 @@ from rdf4j_protocol.transactions import TRANSACTION_IDLE_S
 from txinfra import http_server, tls
 from txinfra.auth import NodeAuthorities, Verifier, load_secret
 from worker_service.api.control import control_router, state_json
+from worker_service.api.epoch import EpochFence, epoch_router
 from worker_service.api.rdf4j import WorkerBackend, rdf4j_router
 from worker_service.config import WorkerConfig
+from worker_service.promise import DEFAULT_GRANT_LEASE_MS, Promise
 from worker_service.query_isolation import QueryLimits
 from worker_service.repository import Repository
 
@@ -26,9 +28,11 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                title: str = "txcluster worker",
                client_tls: ssl.SSLContext | None = None,
                transaction_idle_s: float = TRANSACTION_IDLE_S,
-               limits: QueryLimits | None = None) -> FastAPI:
+               limits: QueryLimits | None = None,
+               grant_lease_ms: int = DEFAULT_GRANT_LEASE_MS) -> FastAPI:
     """``node``: the Host headers this worker answers signed requests for; ``limits``:
-    query timeout and concurrent query processes (query_isolation.py)."""
+    query timeout and concurrent query processes (query_isolation.py); ``grant_lease_ms``:
+    epochs.ask_grant's lease (promise.py)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
@@ -39,6 +43,8 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                   telemetry=http_server.FASTAPI_TELEMETRY)
     verifier = Verifier(secret, node)
     app.state.repository = repo
+    # The write epoch this worker promised, read before anything is served (promise.py).
+    promise = Promise(repo.data_dir, grant_lease_ms)
 
     def provider() -> Repository:
         return repo
@@ -55,7 +61,10 @@ def create_app(repo: Repository, secret: bytes, node: NodeAuthorities,
                        tags=["cluster-control"])
     rdf4j_backend = WorkerBackend(provider, verifier, transaction_idle_s, limits)
     app.include_router(rdf4j_router(rdf4j_backend, hot), tags=["rdf4j"])
+    app.include_router(epoch_router(promise, verifier), tags=["cluster-control"])
     app.add_middleware(HotPaths, routes=hot)
+    # Outermost, so that the hot routes pass the fence too (api/epoch.py).
+    app.add_middleware(EpochFence, promise=promise, verifier=verifier)
     return app
 
 
@@ -75,7 +84,8 @@ def serve(config: WorkerConfig) -> None:
     app = create_app(repo, secret, node, title=f"txcluster worker {config.repository_id}",
                      client_tls=tls.client_context(config.tls_ca_file),
                      transaction_idle_s=config.transaction_idle_timeout_s,
-                     limits=config.limits())
+                     limits=config.limits(),
+                     grant_lease_ms=config.epoch_grant_lease_ms)
     try:
         http_server.run(app, host=config.host, port=config.port,
                         **tls.server_options(config.tls_cert_file, config.tls_key_file))

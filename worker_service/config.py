@@ -20,7 +20,7 @@ from txinfra.properties import (
     parse_path,
     read_properties,
 )
-from worker_service import query_isolation, query_slots
+from worker_service import promise, query_isolation, query_slots
 
 SCHEMA = Schema((
     node_keys.REPOSITORY_ID,
@@ -59,6 +59,11 @@ SCHEMA = Schema((
         description="seconds a query waits in that queue at most (its wait counts against "
         "its timeout, query-timeout-s); then it is answered 503 (busy: its master sends it "
         "to another worker)"),
+    Key("epoch-grant-lease-ms", parse_int(1), default=promise.DEFAULT_GRANT_LEASE_MS,
+        description="milliseconds after the last change from the master holding this "
+        "worker's write epoch during which no other master is granted a newer one "
+        "automatically (an operator's failover is); below the masters' takeover time "
+        "(docs/design/failover.md)"),
 ))
 
 
@@ -82,6 +87,7 @@ class WorkerConfig:
     max_concurrent_queries: int | None = None  # None: twice the CPU cores
     query_queue_depth: int = query_slots.DEFAULT_QUEUE_DEPTH
     query_queue_wait_s: float = query_slots.DEFAULT_QUEUE_WAIT_S
+    epoch_grant_lease_ms: int = promise.DEFAULT_GRANT_LEASE_MS
 
     def limits(self) -> query_isolation.QueryLimits:
         """The query limits this configuration sets (worker_service/query_isolation.py)."""

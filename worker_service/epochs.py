@@ -103,6 +103,22 @@ def ask_grant(ledger: EpochLedger, epoch: int, candidate: str, now: int, *, leas
     return granted, _verdict(GRANTED, granted)
 
 
+def fence(ledger: EpochLedger, epoch: int, master: str, now: int, *,
+          check_epochs: bool = True) -> tuple[EpochLedger, Verdict | None]:
+    """The epoch half of ``write``, what a worker checks on every change before anything
+    else: a REFUSED verdict when ``epoch`` is older than ``promised``; else None and the
+    ledger with a newer epoch taken as seen (``master`` its holder: it got a majority
+    elsewhere) and the holder heard. A worker that persists the ledger does so when
+    ``promised`` rose, before it applies the change."""
+    if check_epochs and epoch < ledger.promised:
+        return ledger, _verdict(REFUSED, ledger)
+    if epoch > ledger.promised:
+        ledger = replace(ledger, promised=epoch, holder=master)
+    if master == ledger.holder:
+        ledger = replace(ledger, heard_at=now)
+    return ledger, None
+
+
 def write(ledger: EpochLedger, epoch: int, master: str, start: int, prev_epoch: int,
           entries: tuple[Entry, ...], now: int, *,
           check_epochs: bool = True) -> tuple[EpochLedger, Verdict]:
@@ -113,12 +129,9 @@ def write(ledger: EpochLedger, epoch: int, master: str, start: int, prev_epoch: 
     else BEHIND. An entry that differs from the one held at its position replaces it and
     everything after (a deposed primary's unacknowledged suffix). ``check_epochs=False``
     is the broken worker the simulator uses to show that its checker can fail."""
-    if check_epochs and epoch < ledger.promised:
-        return ledger, _verdict(REFUSED, ledger)
-    if epoch > ledger.promised:
-        ledger = replace(ledger, promised=epoch, holder=master)
-    if master == ledger.holder:
-        ledger = replace(ledger, heard_at=now)
+    ledger, refused = fence(ledger, epoch, master, now, check_epochs=check_epochs)
+    if refused is not None:
+        return ledger, refused
     history = ledger.history
     if start > len(history) or (start > 0 and history[start - 1][0] != prev_epoch):
         return ledger, _verdict(BEHIND, ledger)

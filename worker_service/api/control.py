@@ -17,6 +17,9 @@
     POST /cluster/restore            {"name": ...} or {"source": url}: install an image
     PUT  /cluster/bulk-load/{id}/parts/{n}, POST|DELETE /cluster/bulk-load/{id}
                                      initial bulk load of an empty worker (bulk_load.py)
+
+Every call that changes the worker passes the write-epoch fence first, and POST
+/cluster/epoch grants an epoch (api/epoch.py, docs/design/failover.md).
 """
 
 from __future__ import annotations
