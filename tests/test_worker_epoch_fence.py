@@ -9,7 +9,7 @@ import time
 import httpx
 
 from tests.procs import signed_client
-from tests.test_worker_process import apply_body, batch, settled
+from tests.worker_calls import apply_body, batch, settled
 
 EX = "http://example.org/"
 
