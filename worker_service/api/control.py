@@ -84,7 +84,7 @@ def state_json(repo: Repository) -> dict:
     }
 
 
-async def _json_body(request: Request) -> dict:
+async def json_body(request: Request) -> dict:
     try:
         data = jsonbody.parse(await request.body() or b"{}")  # deep nesting: not a 500
     except ValueError as exc:
@@ -234,7 +234,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         from worker_service.transaction import TransactionError
         from worker_service.wire_parsing import parse_operations
 
-        data = await _json_body(request)
+        data = await json_body(request)
         start_seq = _field(data, "start_seq", int)
         controls = data.get("control_queries") or []
         if not isinstance(controls, list) or not all(isinstance(q, str) for q in controls):
@@ -311,7 +311,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
         """Apply changesets in order: {"entries": [{"seq", "txid", "changeset",
         "expected_fingerprint"}]}; refused as a whole (409) when they don't fit."""
         repo = await guard(request)
-        data = await _json_body(request)
+        data = await json_body(request)
         body = await request.body()
         items = _field(data, "entries", list)
         # A small group is applied on the event loop, if the write lock is free now: the
@@ -452,7 +452,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     @router.post("/image/pull")
     async def image_pull(request: Request):
         repo = await guard(request)
-        data = await _json_body(request)
+        data = await json_body(request)
         return await pull(repo, _field(data, "source", str))
 
     @router.get("/backups")
@@ -526,7 +526,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     @router.post("/restore")
     async def restore(request: Request):
         repo = await guard(request)
-        data = await _json_body(request)
+        data = await json_body(request)
         if "source" in data:
             return await pull(repo, _field(data, "source", str))
         name = _backup_name(_field(data, "name", str))
@@ -571,7 +571,7 @@ def control_router(repo_provider: Callable[[], Repository], verifier: Verifier,
     async def bulk_load_commit(load_id: str, request: Request):
         """{"fingerprint", "quads"}: install the staged data if it is exactly that."""
         repo = await guard(request)
-        data = await _json_body(request)
+        data = await json_body(request)
         try:
             expected = fingerprint.from_hex(_field(data, "fingerprint", str))
         except ValueError as exc:

@@ -28,7 +28,7 @@ from rdf4j_protocol.routes import REPOSITORY_PREFIX
 from txinfra.auth import Verifier
 from txinfra.http_auth import credential_problem, require_credential
 from worker_service import epochs
-from worker_service.api.control import _json_body
+from worker_service.api.control import json_body
 from worker_service.promise import Promise, refusal
 
 EPOCH_HEADER = b"x-write-epoch"
@@ -158,7 +158,7 @@ def epoch_router(promise: Promise, verifier: Verifier) -> APIRouter:
         current one has not changed this worker for ``epoch-grant-lease-ms``
         (epochs.ask_grant). A granted epoch is on disk before the answer."""
         await require_credential(request, verifier, "cluster-control call refused")
-        data = await _json_body(request)
+        data = await json_body(request)
         epoch, candidate, manual = data.get("epoch"), data.get("candidate"), \
             data.get("manual", False)
         if type(epoch) is not int or epoch < 1:
